@@ -1,0 +1,104 @@
+"""Autoregressive (AR) language model: next-token loss, exact NLL, KV-cached decoding (spec §2).
+
+Decoding prefills the (left-padded) prompts in one causal forward that also yields the first
+token, then runs one single-token forward per step, appending its K/V to the preallocated cache.
+NFE = number of generated positions. Infilling sees only the prefix (the documented AR baseline:
+it generates exactly n_masked tokens and never sees the suffix).
+
+    python -c "import models; m = models.build('ar', vocab_size=64, length=32); print(m.generate([[1, 2]], 5))"
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .base import Batch, DecodeConfig, Generation
+from .decoding import Canvas, TokenChooser
+from .paradigm import ParadigmModel, StepLog
+
+
+class ARModel(ParadigmModel):
+    paradigm = "ar"
+
+    def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """-log p(x_i | x_<i) for i >= 1, and which of them are targets. Position 0 is never a target."""
+        ids = batch.input_ids
+        inputs = ids[:, :-1]
+        pos = torch.arange(inputs.shape[1], device=ids.device).expand_as(inputs)
+        if bool(batch.attention_mask.all()):
+            h = self.backbone(inputs, pos, is_causal=True)
+        else:  # right padding: causal and never attend to padding
+            L = inputs.shape[1]
+            causal = torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+            mask = causal[None] & batch.attention_mask[:, None, :-1]
+            mask = mask | torch.eye(L, dtype=torch.bool, device=ids.device)
+            h = self.backbone(inputs, pos, attn_mask=mask[:, None])
+        targets = batch.target_mask[:, 1:]
+        nll = torch.zeros(targets.shape, dtype=torch.float32, device=ids.device)
+        logits = self.backbone.logits(h[targets])
+        nll[targets] = F.cross_entropy(logits.float(), ids[:, 1:][targets], reduction="none")
+        return nll, targets
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        nll, targets = self._token_nll(batch)
+        return nll.sum() / targets.sum().clamp(min=1)
+
+    def nll(self, batch: Batch) -> torch.Tensor:
+        """Exact per-sequence NLL in nats over target tokens at positions >= 1."""
+        return self._token_nll(batch)[0].sum(dim=1)
+
+    def n_scored(self, batch: Batch) -> torch.Tensor:
+        return batch.target_mask[:, 1:].sum(dim=1)
+
+    def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
+               decode: DecodeConfig = DecodeConfig()) -> Generation:
+        """AR baseline: continue the prefix for exactly n_masked tokens; the suffix is not seen."""
+        return self.generate([list(prefix)], n_masked, decode.replace(stop_at_eos=False))[0]
+
+    def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
+        ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
+        B, C = ids.shape
+        P = int((~span[0]).sum())  # generation canvases put the span at [P, C) for every row
+        N = C - P
+        device = ids.device
+        chooser = TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device)
+        log = StepLog(B, N, device)
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        padded = not bool(real.all())
+        eye_cols = torch.arange(C, device=device)
+        cache = self.backbone.new_cache(B, C) if decode.use_cache else None
+
+        for step in range(N):
+            col = P + step  # canvas column being predicted
+            if cache is None:
+                keys = real[:, :col]
+                mask = (eye_cols[:col, None] >= eye_cols[None, :col]) & keys[:, None, :]
+                mask = mask | torch.eye(col, dtype=torch.bool, device=device)
+                h = self.backbone(ids[:, :col], pos[:, :col], attn_mask=mask[:, None] if padded else None,
+                                  is_causal=not padded)
+            elif step == 0:  # prefill: the whole prompt in one causal forward
+                mask = None
+                if padded:
+                    mask = (eye_cols[:P, None] >= eye_cols[None, :P]) & real[:, None, :P]
+                    mask = (mask | torch.eye(P, dtype=torch.bool, device=device))[:, None]
+                h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache)
+                cache.commit(P, real[:, :P])
+            else:
+                mask = None
+                if padded:
+                    mask = torch.cat([cache.history_mask(), real[:, col - 1:col]], dim=1)[:, None, None, :]
+                h = self.backbone(ids[:, col - 1:col], pos[:, col - 1:col], attn_mask=mask, cache=cache)
+                cache.commit(1)
+            tokens, _ = chooser(self.backbone.logits(h[:, -1:]))
+            active = ~done
+            ids[:, col] = torch.where(active, tokens[:, 0], ids[:, col])
+            chooser.mark(tokens, active[:, None])
+            log.record(active, active.long())
+            if stop_at_eos and self.eos_id is not None:
+                done = done | (active & (tokens[:, 0] == self.eos_id))
+                if bool(done.all()):
+                    break
+        return log.result()

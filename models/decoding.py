@@ -1,0 +1,204 @@
+"""Decoding machinery shared by the paradigms: canvases, token choice, confidence commits, stop rule.
+
+A *canvas* is the [B, C] token grid a decoder works on: left-padded prompts followed by the
+masked span (generation), or prefix + masked span + suffix (infilling). Position ids restart at
+0 at every row's first real token, so left padding never shifts a row's positions.
+
+Nothing here loops over rows or tokens in Python; every helper is a handful of tensor ops so
+that the per-step decode loops stay cheap.
+
+    python -c "from models.decoding import Canvas; print(Canvas.for_generation([[5, 6], [7]], 3, mask_id=0, pad_id=1))"
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .base import ContextOverflowError, DecodeConfig, Generation, count_generated_tokens
+
+
+@dataclass
+class Canvas:
+    ids: torch.Tensor        # [B, C] tokens; mask_id where still to decode
+    positions: torch.Tensor  # [B, C] position ids (0 at each row's first real token)
+    real: torch.Tensor       # [B, C] bool, False on left padding
+    span: torch.Tensor       # [B, C] bool, the positions to decode (masks at the start)
+
+    @classmethod
+    def for_generation(cls, prompts: Sequence[Sequence[int]], max_new_tokens: int, mask_id: int, pad_id: int,
+                       device=None) -> "Canvas":
+        if not prompts:
+            raise ValueError("generate() needs at least one prompt")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token (e.g. the BOS token)")
+        lengths = torch.tensor([len(p) for p in prompts], device=device)
+        P = int(lengths.max())
+        B, C = len(prompts), P + max_new_tokens
+        ids = torch.full((B, C), pad_id, dtype=torch.long, device=device)
+        for b, p in enumerate(prompts):
+            ids[b, P - len(p):P] = torch.as_tensor(list(p), dtype=torch.long, device=device)
+        ids[:, P:] = mask_id
+        col = torch.arange(C, device=device).expand(B, C)
+        pad = (P - lengths)[:, None]
+        real = col >= pad
+        positions = (col - pad).clamp(min=0)
+        span = col >= P
+        return cls(ids, positions, real, span)
+
+    @classmethod
+    def for_infill(cls, prefix: Sequence[int], n_masked: int, suffix: Sequence[int], mask_id: int,
+                   device=None) -> "Canvas":
+        if n_masked < 1:
+            raise ValueError(f"n_masked must be >= 1, got {n_masked}")
+        tokens = list(prefix) + [mask_id] * n_masked + list(suffix)
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        C = ids.shape[1]
+        positions = torch.arange(C, device=device)[None]
+        span = torch.zeros(1, C, dtype=torch.bool, device=device)
+        span[0, len(prefix):len(prefix) + n_masked] = True
+        return cls(ids, positions, torch.ones_like(span), span)
+
+    @property
+    def max_position(self) -> int:
+        return int(self.positions.max()) + 1
+
+    def check_fits(self, length: int) -> None:
+        need = self.max_position
+        if need > length:
+            raise ContextOverflowError(
+                f"prompt + tokens to generate need {need} positions but the model's context length is {length}; "
+                f"shorten the prompt or max_new_tokens"
+            )
+
+    def outputs(self, mask_id: int, eos_id: int | None, stop_at_eos: bool, nfe: torch.Tensor,
+                tokens_per_step: torch.Tensor, seconds: float) -> list[Generation]:
+        """Decoded span of every row (masks dropped, cut by the token-counting rule)."""
+        ids, span = self.ids.tolist(), self.span.tolist()
+        nfe, steps = nfe.tolist(), tokens_per_step.T.tolist()
+        out = []
+        for b in range(len(ids)):
+            gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
+            gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
+            out.append(Generation(gen, int(nfe[b]), seconds, [int(k) for k in steps[b][:int(nfe[b])]]))
+        return out
+
+
+class Timer:
+    """Wall time of one generate/infill call, prefill included (synchronises CUDA)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self) -> "Timer":
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.start
+
+
+def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Generator | None:
+    if decode.greedy:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed(decode.seed)
+    return g
+
+
+class TokenChooser:
+    """Processes logits (repetition penalty, temperature, nucleus) and picks tokens with confidences.
+
+    `seen` [B, V + 1] tracks the tokens that the repetition penalty applies to (the prompt and
+    every committed token; column V is a scratch slot for padded entries).
+    """
+
+    def __init__(self, decode: DecodeConfig, vocab_size: int, canvas_ids: torch.Tensor, history: torch.Tensor,
+                 device: torch.device):
+        self.decode = decode
+        self.generator = sampling_generator(decode, device)
+        self.vocab_size = vocab_size
+        self.seen = None
+        if decode.repetition_penalty != 1.0:
+            B = canvas_ids.shape[0]
+            self.seen = torch.zeros(B, vocab_size + 1, dtype=torch.bool, device=device)
+            self.mark(canvas_ids, history)
+
+    def mark(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
+        """Add tokens[b, j] where which[b, j] to the repetition history."""
+        if self.seen is not None:
+            self.seen.scatter_(1, torch.where(which, tokens, self.vocab_size), True)
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [B, M, V] -> (tokens [B, M], confidence [B, M]) in float32."""
+        logits = logits.float()
+        d = self.decode
+        if self.seen is not None:
+            seen = self.seen[:, None, :self.vocab_size]
+            penalised = torch.where(logits > 0, logits / d.repetition_penalty, logits * d.repetition_penalty)
+            logits = torch.where(seen, penalised, logits)
+        if d.greedy:
+            conf, tokens = torch.softmax(logits, dim=-1).max(dim=-1)
+            return tokens, conf
+        probs = torch.softmax(logits / d.temperature, dim=-1)
+        if d.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p >= d.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+            probs = probs / probs.sum(-1, keepdim=True)
+        flat = probs.reshape(-1, probs.shape[-1])
+        tokens = torch.multinomial(flat, 1, generator=self.generator).view(probs.shape[:-1])
+        conf = probs.gather(-1, tokens[..., None]).squeeze(-1)
+        return tokens, conf
+
+
+def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
+                   threshold: float | None) -> torch.Tensor:
+    """Which candidates to commit: the n_forced most confident per row plus all with conf >= threshold.
+
+    conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
+    """
+    score = conf.masked_fill(~candidate, -1.0)
+    if isinstance(n_forced, int) and n_forced == 1:
+        chosen = torch.zeros_like(candidate)
+        chosen.scatter_(1, score.argmax(dim=1, keepdim=True), True)
+    else:
+        n = torch.as_tensor(n_forced, device=conf.device).reshape(-1, 1)
+        rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+        chosen = rank < n
+    if threshold is not None:
+        chosen = chosen | (score >= threshold)
+    return chosen & candidate
+
+
+def eos_stop(ids: torch.Tensor, span: torch.Tensor, mask_id: int, eos_id: int) -> torch.Tensor:
+    """[B] bool: the row has produced EOS inside its span with no mask left before it."""
+    C = ids.shape[1]
+    col = torch.arange(C, device=ids.device)
+    first_eos = torch.where(span & (ids == eos_id), col, C).min(dim=1).values
+    first_mask = torch.where(span & (ids == mask_id), col, C).min(dim=1).values
+    return first_eos < first_mask
+
+
+def left_aligned(values: torch.Tensor, keep: torch.Tensor, order_key: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move the kept entries of each row to the front (in the order of order_key, else in place order).
+
+    Returns (values, keep) permuted the same way; callers slice them to the max kept count.
+    """
+    if order_key is None:
+        order = (~keep).to(torch.int8).argsort(dim=1, stable=True)
+    else:
+        big = torch.finfo(order_key.dtype).max if order_key.is_floating_point() else torch.iinfo(order_key.dtype).max
+        order = torch.where(keep, order_key, big).argsort(dim=1, stable=True)
+    return values.gather(1, order), keep.gather(1, order)

@@ -1,0 +1,52 @@
+"""Tiny random models for the model tests (CPU, milliseconds)."""
+
+from __future__ import annotations
+
+import torch
+
+import models
+
+VOCAB, LENGTH, EOS = 48, 48, 1
+
+
+def tiny(paradigm: str, block_size: int | None = 4, seed: int = 0, length: int = LENGTH, sharp: bool = True,
+         **kw) -> models.ParadigmModel:
+    """A random 2-layer model; `sharp` rescales weights so predictions are confident and varied."""
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=VOCAB, length=length, n_layers=2, d_model=32, n_heads=4, eos_id=EOS, **kw)
+    if paradigm in ("bd3lm", "setdlm"):
+        cfg["block_size"] = block_size
+    model = models.build(paradigm, **cfg).eval()
+    if sharp:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() > 1:
+                    p.normal_(0.0, 0.35 if "embed" not in name else 1.0)
+    return model
+
+
+class LogitsRecorder:
+    """Wraps backbone.logits to keep a copy of every call's output."""
+
+    def __init__(self, model: models.ParadigmModel):
+        self.calls: list[torch.Tensor] = []
+        self.model = model
+        self.original = model.backbone.logits
+
+    def __enter__(self):
+        def record(h):
+            out = self.original(h)
+            self.calls.append(out.detach().clone())
+            return out
+
+        self.model.backbone.logits = record
+        return self
+
+    def __exit__(self, *exc):
+        self.model.backbone.logits = self.original
+
+
+def random_prompts(n: int, seed: int, low: int = 2, min_len: int = 1, max_len: int = 9) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g).tolist()
+    return [torch.randint(low, VOCAB - 1, (k,), generator=g).tolist() for k in lengths]

@@ -1,0 +1,329 @@
+"""Correctness invariants of the four paradigms on tiny random models (CPU, seconds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import models
+from models import Batch, DecodeConfig
+from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
+from model_utils import EOS, LENGTH, VOCAB, LogitsRecorder, random_prompts, tiny
+
+CACHED = ["ar", "bd3lm", "setdlm"]
+
+
+# -- 1. KV cache on/off equivalence ------------------------------------------------------------
+@pytest.mark.parametrize("paradigm", CACHED)
+@pytest.mark.parametrize("threshold", [None, 0.5])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cache_on_off_same_tokens_and_logits(paradigm, threshold, batch):
+    model = tiny(paradigm, block_size=4)
+    for seed in range(3):
+        prompts = random_prompts(batch, seed)
+        outs, logs = [], []
+        for use_cache in (True, False):
+            decode = DecodeConfig(use_cache=use_cache, threshold=threshold, stop_at_eos=False)
+            with LogitsRecorder(model) as rec:
+                outs.append(model.generate(prompts, 12, decode))
+            logs.append(rec.calls)
+        assert [g.tokens for g in outs[0]] == [g.tokens for g in outs[1]]
+        assert [g.nfe for g in outs[0]] == [g.nfe for g in outs[1]]
+        assert len(logs[0]) == len(logs[1])
+        for a, b in zip(*logs):
+            finite = torch.isfinite(a)
+            assert torch.equal(finite, torch.isfinite(b))
+            assert torch.allclose(a[finite], b[finite], atol=1e-4)
+
+
+@pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
+def test_cache_on_off_same_infill(paradigm):
+    model = tiny(paradigm, block_size=4)
+    prefix, suffix = [2, 5, 9, 11, 3], [7, 8, 20, 21]
+    a = model.infill(prefix, 9, suffix, DecodeConfig(use_cache=True))
+    b = model.infill(prefix, 9, suffix, DecodeConfig(use_cache=False))
+    assert a.tokens == b.tokens and len(a.tokens) == 9
+
+
+def test_cache_compaction_keeps_results():
+    """Rows that commit different amounts leave invalid cache slots; compaction must not change tokens."""
+    model = tiny("setdlm", block_size=4)
+    prompts = random_prompts(4, 11)
+    with torch.no_grad():
+        ref = [model.generate([p], 20, DecodeConfig(threshold=0.3, stop_at_eos=False))[0].tokens for p in prompts]
+    batched = model.generate(prompts, 20, DecodeConfig(threshold=0.3, stop_at_eos=False))
+    assert [g.tokens for g in batched] == ref
+
+
+@pytest.mark.parametrize("paradigm", ["ar", "mdlm", "bd3lm", "setdlm"])
+def test_batch_rows_match_single_rows(paradigm):
+    """Left padding and per-row windows/blocks: a batch decodes each row as if it were alone."""
+    model = tiny(paradigm, block_size=4)
+    prompts = random_prompts(3, 5)
+    decode = DecodeConfig(stop_at_eos=False)
+    single = [model.generate([p], 10, decode)[0].tokens for p in prompts]
+    batched = [g.tokens for g in model.generate(prompts, 10, decode)]
+    assert batched == single
+
+
+# -- 2. schedules and budgets -------------------------------------------------------------------
+def test_singleton_sets_are_left_to_right():
+    sched = StaggeredSchedule(64, 1)
+    orders = sched.sample_order(16, torch.Generator().manual_seed(0))
+    assert torch.equal(orders, torch.arange(64).expand(16, 64))
+    model = tiny("setdlm", block_size=1)
+    x = torch.randint(2, VOCAB - 1, (2, LENGTH))
+    assert torch.equal(model.nll(Batch(x)), model.nll(Batch(x)))  # one order only: no Monte-Carlo noise
+
+
+def test_setdlm_window_one_decodes_left_to_right_like_ar():
+    model = tiny("setdlm", block_size=1)
+    with LogitsRecorder(model) as rec:
+        g = model.generate([[3, 4, 5]], 8, DecodeConfig(window=1, stop_at_eos=False))[0]
+    assert g.nfe == 8 and g.tokens_per_step == [1] * 8
+    assert all(call.shape[1] == 1 for call in rec.calls)  # exactly one candidate per step
+
+
+def test_uniform_first_position_when_s_equals_l():
+    L, n = 16, 8000
+    sched = StaggeredSchedule(L, L, L)
+    assert sched.w == pytest.approx(1.0) and sched.k == pytest.approx(1.0)
+    first = sched.sample_order(n, torch.Generator().manual_seed(1))[:, 0]
+    counts = torch.bincount(first, minlength=L).double()
+    chi2 = float(((counts - n / L) ** 2 / (n / L)).sum())
+    assert chi2 < 37.7  # chi-square(15) 0.999 quantile
+    skewed = StaggeredSchedule(L, 4).sample_order(n, torch.Generator().manual_seed(1))[:, 0]
+    counts = torch.bincount(skewed, minlength=L).double()
+    assert float(((counts - n / L) ** 2 / (n / L)).sum()) > 1000  # the offset schedule is far from uniform
+
+
+@pytest.mark.parametrize("L", [128, 1024])
+@pytest.mark.parametrize("S", [1, 2, 4, 8, 16])
+def test_budget_matched_pairs(L, S):
+    set_budget = StaggeredSchedule(L, S, 2 * S).expected_budget()
+    assert abs(set_budget - S / 2) < 1e-6
+    assert abs(block_expected_budget(S) - S / 2) < 1e-6
+
+
+def test_schedule_matches_spec_table():
+    s = StaggeredSchedule(1024, 4)
+    assert s.w == pytest.approx(0.00776, abs=1e-5) and s.k == pytest.approx(0.336, abs=1e-3)
+    s = StaggeredSchedule(128, 16)
+    assert s.w == pytest.approx(0.2013, abs=1e-4) and s.k == pytest.approx(0.450, abs=1e-3)
+
+
+def test_reveal_times_follow_the_cdf():
+    sched = StaggeredSchedule(64, 8)
+    R = sched.sample_reveal_times(20000, torch.Generator().manual_seed(0)).double()
+    for tau in (0.3, 0.6):
+        empirical = (R <= tau).double().mean(0)
+        expected = sched.reveal_cdf(torch.tensor(tau, dtype=torch.float64))
+        assert torch.allclose(empirical, expected, atol=0.02)
+
+
+def test_commit_counts():
+    assert confidence_commit_counts(10, None) == [1] * 10
+    assert sum(confidence_commit_counts(10, 4)) == 10 and len(confidence_commit_counts(10, 4)) == 4
+    assert confidence_commit_counts(3, 8) == [1, 1, 1]
+
+
+# -- 3. limiting case: BD3LM with one block is MDLM ------------------------------------------
+def test_bd3lm_single_block_equals_mdlm_loss():
+    mdlm = tiny("mdlm", sharp=False)
+    bd3lm = tiny("bd3lm", block_size=LENGTH, sharp=False)
+    bd3lm.load_state_dict(mdlm.state_dict())
+    x = torch.randint(2, VOCAB - 1, (4, LENGTH), generator=torch.Generator().manual_seed(3))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        a = mdlm.loss(Batch(x))
+        torch.manual_seed(seed)
+        b = bd3lm.loss(Batch(x))
+        assert torch.allclose(a, b, atol=1e-5)
+        torch.manual_seed(seed)
+        a = mdlm.nll(Batch(x))
+        torch.manual_seed(seed)
+        b = bd3lm.nll(Batch(x))
+        assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_bd3lm_every_block_gets_a_mask():
+    model = tiny("bd3lm", block_size=4)
+    x = torch.randint(2, VOCAB - 1, (64, LENGTH))
+    torch.manual_seed(0)
+    _, masked = model._noise(Batch(x), train=True)
+    assert bool((masked.view(64, -1, 4).sum(-1) >= 1).all())
+
+
+# -- 4. SetDLM attention follows the sampled order ---------------------------------------------
+def test_setdlm_prediction_depends_only_on_earlier_tokens_in_order():
+    model = tiny("setdlm", block_size=4)
+    x = torch.randint(2, VOCAB - 1, (1, LENGTH), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(7)
+    order = model.sample_order(Batch(x))
+    base, _ = model._order_nll(Batch(x), order)
+    rank = torch.empty(LENGTH, dtype=torch.long)
+    rank[order[0]] = torch.arange(LENGTH)
+    for position in (3, 20, 40):
+        y = x.clone()
+        y[0, position] = (y[0, position] + 1 - 2) % (VOCAB - 3) + 2
+        changed, _ = model._order_nll(Batch(y), order)
+        diff = (changed - base).abs()[0] > 1e-6  # indexed by rank (generation order)
+        r = int(rank[position])
+        assert not bool(diff[:r + 1][torch.arange(r + 1) != r].any()), "an earlier-ordered prediction changed"
+        assert bool(diff[r]), "the perturbed token's own target NLL must change"
+        assert bool(diff[r + 1:].any()) or r == LENGTH - 1
+
+
+def test_setdlm_context_comes_first_and_padding_last():
+    model = tiny("setdlm", block_size=4)
+    x = torch.randint(2, VOCAB - 1, (3, LENGTH))
+    ctx = torch.zeros_like(x, dtype=torch.bool)
+    ctx[:, :5] = True
+    att = torch.ones_like(ctx)
+    att[:, -6:] = False
+    order = model.sample_order(Batch(x, att, ctx))
+    assert torch.equal(order[:, :5], torch.arange(5).expand(3, 5))
+    assert set(order[0, -6:].tolist()) == set(range(LENGTH - 6, LENGTH))
+
+
+# -- 5. NFE and the prediction budget -----------------------------------------------------------
+@pytest.mark.parametrize("paradigm", ["mdlm", "bd3lm", "setdlm"])
+def test_nfe_one_token_per_step_and_threshold_lowers_it(paradigm):
+    model = tiny(paradigm, block_size=4)
+    prompts = random_prompts(3, 2)
+    exact = model.generate(prompts, 16, DecodeConfig(stop_at_eos=False))
+    for g in exact:
+        assert g.nfe == 16 and g.tokens_per_step == [1] * 16 and len(g.tokens) == 16
+    loose = model.generate(prompts, 16, DecodeConfig(threshold=0.2, stop_at_eos=False))
+    for g in loose:
+        assert len(g.tokens) == 16 and sum(g.tokens_per_step) == 16
+        assert g.nfe <= 16
+    assert sum(g.nfe for g in loose) < sum(g.nfe for g in exact)
+
+
+def test_mdlm_steps_bound_nfe():
+    model = tiny("mdlm")
+    for steps in (4, 8):
+        for g in model.generate(random_prompts(2, 0), 16, DecodeConfig(steps=steps, stop_at_eos=False)):
+            assert g.nfe <= steps and len(g.tokens) == 16
+    chunked = model.generate([[3, 4]], 16, DecodeConfig(steps=2, chunk_size=4, stop_at_eos=False))[0]
+    assert chunked.nfe == 8 and len(chunked.tokens) == 16
+
+
+def test_ar_nfe_and_eos_rule():
+    model = tiny("ar")
+    g = model.generate([[3, 4]], 10, DecodeConfig(stop_at_eos=False))[0]
+    assert g.nfe == 10 and len(g.tokens) == 10
+    eos_first = model.generate([[3]], 10, DecodeConfig())[0]
+    if EOS in eos_first.tokens:
+        assert eos_first.tokens[-1] == EOS and eos_first.tokens.count(EOS) == 1
+
+
+@pytest.mark.parametrize("paradigm", ["ar", "mdlm", "bd3lm", "setdlm"])
+def test_stop_at_eos_cuts_after_first_eos(paradigm):
+    model = tiny(paradigm, block_size=4)
+    with torch.no_grad():  # make EOS the overwhelmingly likely token after a few steps
+        model.backbone.embed.weight[EOS] *= 4.0
+    for g in model.generate(random_prompts(3, 9), 24, DecodeConfig()):
+        assert EOS in g.tokens and g.tokens.index(EOS) == len(g.tokens) - 1
+        assert g.nfe <= 24 and g.n_tokens == len(g.tokens)
+
+
+def test_count_rule():
+    assert models.count_generated_tokens([5, 6, EOS, 7], EOS) == 3
+    assert models.count_generated_tokens([5, 6, EOS, 7], EOS, stop_at_eos=False) == 4
+    assert models.count_generated_tokens([5, 6], EOS) == 2
+
+
+# -- 6. determinism ------------------------------------------------------------------------------
+@pytest.mark.parametrize("paradigm", ["ar", "mdlm", "bd3lm", "setdlm"])
+def test_same_seed_same_tokens_and_losses(paradigm):
+    model = tiny(paradigm, block_size=4)
+    prompts = random_prompts(2, 4)
+    sample = DecodeConfig(greedy=False, top_p=0.9, seed=3, stop_at_eos=False)
+    a = [g.tokens for g in model.generate(prompts, 12, sample)]
+    b = [g.tokens for g in model.generate(prompts, 12, sample)]
+    c = [g.tokens for g in model.generate(prompts, 12, sample.replace(seed=4))]
+    assert a == b and a != c
+    x = torch.randint(2, VOCAB - 1, (4, LENGTH))
+    losses = []
+    for seed in (0, 0, 1):
+        torch.manual_seed(seed)
+        losses.append(float(model.loss(Batch(x)).detach()))
+    assert losses[0] == losses[1]
+    if paradigm != "ar":  # AR's loss has no randomness
+        assert losses[0] != losses[2]
+
+
+# -- interface, validation, checkpoints ----------------------------------------------------------
+def test_decode_config_validation():
+    for bad in (dict(threshold=0.0), dict(threshold=1.5), dict(window=0), dict(top_p=0), dict(commit_order="x")):
+        with pytest.raises(ValueError):
+            DecodeConfig(**bad)
+
+
+def test_model_config_validation():
+    with pytest.raises(ValueError, match="divide"):
+        models.build("bd3lm", vocab_size=10, length=30, block_size=4)
+    with pytest.raises(ValueError, match="unknown paradigm"):
+        models.build("gpt", vocab_size=10, length=30)
+    with pytest.raises(ValueError, match="block_size"):
+        models.build("setdlm", vocab_size=10, length=30)
+
+
+def test_context_overflow_is_a_clear_error():
+    model = tiny("setdlm")
+    with pytest.raises(models.ContextOverflowError, match="context length"):
+        model.generate([[3] * 40], 20)
+    with pytest.raises(ValueError, match="window"):
+        model.generate([[3]], 4, DecodeConfig(window=LENGTH + 1))
+
+
+def test_mask_token_is_never_generated():
+    for paradigm in ("ar", "mdlm", "bd3lm", "setdlm"):
+        model = tiny(paradigm)
+        with torch.no_grad():
+            model.backbone.embed.weight[model.mask_id] *= 10
+        for g in model.generate(random_prompts(2, 1), 10, DecodeConfig(stop_at_eos=False)):
+            assert model.mask_id not in g.tokens and len(g.tokens) == 10
+
+
+def test_save_load_round_trip(tmp_path):
+    for paradigm in ("ar", "setdlm"):
+        model = tiny(paradigm)
+        models.save(model, tmp_path / paradigm)
+        loaded = models.load(tmp_path / paradigm, paradigm=paradigm)
+        assert loaded.config == model.config
+        prompts = random_prompts(2, 0)
+        assert [g.tokens for g in loaded.generate(prompts, 6)] == [g.tokens for g in model.generate(prompts, 6)]
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temp dirs left behind
+
+
+def test_load_rejects_bad_checkpoints(tmp_path):
+    model = tiny("bd3lm")
+    good = models.save(model, tmp_path / "good")
+    with pytest.raises(models.CheckpointError, match="not 'setdlm'"):
+        models.load(good, paradigm="setdlm")
+    with pytest.raises(models.CheckpointError, match="does not exist"):
+        models.load(tmp_path / "missing")
+    broken = models.save(model, tmp_path / "broken")
+    (broken / "model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(models.CheckpointError, match="safetensors"):
+        models.load(broken)
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(models.CheckpointError, match="no model.safetensors"):
+        models.load(broken)
+
+
+def test_nll_is_per_sequence_and_finite():
+    for paradigm in ("ar", "mdlm", "bd3lm", "setdlm"):
+        model = tiny(paradigm, sharp=False)
+        x = torch.randint(2, VOCAB - 1, (3, LENGTH))
+        ctx = torch.zeros_like(x, dtype=torch.bool)
+        ctx[:, :10] = True
+        nll = model.nll(Batch(x, context_mask=ctx))
+        assert nll.shape == (3,) and bool(torch.isfinite(nll).all())
+        per_token = float(nll.sum() / model.n_scored(Batch(x, context_mask=ctx)).sum())
+        assert 0.5 * math.log(VOCAB) < per_token < 3 * math.log(VOCAB)
