@@ -1,0 +1,58 @@
+"""Environment fingerprint stored in every result row (device, dtype, versions, git sha).
+
+    python -m harness.env
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=None)
+def git_sha() -> str:
+    """HEAD of the checkout the code runs from ("+dirty" when tracked files differ), or "unknown"."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def device_name(device_type: str) -> str:
+    if device_type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: torch.device | str, dtype: torch.dtype) -> dict:
+    device_type = torch.device(device).type
+    return {
+        "device": device_type,
+        "device_name": device_name(device_type),
+        "dtype": str(dtype).replace("torch.", ""),
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "git_sha": git_sha(),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(fingerprint("cpu", torch.float32), indent=2))

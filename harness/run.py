@@ -1,0 +1,145 @@
+"""The front door: run a whole preset sweep, or one cell, into results/<preset>/.
+
+    python -m harness.run --sweep                          # the cpu preset: train, evaluate, report
+    python -m harness.run --sweep --preset smoke --tasks gsm8k,ppl_owt --limit 2
+    python -m harness.run --preset cpu --paradigm setdlm --block-size 4 --task roc_infill1 \\
+        --window 8 --threshold 0.9 --limit 20               # a single cell
+
+Every input problem (unknown name, window > L, tau outside (0, 1], BD3LM block not dividing L,
+--limit <= 0, a bad --data file, ...) is reported before any work with exit status 2. A
+finished cell is never rerun; an interrupted cell resumes at its first missing example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from models.base import PARADIGMS
+from tasks import TASKS, TaskError
+
+from .launchers import LAUNCHERS, execute
+from .presets import PRESETS, get_preset
+from .store import StoreError
+from .sweep import PlanError, plan_sweep, resolve_device
+from .train import TrainingError
+
+DECODE_KNOBS = ("window", "threshold", "steps", "chunk_size")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def threshold_value(text: str) -> float | None:
+    if text.lower() in ("none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1] or 'none', got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"threshold must be in (0, 1] (or 'none'), got {value}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: one line, exit 2
+        self.exit(2, f"error: {message}\n(see python -m harness.run --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep", action="store_true", help="run every cell of the preset (default preset: cpu)")
+    ap.add_argument("--preset", default="cpu", help=f"one of: {', '.join(PRESETS)} (default cpu)")
+    ap.add_argument("--paradigms", help=f"comma list (sweep), from: {', '.join(PARADIGMS)}")
+    ap.add_argument("--tasks", help=f"comma list (sweep), from: {', '.join(TASKS)}")
+    ap.add_argument("--paradigm", help="single cell: the paradigm")
+    ap.add_argument("--task", help="single cell: the task")
+    ap.add_argument("--block-size", type=positive_int, help="which of the preset's BD3LM/SetDLM models (S)")
+    ap.add_argument("--window", type=positive_int, help="SetDLM window W / BD3LM decode block size")
+    ap.add_argument("--threshold", type=threshold_value, default=argparse.SUPPRESS,
+                    help="confidence threshold tau in (0, 1], or 'none'")
+    ap.add_argument("--steps", type=positive_int, help="MDLM steps for the span / BD3LM steps per block")
+    ap.add_argument("--chunk-size", type=positive_int, help="MDLM semi-autoregressive chunk size")
+    ap.add_argument("--limit", type=int, help="examples per cell (default: the preset's)")
+    ap.add_argument("--data", help="a user data file for the (single) task, in its documented format")
+    ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
+    ap.add_argument("--out", default="results", help="results root (default results/)")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
+    ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
+    ap.add_argument("--ray-address", help="with --launcher ray: the cluster address (default: start a local one)")
+    ap.add_argument("--wait", action="store_true", help="wait for another sweep writing the same results directory")
+    ap.add_argument("--no-report", action="store_true", help="skip rebuilding tables and plots at the end")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    return ap
+
+
+def make_plan(args):
+    preset = get_preset(args.preset)
+    if args.launcher not in LAUNCHERS:
+        raise PlanError(f"unknown launcher {args.launcher!r}; valid: {', '.join(LAUNCHERS)}")
+    device = resolve_device(args.device)
+    common = dict(limit=args.limit, device=device, seed=args.seed, batch_size=args.batch_size, data=args.data,
+                  source=args.source)
+    knobs = {k: getattr(args, k) for k in DECODE_KNOBS if getattr(args, k, None) is not None}
+    if hasattr(args, "threshold"):
+        knobs["threshold"] = args.threshold
+    if args.sweep:
+        if args.paradigm or args.task:
+            raise PlanError("--sweep takes --paradigms/--tasks (plural); --paradigm/--task select a single cell")
+        return plan_sweep(preset, args.paradigms, args.tasks, block_size=args.block_size,
+                          decode=knobs or None, **common)
+    if not (args.paradigm and args.task):
+        raise PlanError("give --sweep, or --paradigm and --task for a single cell")
+    if args.paradigm not in PARADIGMS:
+        raise PlanError(f"unknown paradigm {args.paradigm!r}; valid: {', '.join(PARADIGMS)}")
+    if args.paradigm in ("bd3lm", "setdlm") and args.block_size is None:
+        sizes = sorted({c.block_size for c in preset.train_configs((args.paradigm,))})
+        raise PlanError(f"{args.paradigm} needs --block-size; the {preset.name} preset has {sizes}")
+    return plan_sweep(preset, args.paradigm, args.task, block_size=args.block_size, decode=knobs, **common)
+
+
+def summary_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no results)"
+    df = pd.DataFrame([r for r in rows if r.get("primary")])
+    if df.empty:
+        return "(no results)"
+    cols = ["task", "model_id", "window", "threshold", "metric", "value", "tokens_per_s", "nfe_mean",
+            "tokens_per_forward"]
+    df = df[cols].sort_values(["task", "model_id", "window", "threshold"], na_position="first")
+    return df.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        plan = make_plan(args)
+        print(f"{len(plan.cells)} cells over {len(plan.train)} models (preset {plan.preset.name})", file=sys.stderr)
+        store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address)
+    except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ids = {c.run_id for c in plan.cells}
+    print(summary_table([r for r in store.runs() if r["run_id"] in ids]))
+    if not args.no_report:
+        from .report import build_report
+
+        build_report(args.out, presets=[plan.preset.name])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Evaluate one run cell: a trained model on one task with one decoding setting.
+
+The task turns examples into requests and outputs into metrics; this module executes the
+requests (timing only the decode call, per harness.timing), writes one per-example row per
+example as chunks finish (so an interrupted cell resumes at its first missing chunk), and
+aggregates the rows into one result row per metric with the environment fingerprint.
+
+Chunks of `batch_size` examples are aligned on example indices and every chunk seeds its own
+sampling and Monte-Carlo noise, so a resumed cell produces exactly the rows of an
+uninterrupted one.
+
+    python -m harness.run --preset smoke --paradigm setdlm --block-size 4 --task gsm8k --limit 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+import models
+from models import Batch, DecodeConfig
+from models.tokenizers import Tokenizer, load_tokenizer
+from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TextOutput
+
+from .configs import RunCell
+from .env import fingerprint
+from .timing import CallTiming, Stopwatch, summarize
+
+SEED_STRIDE = 1_000_003
+
+
+@dataclass
+class LoadedModel:
+    model: models.ParadigmModel
+    tokenizer: Tokenizer
+    model_id: str
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def length(self) -> int:
+        return self.model.config.length
+
+
+def load_model(checkpoint: Path, device: torch.device, model_id: str | None = None) -> LoadedModel:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = models.load(checkpoint, device=device).to(dtype)
+    meta = models.checkpoint.read_config(checkpoint)
+    return LoadedModel(model, load_tokenizer(checkpoint), model_id or meta.get("model_id", checkpoint.name),
+                       device, dtype)
+
+
+class ARJudge:
+    """Generative-perplexity judge: an AR model scoring texts (bos + text, the text's tokens are targets)."""
+
+    def __init__(self, loaded: LoadedModel):
+        if loaded.model.paradigm != "ar":
+            raise ValueError(f"the judge must be an AR model, got {loaded.model.paradigm}")
+        self.loaded = loaded
+        self.name = f"ar:{loaded.model_id}"
+
+    def score_texts(self, texts: list[str]) -> list[tuple[float, int]]:
+        tok, L = self.loaded.tokenizer, self.loaded.length
+        requests = [NllRequest([tok.bos_id] + tok.encode(t)[:L - 1], 1) for t in texts]
+        return [(o.nll, o.n_tokens) for o in execute_nll(self.loaded, requests, seed=0)]
+
+
+# -- executing requests --------------------------------------------------------------------------
+@torch.inference_mode()
+def execute_nll(loaded: LoadedModel, requests: list[NllRequest], seed: int) -> list[NllOutput]:
+    """Right-padded batch; at least the first token is context for every paradigm (nothing predicts it
+    for AR), so all paradigms score the same target tokens."""
+    if not requests:
+        return []
+    L = max(len(r.ids) for r in requests)
+    if L > loaded.length:
+        raise ValueError(f"a scoring request has {L} tokens, more than the context length {loaded.length}")
+    ids = torch.full((len(requests), L), loaded.tokenizer.pad_id, dtype=torch.long)
+    att = torch.zeros(len(requests), L, dtype=torch.bool)
+    ctx = torch.zeros(len(requests), L, dtype=torch.bool)
+    for i, r in enumerate(requests):
+        ids[i, :len(r.ids)] = torch.tensor(r.ids)
+        att[i, :len(r.ids)] = True
+        ctx[i, :max(1, r.n_context)] = True
+    batch = Batch(ids, att, ctx).to(loaded.device)
+    torch.manual_seed(seed)
+    nll = loaded.model.nll(batch).float().tolist()
+    counts = loaded.model.n_scored(batch).tolist()
+    return [NllOutput(float(a), int(n)) for a, n in zip(nll, counts)]
+
+
+@torch.inference_mode()
+def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
+                   ) -> tuple[list[TextOutput], list[CallTiming]]:
+    """Run generate/infill requests (generation requests with equal lengths share one call)."""
+    model, tok = loaded.model, loaded.tokenizer
+    outputs: list[TextOutput | None] = [None] * len(requests)
+    calls: list[CallTiming] = []
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(requests):
+        key = ("gen", r.max_new_tokens, r.stop_at_eos) if isinstance(r, GenerateRequest) else ("infill", i)
+        groups.setdefault(key, []).append(i)
+    for key, index in groups.items():
+        if key[0] == "gen":
+            d = decode.replace(stop_at_eos=key[2])
+            with Stopwatch(loaded.device) as sw:
+                gens = model.generate([requests[i].prompt for i in index], key[1], d)
+        else:
+            r: InfillRequest = requests[index[0]]
+            with Stopwatch(loaded.device) as sw:
+                gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
+        calls.append(CallTiming(sw.seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens)))
+        for i, g in zip(index, gens):
+            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens)
+    return outputs, calls
+
+
+# -- one cell ----------------------------------------------------------------------------------------
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list[dict],
+                  write_examples: Callable[[list[dict]], None], judge=None, progress: bool = True) -> list[dict]:
+    """Run the missing example chunks of `cell` and return its result rows (one per metric)."""
+    tok, L = loaded.tokenizer, loaded.length
+    examples = task.select(task.examples(tok, L), limit=cell.limit)
+    bs = max(1, cell.batch_size)
+    chunks = [examples[i:i + bs] for i in range(0, len(examples), bs)]
+    have = {row["example_id"]: row for row in existing}
+    todo = [c for c, chunk in enumerate(chunks) if any(ex.id not in have for ex in chunk)]
+    decode_base = cell.decode
+    timed = task.decode_kind != "none"
+
+    if todo and timed and cell.warmup:
+        warm = [task.requests(ex, tok, L)["decode"] for ex in examples[:cell.warmup]]
+        for start in range(0, len(warm), bs):
+            execute_decode(loaded, warm[start:start + bs], decode_base)
+
+    bar = tqdm(total=len(examples), initial=len(examples) - sum(len(chunks[c]) for c in todo),
+               desc=cell.label, leave=False, disable=not progress, dynamic_ncols=True)
+    for c in todo:
+        chunk = chunks[c]
+        seed = cell.seed * SEED_STRIDE + c
+        reqs = [task.requests(ex, tok, L) for ex in chunk]
+        outputs: list[dict] = [{} for _ in chunk]
+        call_of_example = [None] * len(chunk)
+        calls: list[CallTiming] = []
+        if timed:
+            texts, calls = execute_decode(loaded, [r["decode"] for r in reqs], decode_base.replace(seed=seed))
+            for i, text in enumerate(texts):
+                outputs[i]["decode"] = text
+            call_of_example = _call_index(reqs, calls)
+        for key in sorted({k for r in reqs for k in r if k != "decode"}):
+            scored = [(i, r[key]) for i, r in enumerate(reqs) if key in r]
+            for (i, _), out in zip(scored, execute_nll(loaded, [r for _, r in scored], seed)):
+                outputs[i][key] = out
+        rows = []
+        for i, ex in enumerate(chunk):
+            scores = task.score(ex, outputs[i], judge)
+            row = {"example_id": ex.id, "chunk": c, "metrics": {k: _finite(v) for k, v in scores.items()}}
+            if timed:
+                call = calls[call_of_example[i]]
+                text = outputs[i]["decode"]
+                row.update(call=call_of_example[i], seconds=call.seconds, n_tokens=len(text.ids), text=text.text)
+            rows.append(row)
+        if timed:
+            _attach_nfe(rows, calls, call_of_example)
+        write_examples(rows)
+        for row in rows:
+            have[row["example_id"]] = row
+        bar.update(len(chunk))
+    bar.close()
+
+    rows = [have[ex.id] for ex in examples]
+    metrics = task.aggregate([r["metrics"] for r in rows])
+    timing = summarize(_calls_from_rows(rows)) if timed else summarize([])
+    env = fingerprint(loaded.device, loaded.dtype)
+    d = cell.decode
+    base = {
+        "run_id": cell.run_id, "preset": cell.preset, "paradigm": cell.paradigm, "model_id": cell.model_id,
+        "task": cell.task, "n_examples": len(rows), "block_size": cell.block_size,
+        "window": d.window if cell.paradigm in ("bd3lm", "setdlm") else None,
+        "threshold": d.threshold, "steps": d.steps, "expected_budget": cell.expected_budget,
+        "decode": dataclasses.asdict(d), "task_options": cell.options, "limit": cell.limit,
+        "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
+    }
+    judge_name = getattr(judge, "name", None) if task.needs_judge else None
+    return [
+        {**base, "metric": name, "value": _finite(mv.value), "ci_low": _finite(mv.ci_low),
+         "ci_high": _finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
+         "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
+         "judge": judge_name}
+        for name, mv in metrics.items()
+    ]
+
+
+def _call_index(reqs: list[dict], calls: list[CallTiming]) -> list[int]:
+    """Which decode call served each example (execute_decode groups in first-seen order)."""
+    keys, index = {}, []
+    for r in reqs:
+        d = r["decode"]
+        key = ("gen", d.max_new_tokens, d.stop_at_eos) if isinstance(d, GenerateRequest) else ("infill", len(index))
+        index.append(keys.setdefault(key, len(keys)))
+    return index
+
+
+def _attach_nfe(rows: list[dict], calls: list[CallTiming], call_of_example: list[int]) -> None:
+    position = [0] * len(calls)
+    for row, c in zip(rows, call_of_example):
+        row["nfe"] = calls[c].nfe[position[c]]
+        position[c] += 1
+
+
+def _calls_from_rows(rows: list[dict]) -> list[CallTiming]:
+    """Rebuild the timed calls from per-example rows (examples of one call share chunk and call index)."""
+    grouped: dict[tuple, list[dict]] = {}
+    for row in rows:
+        grouped.setdefault((row["chunk"], row["call"]), []).append(row)
+    return [CallTiming(g[0]["seconds"], tuple(r["n_tokens"] for r in g), tuple(r["nfe"] for r in g))
+            for g in grouped.values()]
