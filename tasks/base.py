@@ -1,0 +1,422 @@
+"""The Task base: declarative tasks, their request/output types, data sources and aggregation.
+
+A task never calls a model and never times anything. It
+  1. loads its examples (`examples(tokenizer, context_length)`),
+  2. turns one example into model requests (`requests(...)`): the key "decode" is the timed
+     GenerateRequest / InfillRequest (absent for likelihood-only tasks); every other key is an
+     untimed NllRequest,
+  3. turns the harness's outputs into per-example metric values (`score(...)`), and
+  4. aggregates per-example rows into MetricValue(value, ci_low, ci_high) (`aggregate(rows)`):
+     by default the mean with a percentile-bootstrap 95% CI (1000 resamples, fixed seed);
+     ratio metrics such as perplexity override it.
+
+Data sources are explicit, chosen by the caller, never silent:
+  * source="embedded" (default): the copy shipped in tasks/data (see each SOURCE.md);
+  * source="file", data_path=PATH: a user file in the task's documented format
+    (.jsonl / .csv / .txt, optionally .gz); a data_path given with the default source selects "file";
+  * source="hf": the Hugging Face dataset through `datasets.load_dataset`, imported lazily and
+    called only through `hf_load_dataset` below (tests monkeypatch it with a local Dataset).
+
+Every problem with the input raises TaskError with one human-readable message (file and line
+where there is one); the CLI prints it and exits with status 2.
+
+    python -c "from tasks import get_task; t = get_task('gsm8k'); print(len(t.records()), t.records()[0])"
+"""
+
+from __future__ import annotations
+
+import abc
+import csv
+import gzip
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Sequence, Union
+
+import numpy as np
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SOURCES = ("embedded", "file", "hf")
+DECODE_KINDS = ("generate", "infill", "none")
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+
+
+class TaskError(ValueError):
+    """Bad task input (unknown task, bad file, missing field, empty data, prompt too long...)."""
+
+
+# ----------------------------------------------------------------------------- requests / outputs
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """Generate up to `max_new_tokens` after `prompt` (which starts with the tokenizer's bos)."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    stop_at_eos: bool = True
+
+
+@dataclass(frozen=True)
+class InfillRequest:
+    """Fill exactly `n_masked` positions between `prefix` (starts with bos) and `suffix` (ends with eos)."""
+
+    prefix: list[int]
+    n_masked: int
+    suffix: list[int]
+
+
+@dataclass(frozen=True)
+class NllRequest:
+    """Score `ids`: the first `n_context` tokens are given context, the rest are targets."""
+
+    ids: list[int]
+    n_context: int
+
+
+Request = Union[GenerateRequest, InfillRequest, NllRequest]
+
+
+@dataclass(frozen=True)
+class TextOutput:
+    """Result of a generate/infill request: generated ids and their text (specials dropped)."""
+
+    text: str
+    ids: list[int]
+
+
+@dataclass(frozen=True)
+class NllOutput:
+    """Result of an NllRequest: NLL in nats summed over the target tokens, and their number."""
+
+    nll: float
+    n_tokens: int
+
+
+Output = Union[TextOutput, NllOutput]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One evaluation item: `id` is stable across runs (used to resume), `fields` task-specific."""
+
+    id: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """An aggregated metric: point value and interval (a 95% bootstrap CI unless a task says otherwise)."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class Record:
+    """One raw input record and where it came from ("file.jsonl:12", "hf openai/gsm8k[test] row 3")."""
+
+    where: str
+    data: dict[str, Any]
+
+    def get(self, field: str, expected: str = "") -> Any:
+        """The value of `field`; TaskError naming the field (and the expected fields) if it is missing."""
+        value = self.data.get(field)
+        if value is None:
+            hint = f" (expected {expected})" if expected else ""
+            raise TaskError(f"{self.where}: missing field {field!r}{hint}")
+        return value
+
+    def text(self, field: str, expected: str = "") -> str:
+        value = self.get(field, expected)
+        if not isinstance(value, str):
+            raise TaskError(f"{self.where}: field {field!r} must be a string, got {type(value).__name__}")
+        return value
+
+
+# ----------------------------------------------------------------------------- reading files
+
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".txt": "txt", ".raw": "txt"}
+
+
+def file_format(path: str | Path) -> str:
+    """'jsonl', 'csv' or 'txt' from the file name (a trailing .gz is allowed)."""
+    name = Path(path).name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    suffix = Path(name).suffix
+    if suffix not in FORMATS:
+        raise TaskError(
+            f"{path}: unsupported file type {suffix or '(none)'!r}; expected .jsonl, .csv or .txt (optionally .gz)"
+        )
+    return FORMATS[suffix]
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as text (UTF-8, universal newlines; .gz decompressed transparently)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TaskError(f"data file not found: {path}") from None
+    except IsADirectoryError:
+        raise TaskError(f"data path is a directory, not a file: {path}") from None
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except OSError as err:
+            raise TaskError(f"{path}: not a valid gzip file ({err})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TaskError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Records of a .jsonl (one JSON object a line; blank lines skipped) or .csv (header row) file."""
+    fmt = file_format(path)
+    text = read_text(path)
+    name = Path(path).name
+    records: list[Record] = []
+    if fmt == "jsonl":
+        for lineno, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise TaskError(f"{path}:{lineno}: malformed JSON line ({err.msg} at column {err.colno})") from None
+            if not isinstance(data, dict):
+                raise TaskError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
+            records.append(Record(f"{name}:{lineno}", data))
+    elif fmt == "csv":
+        csv.field_size_limit(2**31 - 1)  # CNN/DM articles exceed the default 128 KiB
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        try:
+            for row in reader:
+                records.append(Record(f"{name}:{reader.line_num}", dict(row)))
+        except csv.Error as err:
+            raise TaskError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
+    else:
+        raise TaskError(f"{path}: a .txt file holds no records; this task reads .jsonl or .csv")
+    return records
+
+
+def hf_load_dataset(path: str, name: str | None, split: str) -> Iterable[dict[str, Any]]:
+    """The one place the project calls the Hugging Face hub (only for source='hf')."""
+    import datasets  # lazy: importing it is slow and it is only needed online
+
+    return datasets.load_dataset(path, name, split=split)
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def _bootstrap_indices(n: int) -> np.ndarray:
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    return rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))
+
+
+def mean_ci(values: Sequence[float]) -> MetricValue:
+    """Mean with a percentile-bootstrap 95% CI (deterministic)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise TaskError("no values to aggregate")
+    value = float(x.mean())
+    if x.size == 1:
+        return MetricValue(value, value, value)
+    means = x[_bootstrap_indices(x.size)].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return MetricValue(value, float(low), float(high))
+
+
+def ratio_ci(
+    numerators: Sequence[float], denominators: Sequence[float], transform: Callable[[float], float] = lambda v: v
+) -> MetricValue:
+    """transform(sum(num) / sum(den)) with a bootstrap CI over rows (nan when sum(den) is 0)."""
+    num = np.asarray(numerators, dtype=float)
+    den = np.asarray(denominators, dtype=float)
+    if num.size == 0:
+        raise TaskError("no values to aggregate")
+    if den.sum() <= 0:
+        nan = float("nan")
+        return MetricValue(nan, nan, nan)
+    value = transform(float(num.sum() / den.sum()))
+    if num.size == 1:
+        return MetricValue(value, value, value)
+    idx = _bootstrap_indices(num.size)
+    dens = den[idx].sum(axis=1)
+    ratios = num[idx].sum(axis=1)[dens > 0] / dens[dens > 0]
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return MetricValue(value, transform(float(low)), transform(float(high)))
+
+
+def exp_clipped(x: float) -> float:
+    """exp that returns inf instead of overflowing (perplexities of untrained models)."""
+    return math.exp(x) if x < 700 else float("inf")
+
+
+# ----------------------------------------------------------------------------- the Task
+
+
+class Task(abc.ABC):
+    """Base of every task. Subclasses set the class attributes and implement `parse`,
+    `requests` and `score` (and `aggregate` for ratio metrics).
+
+    Per-example rows (the output of `score`) hold JSON-serialisable floats: the metrics of
+    `higher_is_better` where they are per-example, plus auxiliary numbers that `aggregate` needs
+    (e.g. "nll" and "n_tokens" for ratio metrics). The keys listed in `string_fields` hold strings
+    (the judge's name for genppl, the sample's text for MAUVE). Store rows whole: `aggregate`
+    must be able to run on rows read back from disk after a resume.
+    """
+
+    name: ClassVar[str]
+    primary_metric: ClassVar[str]
+    higher_is_better: ClassVar[dict[str, bool]]
+    decode_kind: ClassVar[str]
+    needs_judge: ClassVar[bool] = False
+    string_fields: ClassVar[tuple[str, ...]] = ()
+    metric_labels: ClassVar[dict[str, str]] = {}
+    data_format: ClassVar[str] = ""  # what --data accepts, for docs and error messages
+    embedded_file: ClassVar[str] = ""  # path under tasks/data
+    hf_default: ClassVar[tuple[str, str | None, str] | None] = None  # (path, config, split); None = no hub source
+
+    def __init__(
+        self,
+        source: str = "embedded",
+        data_path: str | Path | None = None,
+        hf_path: str | None = None,
+        hf_name: str | None = None,
+        hf_split: str | None = None,
+    ):
+        if data_path is not None and source == "embedded":
+            source = "file"
+        if source not in SOURCES:
+            raise TaskError(f"unknown data source {source!r} for task {self.name}; expected one of {', '.join(SOURCES)}")
+        if source == "file" and data_path is None:
+            raise TaskError(f"task {self.name}: source='file' needs a data path (--data PATH: {self.data_format})")
+        if source != "file" and data_path is not None:
+            raise TaskError(f"task {self.name}: a data path was given with source={source!r}; use source='file'")
+        if source == "hf" and self.hf_default is None:
+            raise TaskError(
+                f"task {self.name} has no Hugging Face source; use the embedded data or --data PATH ({self.data_format})"
+            )
+        self.source = source
+        self.data_path = Path(data_path) if data_path is not None else None
+        default = self.hf_default or (None, None, None)
+        self.hf_path = hf_path or default[0]
+        self.hf_name = hf_name if hf_name is not None else default[1]
+        self.hf_split = hf_split or default[2]
+        self._records: list[dict[str, Any]] | None = None
+
+    # --- data
+
+    def describe_source(self) -> str:
+        if self.source == "file":
+            return str(self.data_path)
+        if self.source == "hf":
+            config = f"/{self.hf_name}" if self.hf_name else ""
+            return f"hf {self.hf_path}{config}[{self.hf_split}]"
+        return f"embedded {self.embedded_file}"
+
+    def raw_records(self) -> list[Record]:
+        """Unparsed records from the chosen source."""
+        if self.source == "file":
+            assert self.data_path is not None
+            return read_records(self.data_path)
+        if self.source == "hf":
+            return self.hf_records()
+        return read_records(DATA_DIR / self.embedded_file)
+
+    def hf_records(self) -> list[Record]:
+        where = self.describe_source()
+        try:
+            rows = hf_load_dataset(self.hf_path, self.hf_name, self.hf_split)
+            return [Record(f"{where} row {i}", dict(row)) for i, row in enumerate(rows)]
+        except Exception as err:  # network, auth, missing config...: one clear message
+            raise TaskError(f"could not load {where} through `datasets` ({type(err).__name__}: {err}); "
+                            "offline, use the embedded data (the default) or --data PATH") from None
+
+    @abc.abstractmethod
+    def parse(self, record: Record) -> dict[str, Any]:
+        """Validated fields of one example (TaskError naming the field if one is missing)."""
+
+    def records(self) -> list[dict[str, Any]]:
+        """Parsed fields of every example (loaded once per task object)."""
+        if self._records is None:
+            raw = self.raw_records()
+            records = [self.parse(r) for r in raw]
+            if not records:
+                raise TaskError(f"task {self.name}: no examples in {self.describe_source()}")
+            seen: set[str] = set()
+            for i, (record, fields) in enumerate(zip(raw, records)):
+                example_id = str(fields.get("id", i))
+                if example_id in seen:
+                    raise TaskError(f"{record.where}: duplicate example id {example_id!r}")
+                seen.add(example_id)
+            self._records = records
+        return self._records
+
+    def examples(self, tokenizer: Any = None, context_length: int | None = None) -> list[Example]:
+        """Examples with stable ids: the record's own "id" field when it has one, else its position."""
+        return [Example(str(fields.get("id", i)), fields) for i, fields in enumerate(self.records())]
+
+    @staticmethod
+    def select(examples: Sequence[Example], limit: int | None = None, start: int = 0, step: int = 1) -> list[Example]:
+        """examples[start::step][:limit] (the --limit/--start/--step slicing)."""
+        if limit is not None and limit < 1:
+            raise TaskError(f"limit must be >= 1, got {limit}")
+        if start < 0:
+            raise TaskError(f"start must be >= 0, got {start}")
+        if step < 1:
+            raise TaskError(f"step must be >= 1, got {step}")
+        chosen = list(examples[start::step])
+        if limit is not None:
+            chosen = chosen[:limit]
+        if not chosen:
+            raise TaskError(f"no examples selected: start={start} is past the last of {len(examples)} examples")
+        return chosen
+
+    # --- model requests and scoring
+
+    @abc.abstractmethod
+    def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
+        """Model requests for one example; "decode" is the timed one."""
+
+    @abc.abstractmethod
+    def score(self, example: Example, outputs: dict[str, Output], judge: Any = None) -> dict[str, Any]:
+        """Per-example metric values (floats; `string_fields` keys hold strings)."""
+
+    def aggregate(self, rows: Sequence[dict[str, Any]]) -> dict[str, MetricValue]:
+        """Mean and bootstrap 95% CI of each metric present in the rows."""
+        if not rows:
+            raise TaskError(f"task {self.name}: no per-example rows to aggregate")
+        out = {}
+        for metric in self.higher_is_better:
+            values = [row[metric] for row in rows if metric in row]
+            if values:
+                out[metric] = mean_ci(values)
+        return out
+
+    def label(self, metric: str, judge_name: str | None = None) -> str:
+        """Human label of a metric for tables and plots (e.g. 'MAUVE (MiniLM features)')."""
+        return self.metric_labels.get(metric, metric).format(judge=judge_name or "unknown judge")
+
+
+def check_context_length(task: str, context_length: int | None) -> int:
+    if context_length is None or context_length < 2:
+        raise TaskError(f"task {task}: context_length must be an integer >= 2, got {context_length}")
+    return context_length
+
+
+def output(outputs: dict[str, Output], key: str, kind: type) -> Any:
+    """outputs[key] (None when absent), checked to be a `kind` (a TypeError is a harness bug)."""
+    value = outputs.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"output {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value

