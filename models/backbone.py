@@ -110,21 +110,27 @@ class KVCache:
 
 
 class Rotary(nn.Module):
+    """cos/sin tables indexed by arbitrary position ids (rotate-half convention, full head width)."""
+
     def __init__(self, head_dim: int, max_positions: int, base: float):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        # [B, 1, T, head_dim / 2], broadcast over heads
-        return self.cos[position_ids].unsqueeze(1).to(dtype), self.sin[position_ids].unsqueeze(1).to(dtype)
+        # [B, 1, T, head_dim], broadcast over heads (and over q/k stacked in front)
+        cos, sin = self.cos[position_ids].unsqueeze(1), self.sin[position_ids].unsqueeze(1)
+        if cos.dtype != dtype:
+            cos, sin = cos.to(dtype), sin.to(dtype)
+        return cos, sin
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 class Block(nn.Module):
@@ -145,8 +151,9 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, attn_mask, is_causal, cache: KVCache | None, layer: int):
         B, T, D = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        qkv = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qk = apply_rotary(qkv[:2], cos, sin)  # q and k rotated together: [2, B, H, T, head_dim]
+        q, k, v = qk[0], qk[1], qkv[2]
         if cache is not None:
             start, end = cache.length, cache.length + T
             cache.k[layer][:, :, start:end] = k
@@ -154,8 +161,14 @@ class Block(nn.Module):
             k, v = cache.k[layer][:, :, :end], cache.v[layer][:, :, :end]
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal)
-        x = x + F.dropout(self.proj(y.transpose(1, 2).reshape(B, T, D)), p, self.training)
-        return x + F.dropout(self.mlp(self.ln2(x)), p, self.training)
+        y = self.proj(y.transpose(1, 2).reshape(B, T, D))
+        if p:
+            y = F.dropout(y, p, True)
+        x = x + y
+        y = self.mlp(self.ln2(x))
+        if p:
+            y = F.dropout(y, p, True)
+        return x + y
 
 
 class Backbone(nn.Module):

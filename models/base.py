@@ -46,8 +46,8 @@ class DecodeConfig:
     window:     SetDLM sliding output window W (default: the trained S); BD3LM block size at
                 decode (default and normally: the trained S).
     threshold:  confidence tau in (0, 1]; None = exactly one token committed per step.
-    steps:      MDLM denoising steps over the whole answer (or per chunk); BD3LM steps per
-                block. None = one step per masked token.
+    steps:      MDLM denoising steps for the whole span (shared out over chunks); BD3LM steps
+                per block. None = one step per masked token.
     chunk_size: MDLM semi-autoregressive chunks (None = the whole answer at once).
     greedy / temperature / top_p: argmax, or sampling with temperature and nucleus top_p.
     repetition_penalty: HF-style penalty on tokens already in the prompt or committed.

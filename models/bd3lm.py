@@ -103,76 +103,76 @@ class BD3LMModel(MDLMModel):
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         S = decode.window or self.block_size
-        ids = torch.cat([canvas.ids, canvas.ids[:, :1]], dim=1)  # trailing scratch column
-        pos, real, span = canvas.positions, canvas.real, canvas.span
         B, C = canvas.ids.shape
-        device = ids.device
-        mask_id, stop = self.mask_id, stop_at_eos and self.eos_id is not None
-        arange_S = torch.arange(S, device=device)
-        rows = torch.arange(B, device=device)
-        pad = (~real).sum(dim=1)                          # left padding per row
-        pos_ext = torch.cat([pos, pos[:, -1:]], dim=1)
-        span_ext = torch.cat([span, torch.zeros_like(span[:, :1])], dim=1)
+        device = canvas.ids.device
+        ids = torch.cat([canvas.ids, canvas.ids[:, :1]], dim=1)  # trailing scratch column C
+        pos = torch.cat([canvas.positions, canvas.positions[:, -1:]], dim=1)
+        span = torch.cat([canvas.span, torch.zeros_like(canvas.span[:, :1])], dim=1)
+        mask_id, eos_id = self.mask_id, self.eos_id
+        stop = stop_at_eos and eos_id is not None
         cols = torch.arange(C, device=device)
+        arange_S = torch.arange(S, device=device)
+        pad = (~canvas.real).sum(dim=1)                  # left padding per row (column of position 0)
 
-        first_mask = torch.where(span & (canvas.ids == mask_id), cols, C).min(dim=1).values
-        block = pos.gather(1, first_mask.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
-        done = first_mask >= C
+        masked = canvas.span & (canvas.ids == mask_id)
+        first = torch.where(masked, cols, C).min(dim=1).values
+        span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask
+        block = pos.gather(1, first.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
+        active = first < C
+        eos_at = torch.full((B,), C, dtype=torch.long, device=device)
 
         # step 0 pending: every complete block before the current one (the prompt prefill)
-        n_pre = block * S
+        n_pre = torch.where(active, block * S, 0)
         Tp = int(n_pre.max())
         pend_cols = (pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
         pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
 
-        chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, real & ~span, device)
-        max_steps = int(span.sum(dim=1).max()) + 1
-        log = StepLog(B, max_steps, device)
-        cache = self.backbone.new_cache(B, C + 2 * S) if decode.use_cache else None
-        committed = real & ~span            # clean context visible to later blocks (no-cache path)
-        committed[cols[None] >= (pad + n_pre)[:, None]] = False
-        steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
-        masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
-        new_block = torch.ones(B, dtype=torch.bool, device=device)
-        total_steps = decode.steps
+        chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, canvas.real & ~canvas.span, device)
+        log = StepLog(B, int(masked.sum(dim=1).max()) + 1, device)
+        if decode.use_cache:
+            step = _CachedBlockStep(self.backbone, self.backbone.new_cache(B, C + 2 * S), S)
+        else:
+            step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, canvas.span, pad + n_pre, S)
+        forced, steps_in_block, masks_in_block = 1, None, None
+        if decode.steps is not None:
+            steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
+            masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
+        new_block = active
 
         while True:
-            blk_cols = torch.where(done[:, None], C, (pad + block * S)[:, None] + arange_S).clamp(max=C)
+            blk_cols = (pad + block * S)[:, None] + arange_S
             blk_valid = blk_cols < C
-            blk_ids = ids.gather(1, blk_cols)
-            blk_pos = pos_ext.gather(1, blk_cols)
-            candidate = blk_valid & (blk_ids == mask_id) & span_ext.gather(1, blk_cols)
-            n_masks = candidate.sum(dim=1)
-            masks_in_block = torch.where(new_block, n_masks, masks_in_block)
-            steps_in_block = torch.where(new_block, 0, steps_in_block)
-            forced = self._forced(masks_in_block, steps_in_block, total_steps).minimum(n_masks)
-
-            if cache is not None:
-                h = self._cached_step(ids, pos_ext, pend_cols, pend_valid, blk_cols, blk_ids, blk_pos, blk_valid,
-                                      cache, S)
-            else:
-                h = self._uncached_step(ids, pos_ext, committed, pad, blk_ids, blk_pos, blk_valid, S)
+            blk_cols = blk_cols.clamp(max=C)
+            all_cols = torch.cat([pend_cols, blk_cols], dim=1)
+            inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
+            Tp = pend_cols.shape[1]
+            blk_ids = inp[:, Tp:]
+            candidate = (blk_ids == mask_id) & span.gather(1, blk_cols) & active[:, None]
+            if decode.steps is not None:  # k_n of spec §3.3 per row; with steps >= masks it is 1
+                n_masks = candidate.sum(dim=1)
+                masks_in_block = torch.where(new_block, n_masks, masks_in_block)
+                steps_in_block = torch.where(new_block, 0, steps_in_block)
+                forced = self._forced(masks_in_block, steps_in_block, decode.steps).minimum(n_masks)
+                steps_in_block = steps_in_block + 1
+            h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
             tokens, conf = chooser(self.backbone.logits(h))
             chosen = select_commits(conf, candidate, forced, decode.threshold)
             ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
             chooser.mark(tokens, chosen)
-            active = ~done
             log.record(active, chosen.sum(dim=1))
-            steps_in_block += 1
 
-            completed = active & ((candidate & ~chosen).sum(dim=1) == 0)
-            if stop:
-                done = done | (completed & eos_stop(ids[:, :C], span, mask_id, self.eos_id))
+            completed = active & ~(candidate & ~chosen).any(dim=1)
             block = block + completed.long()
-            next_start = pad + block * S
-            done = done | (completed & ~(span & (ids[:, :C] == mask_id)
-                                         & (cols[None] >= next_start[:, None])).any(dim=1))
+            finished = completed & ((pad + block * S) >= span_end)
+            if stop:  # checked when a block completes: every position before its end is decoded
+                eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), blk_cols, C).min(dim=1).values)
+                finished = finished | (completed & (eos_at < C))
+            active = active & ~finished
             new_block = completed
-            if cache is None:
-                committed = committed | (completed[:, None] & (cols[None] < next_start[:, None]) & real)
             pend_cols, pend_valid = blk_cols, blk_valid & completed[:, None]
-            any_completed, all_done = torch.stack([completed.any(), done.all()]).tolist()
-            if all_done:
+            step.completed(completed, pad + block * S)
+            any_completed, any_active = torch.stack([completed.any(), active.any()]).tolist()
+            if not any_active:
                 break
             if not any_completed:
                 pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
@@ -180,53 +180,64 @@ class BD3LMModel(MDLMModel):
         return log.result()
 
     @staticmethod
-    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: int | None) -> torch.Tensor:
+    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: int) -> torch.Tensor:
         """k_n of spec §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1)."""
         m = masks_in_block.double()
-        T = m.clamp(min=1) if steps is None else m.clamp(min=1, max=steps)
+        T = m.clamp(min=1, max=steps)
         hi = torch.round((1 - step / T).clamp(min=0) * m)
         lo = torch.round((1 - (step + 1) / T).clamp(min=0) * m)
         return (hi - lo).long().clamp(min=1)
 
-    def _cached_step(self, ids, pos, pend_cols, pend_valid, blk_cols, blk_ids, blk_pos, blk_valid, cache, S):
-        """One forward of [pending complete block(s)] + [current block]; returns block hidden states."""
-        B, Tp = pend_cols.shape
-        device = ids.device
-        p_ids, p_pos = ids.gather(1, pend_cols), pos.gather(1, pend_cols)
-        p_blk = p_pos // S
-        T = Tp + S
+
+class _CachedBlockStep:
+    """One forward of [the block(s) completed at the previous step -> cache] + [the current block].
+
+    Pending tokens attend block-causally (key block <= query block), current-block tokens see the
+    cache, the pending tokens and their whole block; the mask is one comparison of block indices.
+    """
+
+    def __init__(self, backbone, cache, S: int):
+        self.backbone, self.cache, self.S = backbone, cache, S
+
+    def __call__(self, inp, inp_pos, new_valid, Tp):
+        cache, T = self.cache, inp.shape[1]
         cache.ensure_room(T)
-        eye = torch.eye(T, dtype=torch.bool, device=device)
-        intra = torch.zeros(B, T, T, dtype=torch.bool, device=device)
-        intra[:, :Tp, :Tp] = (p_blk[:, None, :] <= p_blk[:, :, None]) & pend_valid[:, None, :]
-        intra[:, Tp:, :Tp] = pend_valid[:, None, :]
-        intra[:, Tp:, Tp:] = blk_valid[:, None, :]
-        intra |= eye
-        hist = cache.history_mask()[:, None, :].expand(B, T, cache.length)
-        mask = torch.cat([hist, intra], dim=2)[:, None]
-        h = self.backbone(torch.cat([p_ids, blk_ids], dim=1), torch.cat([p_pos, blk_pos], dim=1),
-                          attn_mask=mask, cache=cache)
-        cache.commit(Tp, pend_valid)
+        n = cache.length
+        q_blk = inp_pos // self.S
+        key_blk = torch.cat([q_blk.new_full((q_blk.shape[0], n), -1), q_blk], dim=1)
+        keys = torch.cat([cache.history_mask(), new_valid], dim=1)
+        mask = (key_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
+        mask[:, :, n:].diagonal(dim1=1, dim2=2).fill_(True)
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache)
+        cache.commit(Tp, new_valid[:, :Tp])
         return h[:, Tp:]
 
-    def _uncached_step(self, ids, pos, committed, pad, blk_ids, blk_pos, blk_valid, S):
-        """Reference path without a cache: recompute every committed block, then the current block."""
-        B = ids.shape[0]
-        device = ids.device
-        n_ctx = committed.sum(dim=1)
-        Tc = int(n_ctx.max())
-        C = committed.shape[1]
-        ctx_cols = torch.where(committed, torch.arange(C, device=device), C).sort(dim=1).values[:, :Tc]
+    def completed(self, rows, next_start) -> None:
+        """Nothing to do: a completed block enters the cache in the next forward."""
+
+
+class _UncachedBlockStep:
+    """Reference path without a cache: recompute every complete block before the current one each step."""
+
+    def __init__(self, backbone, ids, pos, real, span, context_end, S: int):
+        self.backbone, self.ids, self.pos, self.S, self.real = backbone, ids, pos, S, real
+        self.cols = torch.arange(real.shape[1], device=ids.device)
+        self.context = real & ~span & (self.cols[None] < context_end[:, None])   # visible clean columns
+
+    def completed(self, rows, next_start) -> None:
+        self.context = self.context | (rows[:, None] & self.real & (self.cols[None] < next_start[:, None]))
+
+    def __call__(self, inp, inp_pos, new_valid, Tp):
+        C = self.context.shape[1]
+        n_ctx = int(self.context.sum(dim=1).max())
+        ctx_cols = torch.where(self.context, self.cols, C).sort(dim=1).values[:, :n_ctx]
         ctx_valid = ctx_cols < C
-        ctx_cols = ctx_cols.clamp(max=C)
-        c_ids, c_pos = ids.gather(1, ctx_cols), pos.gather(1, ctx_cols)
-        c_blk = c_pos // S
-        T = Tc + S
-        mask = torch.zeros(B, T, T, dtype=torch.bool, device=device)
-        mask[:, :Tc, :Tc] = (c_blk[:, None, :] <= c_blk[:, :, None]) & ctx_valid[:, None, :]
-        mask[:, Tc:, :Tc] = ctx_valid[:, None, :]
-        mask[:, Tc:, Tc:] = blk_valid[:, None, :]
-        mask |= torch.eye(T, dtype=torch.bool, device=device)
+        c_ids, c_pos = self.ids.gather(1, ctx_cols), self.pos.gather(1, ctx_cols)
+        blk_ids, blk_pos, blk_valid = inp[:, Tp:], inp_pos[:, Tp:], new_valid[:, Tp:]
+        q_blk = torch.cat([c_pos, blk_pos], dim=1) // self.S
+        keys = torch.cat([ctx_valid, blk_valid], dim=1)
+        mask = (q_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
+        mask.diagonal(dim1=1, dim2=2).fill_(True)
         h = self.backbone(torch.cat([c_ids, blk_ids], dim=1), torch.cat([c_pos, blk_pos], dim=1),
                           attn_mask=mask[:, None])
-        return h[:, Tc:]
+        return h[:, n_ctx:]

@@ -146,9 +146,9 @@ class TokenChooser:
             seen = self.seen[:, None, :self.vocab_size]
             penalised = torch.where(logits > 0, logits / d.repetition_penalty, logits * d.repetition_penalty)
             logits = torch.where(seen, penalised, logits)
-        if d.greedy:
-            conf, tokens = torch.softmax(logits, dim=-1).max(dim=-1)
-            return tokens, conf
+        if d.greedy:  # confidence = p(argmax) = exp(max logit - logsumexp), without a full softmax
+            top, tokens = logits.max(dim=-1)
+            return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)

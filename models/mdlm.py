@@ -9,8 +9,9 @@
 * Decoding: predict-and-noise with confidence (spec §3.3). No KV cache: every step is a full
   bidirectional forward over the canvas (prompt + span). Each step commits the k_n most
   confident masked positions (k_n = 1 when steps >= masks) plus every position whose
-  confidence is >= threshold. With `chunk_size` the span is decoded semi-autoregressively in
-  chunks (every step still sees the whole canvas).
+  confidence is >= threshold. `steps` is the step budget for the whole span. With `chunk_size`
+  the span is decoded semi-autoregressively in chunks that share the budget in proportion to
+  their size (every step still sees the whole canvas).
 
     python -c "import models; m = models.build('mdlm', vocab_size=64, length=32); print(m.generate([[1, 2]], 8))"
 """
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import Batch, DecodeConfig
-from .decoding import Canvas, TokenChooser, eos_stop, select_commits
+from .decoding import Canvas, TokenChooser, eos_stop, left_aligned, select_commits
 from .paradigm import ParadigmModel, StepLog
 from .schedules import confidence_commit_counts, sample_t
 
@@ -84,7 +85,9 @@ class MDLMModel(ParadigmModel):
         N = span_cols.numel()
         chunk = decode.chunk_size or N
         chunks = [span_cols[i:i + chunk] for i in range(0, N, chunk)]
-        max_steps = sum(len(confidence_commit_counts(len(c), decode.steps)) for c in chunks)
+        # `steps` is the budget for the whole span, shared out over the chunks in proportion to their size
+        chunk_steps = [None if decode.steps is None else max(1, -(-decode.steps * len(c) // N)) for c in chunks]
+        max_steps = sum(len(confidence_commit_counts(len(c), s)) for c, s in zip(chunks, chunk_steps))
         attn_mask = None
         if not bool(real.all()):
             attn_mask = (real[:, None, :] | torch.eye(C, dtype=torch.bool, device=device))[:, None]
@@ -93,18 +96,28 @@ class MDLMModel(ParadigmModel):
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
 
-        for cols in chunks:
-            for k in confidence_commit_counts(len(cols), decode.steps):
-                current = ids[:, cols]
-                candidate = (current == self.mask_id) & ~done[:, None]
+        for cols, steps in zip(chunks, chunk_steps):
+            cols = cols.expand(B, -1)
+            candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
+            n_left = int(candidate.sum(dim=1).max())
+            for k in confidence_commit_counts(len(cols[0]), steps):
+                if n_left == 0:
+                    break
+                # only the still-masked positions need logits: left-align them per row
+                cand_cols, cand = left_aligned(cols, candidate)
+                cand_cols, cand = cand_cols[:, :n_left], cand[:, :n_left]
                 h = self.backbone(ids, pos, attn_mask=attn_mask)
-                tokens, conf = chooser(self.backbone.logits(h[:, cols]))
-                chosen = select_commits(conf, candidate, k, decode.threshold)
-                ids[:, cols] = torch.where(chosen, tokens, current)
+                tokens, conf = chooser(self.backbone.logits(h.gather(1, cand_cols[..., None].expand(-1, -1, h.shape[-1]))))
+                chosen = select_commits(conf, cand, k, decode.threshold)
+                ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
                 chooser.mark(tokens, chosen)
-                log.record(~done, chosen.sum(dim=1))
-                if decode.threshold is not None and not bool((candidate & ~chosen).any()):
-                    break  # the threshold finished the chunk early
+                n_chosen = chosen.sum(dim=1)
+                log.record(~done, n_chosen)
+                candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
+                if decode.threshold is None:
+                    n_left -= k  # every row commits exactly k: no need to look
+                else:
+                    n_left = int(candidate.sum(dim=1).max())
             if stop:
                 done = done | eos_stop(ids, span, self.mask_id, self.eos_id)
                 if bool(done.all()):

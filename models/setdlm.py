@@ -116,13 +116,14 @@ class SetDLMModel(ParadigmModel):
         W = decode.window or self.config.block_size
         B, C = canvas.ids.shape
         device = canvas.ids.device
-        ids = torch.cat([canvas.ids, canvas.ids[:, :1]], dim=1)  # trailing scratch column
+        ids = torch.cat([canvas.ids, canvas.ids[:, :1]], dim=1)  # trailing scratch column C
         pos = torch.cat([canvas.positions, canvas.positions[:, -1:]], dim=1)
         span = torch.cat([canvas.span, torch.zeros_like(canvas.span[:, :1])], dim=1)
-        real = canvas.real
-        mask_id, stop = self.mask_id, stop_at_eos and self.eos_id is not None
+        mask_id, eos_id = self.mask_id, self.eos_id
+        stop = stop_at_eos and eos_id is not None
         cols = torch.arange(C, device=device)
         arange_W = torch.arange(W, device=device)
+        no_keys = torch.zeros(B, W, dtype=torch.bool, device=device)  # window masks are nobody's keys
 
         order_key = None
         if decode.commit_order == "first_hitting":
@@ -132,92 +133,130 @@ class SetDLMModel(ParadigmModel):
             order_key = reveal.gather(1, pos.clamp(max=L - 1))
 
         # step 0 "accepted" set: every visible token (prompt, or prefix + suffix), left to right
-        visible = real & (canvas.ids != mask_id)
+        masked = canvas.span & (canvas.ids == mask_id)
+        visible = canvas.real & ~masked
         n_vis = int(visible.sum(dim=1).max())
         pend_cols, pend_valid = left_aligned(cols.expand(B, C), visible)
         pend_cols, pend_valid = pend_cols[:, :n_vis], pend_valid[:, :n_vis]
-        rank = None
-        if not decode.use_cache:  # commit rank of every column (uncached reference path)
-            rank = torch.full((B, C + 1), torch.iinfo(torch.long).max, dtype=torch.long, device=device)
-            rank.scatter_(1, torch.where(pend_valid, pend_cols, C), torch.arange(n_vis, device=device).expand(B, -1))
-            rank[:, C] = torch.iinfo(torch.long).max
-            n_ranked = pend_valid.sum(dim=1)
+        first = torch.where(masked, cols, C).min(dim=1).values          # leftmost mask per row
+        remaining = masked.sum(dim=1)
+        eos_at = torch.full((B,), C, dtype=torch.long, device=device)   # leftmost committed EOS
+        active = remaining > 0
 
         chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device)
-        log = StepLog(B, int(canvas.span.sum(dim=1).max()) + 1, device)
-        cache = self.backbone.new_cache(B, C + 2 * W) if decode.use_cache else None
-        done = ~(canvas.span & (canvas.ids == mask_id)).any(dim=1)
+        log = StepLog(B, int(remaining.max()) + 1, device)
+        if decode.use_cache:
+            cache = self.backbone.new_cache(B, C + 2 * W)
+            step = _CachedSetStep(self.backbone, cache, C + 2 * W, device)
+        else:
+            step = _UncachedSetStep(self.backbone, ids, pos, pend_cols, pend_valid)
 
+        def window(first, active):
+            """The masked positions among the W starting at the leftmost mask, left-aligned per row."""
+            cols_w = (first[:, None] + arange_W).clamp(max=C)
+            is_mask = (ids.gather(1, cols_w) == mask_id) & span.gather(1, cols_w) & active[:, None]
+            cols_w, is_mask = left_aligned(cols_w, is_mask)
+            return cols_w, is_mask, is_mask.sum(dim=1)
+
+        win_cols, candidate, n_cand = window(first, active)
+        win_cols, candidate = win_cols[:, :int(n_cand.max())], candidate[:, :int(n_cand.max())]
         while True:
-            masked_span = span[:, :C] & (ids[:, :C] == mask_id)
-            first = torch.where(masked_span, cols, C).min(dim=1).values
-            win_cols = torch.where(done[:, None], C, first[:, None] + arange_W).clamp(max=C)
-            w_ids, w_pos = ids.gather(1, win_cols), pos.gather(1, win_cols)
-            candidate = (w_ids == mask_id) & span.gather(1, win_cols) & ~done[:, None]
-
-            if cache is not None:
-                h = self._cached_step(ids, pos, pend_cols, pend_valid, w_ids, w_pos, cache)
-            else:
-                h = self._uncached_step(ids, pos, rank, w_ids, w_pos)
+            all_cols = torch.cat([pend_cols, win_cols], dim=1)
+            inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
+            Tp, Tw = pend_cols.shape[1], win_cols.shape[1]
+            h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
             tokens, conf = chooser(self.backbone.logits(h))
             chosen = select_commits(conf, candidate, 1, decode.threshold)
-            ids.scatter_(1, win_cols, torch.where(chosen, tokens, w_ids))
+            ids.scatter_(1, win_cols, torch.where(chosen & candidate, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)
             n_chosen = chosen.sum(dim=1)
-            log.record(~done, n_chosen)
+            log.record(active, n_chosen)
 
-            finished = ~(span[:, :C] & (ids[:, :C] == mask_id)).any(dim=1)
-            if stop:
-                finished = finished | eos_stop(ids[:, :C], span[:, :C], mask_id, self.eos_id)
-            done = done | finished
+            remaining = remaining - n_chosen
+            # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
+            first = torch.where(candidate & ~chosen, win_cols, (first + W).clamp(max=C)[:, None]).min(dim=1).values
+            active = active & (remaining > 0)
+            if stop:  # an EOS with no mask before it ends the row
+                eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), win_cols, C).min(dim=1).values)
+                active = active & (eos_at >= first)
             key = None if order_key is None else order_key.gather(1, win_cols)
             pend_cols, pend_valid = left_aligned(win_cols, chosen, key)
-            n_max, all_done = torch.stack([n_chosen.max(), done.all()]).tolist()
-            if all_done:
+            win_cols, candidate, n_cand = window(first, active)
+            n_max, n_next = torch.stack([n_chosen.max(), n_cand.max()]).tolist()
+            if n_next == 0:
                 break
             pend_cols, pend_valid = pend_cols[:, :n_max], pend_valid[:, :n_max]
-            if rank is not None:
-                new_rank = n_ranked[:, None] + torch.arange(n_max, device=device)
-                rank.scatter_(1, torch.where(pend_valid, pend_cols, C), new_rank)
-                rank[:, C] = torch.iinfo(torch.long).max
-                n_ranked = n_ranked + pend_valid.sum(dim=1)
+            win_cols, candidate = win_cols[:, :n_next], candidate[:, :n_next]
+            step.accepted(pend_cols, pend_valid)
         canvas.ids.copy_(ids[:, :C])
         return log.result()
 
-    def _cached_step(self, ids, pos, pend_cols, pend_valid, w_ids, w_pos, cache):
-        """One forward of [accepted tokens -> cache] + [window masks]; returns the masks' states."""
-        B, Tp = pend_cols.shape
-        W = w_ids.shape[1]
-        T = Tp + W
-        device = ids.device
+
+class _CachedSetStep:
+    """One forward of [tokens accepted at the previous step -> written to the cache] + [window masks].
+
+    Keys are the valid cache slots, then the new tokens causally in commit order; every window
+    mask also sees itself (and only itself among the masks). Masks are built by slicing two
+    call-wide templates instead of being assembled from pieces at every step.
+    """
+
+    def __init__(self, backbone, cache, capacity: int, device):
+        self.backbone, self.cache = backbone, cache
+        self.causal = torch.ones(capacity, capacity, dtype=torch.bool, device=device).tril()
+        self.diag = torch.eye(capacity, dtype=torch.bool, device=device)
+
+    def __call__(self, inp, inp_pos, new_valid, Tp):
+        cache, T = self.cache, inp.shape[1]
         cache.ensure_room(T)
-        intra = torch.zeros(B, T, T, dtype=torch.bool, device=device)
-        causal = torch.ones(Tp, Tp, dtype=torch.bool, device=device).tril()
-        intra[:, :Tp, :Tp] = causal & pend_valid[:, None, :]
-        intra[:, Tp:, :Tp] = pend_valid[:, None, :]
-        intra |= torch.eye(T, dtype=torch.bool, device=device)
-        hist = cache.history_mask()[:, None, :].expand(B, T, cache.length)
-        mask = torch.cat([hist, intra], dim=2)[:, None]
-        h = self.backbone(torch.cat([ids.gather(1, pend_cols), w_ids], dim=1),
-                          torch.cat([pos.gather(1, pend_cols), w_pos], dim=1), attn_mask=mask, cache=cache)
-        cache.commit(Tp, pend_valid)
+        n = cache.length
+        keys = torch.cat([cache.history_mask(), new_valid], dim=1)
+        mask = (self.causal[n:n + T, :n + T] & keys[:, None, :]) | self.diag[n:n + T, :n + T]
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache)
+        cache.commit(Tp, new_valid[:, :Tp])
         return h[:, Tp:]
 
-    def _uncached_step(self, ids, pos, rank, w_ids, w_pos):
-        """Reference path: recompute every accepted token (causal in commit order) plus the window."""
-        B = ids.shape[0]
-        device = ids.device
-        big = torch.iinfo(torch.long).max
-        n_ctx = int((rank < big).sum(dim=1).max())
-        ctx_rank, ctx_cols = rank.sort(dim=1)
+    def accepted(self, cols, valid) -> None:
+        """Nothing to do: accepted tokens enter the cache in the next forward."""
+
+
+class _UncachedSetStep:
+    """Reference path without a cache: recompute every accepted token (causal in commit order) each step."""
+
+    BIG = torch.iinfo(torch.long).max
+
+    def __init__(self, backbone, ids, pos, pend_cols, pend_valid):
+        self.backbone, self.ids, self.pos = backbone, ids, pos  # the decoder's canvas (updated in place)
+        B, self.C = ids.shape[0], ids.shape[1] - 1
+        self.device = device = ids.device
+        self.rank = torch.full((B, self.C + 1), self.BIG, dtype=torch.long, device=device)  # commit rank per column
+        self.n_ranked = torch.zeros(B, dtype=torch.long, device=device)
+        self.pending = None
+        self.accepted(pend_cols, pend_valid)
+
+    def accepted(self, cols, valid) -> None:
+        """Accepted tokens join the visible context of the *next* step (like the cache write)."""
+        self.pending = (cols, valid)
+
+    def _flush(self) -> None:
+        cols, valid = self.pending
+        new_rank = self.n_ranked[:, None] + torch.arange(cols.shape[1], device=self.device)
+        self.rank.scatter_(1, torch.where(valid, cols, self.C), new_rank)
+        self.rank[:, self.C] = self.BIG
+        self.n_ranked = self.n_ranked + valid.sum(dim=1)
+
+    def __call__(self, inp, inp_pos, new_valid, Tp):
+        self._flush()
+        ids, pos = self.ids, self.pos
+        n_ctx = int((self.rank < self.BIG).sum(dim=1).max())
+        ctx_rank, ctx_cols = self.rank.sort(dim=1)
         ctx_rank, ctx_cols = ctx_rank[:, :n_ctx], ctx_cols[:, :n_ctx]
-        ctx_valid = ctx_rank < big
-        W = w_ids.shape[1]
-        T = n_ctx + W
-        mask = torch.zeros(B, T, T, dtype=torch.bool, device=device)
+        ctx_valid = ctx_rank < self.BIG
+        window = inp[:, Tp:]
+        T = n_ctx + window.shape[1]
+        mask = torch.zeros(window.shape[0], T, T, dtype=torch.bool, device=self.device)
         mask[:, :n_ctx, :n_ctx] = (ctx_rank[:, None, :] <= ctx_rank[:, :, None]) & ctx_valid[:, None, :]
         mask[:, n_ctx:, :n_ctx] = ctx_valid[:, None, :]
-        mask |= torch.eye(T, dtype=torch.bool, device=device)
-        h = self.backbone(torch.cat([ids.gather(1, ctx_cols), w_ids], dim=1),
-                          torch.cat([pos.gather(1, ctx_cols), w_pos], dim=1), attn_mask=mask[:, None])
+        mask |= torch.eye(T, dtype=torch.bool, device=self.device)
+        h = self.backbone(torch.cat([ids.gather(1, ctx_cols), window], dim=1),
+                          torch.cat([pos.gather(1, ctx_cols), inp_pos[:, Tp:]], dim=1), attn_mask=mask[:, None])
         return h[:, n_ctx:]

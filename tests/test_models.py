@@ -208,8 +208,8 @@ def test_mdlm_steps_bound_nfe():
     for steps in (4, 8):
         for g in model.generate(random_prompts(2, 0), 16, DecodeConfig(steps=steps, stop_at_eos=False)):
             assert g.nfe <= steps and len(g.tokens) == 16
-    chunked = model.generate([[3, 4]], 16, DecodeConfig(steps=2, chunk_size=4, stop_at_eos=False))[0]
-    assert chunked.nfe == 8 and len(chunked.tokens) == 16
+    chunked = model.generate([[3, 4]], 16, DecodeConfig(steps=8, chunk_size=4, stop_at_eos=False))[0]
+    assert chunked.nfe == 8 and chunked.tokens_per_step == [2] * 8 and len(chunked.tokens) == 16
 
 
 def test_ar_nfe_and_eos_rule():

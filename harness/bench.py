@@ -1,0 +1,285 @@
+"""Speed benchmarks: decoding per paradigm, AR vs Hugging Face generate, budget-matched SetDLM vs BD3LM,
+training throughput. Each prints a human table and, as its last line, one JSON object (also saved
+under results/bench/<name>.json).
+
+    python -m harness.bench decode          # each paradigm, cpu-preset size, batch 1 and 8
+    python -m harness.bench vs-hf           # our AR cached decoding vs transformers generate()
+    python -m harness.bench matched         # SetDLM (S_max = 2S, W = S) vs BD3LM (S) at equal budget
+    python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks
+    python -m harness.bench all
+
+Method (this machine is shared and noisy): every point is warmed up, then timed `--repeats`
+times; the table shows the median and the spread (min-max) and the JSON keeps every repeat.
+Compare ratios measured in one run, never absolute numbers across runs. Models have the cpu
+preset's size; they are the trained cpu checkpoints when `.cache` has them (`--trained`),
+otherwise seeded random initialisations (decoding speed does not depend on the weights when
+the threshold is off and EOS is ignored, which is how the decode and vs-hf benchmarks run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import models
+from models import Batch, DecodeConfig
+
+from .env import fingerprint
+from .presets import get_preset
+from .timing import Stopwatch
+from .train import checkpoint_dir, make_optimizer
+
+PROMPT_LEN, NEW_TOKENS = 32, 128
+
+
+# -- model helpers -----------------------------------------------------------------------------------
+def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = False, seed: int = 0):
+    """The cpu preset's model of this paradigm: trained checkpoint if asked and cached, else random init."""
+    preset = get_preset("cpu")
+    cfg = next(c for c in preset.train_configs((paradigm,)) if c.block_size == block_size)
+    if trained and (checkpoint_dir(cfg) / "model.safetensors").is_file():
+        return models.load(checkpoint_dir(cfg)).eval(), "trained"
+    torch.manual_seed(seed)
+    vocab = int(cfg.tokenizer.split(":")[1]) if cfg.tokenizer.startswith("bpe:") else 50258
+    model = models.build(paradigm, vocab_size=vocab, length=cfg.length, n_layers=cfg.n_layers,
+                         d_model=cfg.d_model, n_heads=cfg.n_heads, eos_id=0, block_size=block_size).eval()
+    return model, "random"
+
+
+def prompts(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab - 1, (batch, PROMPT_LEN), generator=g).tolist()
+
+
+class ForwardClock:
+    """Accumulates wall time inside backbone forwards (trunk and output head)."""
+
+    def __init__(self, model):
+        self.model, self.seconds, self.calls = model, 0.0, 0
+        self.originals = (model.backbone.forward, model.backbone.logits)
+
+    def __enter__(self):
+        fwd, head = self.originals
+
+        def timed(fn, count):
+            def wrapper(*a, **k):
+                t = time.perf_counter()
+                out = fn(*a, **k)
+                self.seconds += time.perf_counter() - t
+                self.calls += count
+                return out
+            return wrapper
+
+        self.model.backbone.forward = timed(fwd, 1)
+        self.model.backbone.logits = timed(head, 0)
+        return self
+
+    def __exit__(self, *exc):
+        self.model.backbone.forward, self.model.backbone.logits = self.originals
+
+
+def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_tokens: int = NEW_TOKENS) -> dict:
+    model.generate(batch_prompts, 16, decode)  # warm-up
+    runs = []
+    for _ in range(repeats):
+        with ForwardClock(model) as clock, Stopwatch(model.device) as sw:
+            gens = model.generate(batch_prompts, new_tokens, decode)
+        tokens = sum(g.n_tokens for g in gens)
+        runs.append({"seconds": sw.seconds, "tokens": tokens, "forward_seconds": clock.seconds,
+                     "forwards": clock.calls, "nfe": statistics.mean(g.nfe for g in gens)})
+    best = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+    rates = [r["tokens"] / r["seconds"] for r in runs]
+    return {
+        "tokens_per_s": statistics.median(rates), "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates),
+        "nfe": best["nfe"], "tokens_per_forward": best["tokens"] / len(batch_prompts) / best["nfe"],
+        "ms_per_forward": 1000 * best["seconds"] / best["forwards"],
+        "forward_share": best["forward_seconds"] / best["seconds"], "repeats": runs,
+    }
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(rows)[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
+# -- benchmarks ---------------------------------------------------------------------------------------
+def bench_decode(args) -> dict:
+    rows = []
+    for paradigm, S in (("ar", None), ("mdlm", None), ("bd3lm", 4), ("bd3lm", 16), ("setdlm", 4), ("setdlm", 16)):
+        model, weights = cpu_model(paradigm, S, args.trained)
+        for batch in (1, 8):
+            r = time_generate(model, prompts(batch, model.config.vocab_size), DecodeConfig(stop_at_eos=False),
+                              args.repeats)
+            rows.append({"paradigm": paradigm, "S": S, "batch": batch, "weights": weights,
+                         **{k: v for k, v in r.items() if k != "repeats"}, "loop_share": 1 - r["forward_share"],
+                         "repeats": r["repeats"]})
+    print(_table(rows, ["paradigm", "S", "batch", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "nfe",
+                        "tokens_per_forward", "ms_per_forward", "forward_share", "loop_share"]))
+    return {"benchmark": "decode", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "rows": rows}
+
+
+def bench_vs_hf(args) -> dict:
+    import transformers
+
+    ours, _ = cpu_model("ar")
+    c = ours.config
+    hf_cfg = transformers.GPT2Config(vocab_size=c.vocab_size, n_positions=c.length, n_embd=c.d_model,
+                                     n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.mlp_ratio * c.d_model,
+                                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
+    rows = []
+    for batch in (1, 8):
+        p = prompts(batch, c.vocab_size)
+        mine = time_generate(ours, p, DecodeConfig(stop_at_eos=False), args.repeats)
+        ids = torch.tensor(p)
+        kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
+                      pad_token_id=0, attention_mask=torch.ones_like(ids))
+        with torch.inference_mode():
+            hf.generate(ids, **{**kwargs, "max_new_tokens": 16, "min_new_tokens": 16})
+            rates = []
+            for _ in range(args.repeats):
+                with Stopwatch("cpu") as sw:
+                    out = hf.generate(ids, **kwargs)
+                rates.append((out.shape[1] - PROMPT_LEN) * batch / sw.seconds)
+        theirs = statistics.median(rates)
+        rows.append({"batch": batch, "ours_tokens_per_s": mine["tokens_per_s"], "hf_tokens_per_s": theirs,
+                     "ratio": mine["tokens_per_s"] / theirs, "hf_repeats": rates, "ours_repeats": mine["repeats"]})
+    print(f"transformers {transformers.__version__} GPT2LMHeadModel vs our AR, {c.n_layers}x{c.d_model}, "
+          f"{c.n_heads} heads, vocab {c.vocab_size}, context {c.length}; {PROMPT_LEN} prompt + {NEW_TOKENS} new tokens")
+    print(_table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio"]))
+    return {"benchmark": "vs-hf", "transformers_version": transformers.__version__, "rows": rows}
+
+
+def bench_matched(args) -> dict:
+    rows = []
+    for S in (4, 16):
+        bd, w_bd = cpu_model("bd3lm", S, args.trained)
+        sd, w_sd = cpu_model("setdlm", S, args.trained)
+        for tau in (None, 0.9, 0.7):
+            p = prompts(1, bd.config.vocab_size)
+            a = time_generate(bd, p, DecodeConfig(window=S, threshold=tau, stop_at_eos=False), args.repeats)
+            b = time_generate(sd, p, DecodeConfig(window=S, threshold=tau, stop_at_eos=False), args.repeats)
+            rows.append({"S": S, "tau": tau, "weights": f"{w_bd}/{w_sd}", "budget": S / 2,
+                         "bd3lm_tokens_per_s": a["tokens_per_s"], "setdlm_tokens_per_s": b["tokens_per_s"],
+                         "ratio": b["tokens_per_s"] / a["tokens_per_s"],
+                         "bd3lm_tokens_per_forward": a["tokens_per_forward"],
+                         "setdlm_tokens_per_forward": b["tokens_per_forward"],
+                         "bd3lm_ms_per_forward": a["ms_per_forward"], "setdlm_ms_per_forward": b["ms_per_forward"]})
+    print("SetDLM (S_max = 2S, W = S) vs BD3LM (S), batch 1, expected budget S/2 for both")
+    print(_table(rows, ["S", "tau", "weights", "bd3lm_tokens_per_s", "setdlm_tokens_per_s", "ratio",
+                        "bd3lm_tokens_per_forward", "setdlm_tokens_per_forward", "bd3lm_ms_per_forward",
+                        "setdlm_ms_per_forward"]))
+    return {"benchmark": "matched", "rows": rows}
+
+
+def _train_step_time(model, cfg, repeats: int, bf16: bool) -> list[float]:
+    opt = make_optimizer(model, cfg)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(3, model.config.vocab_size - 1, (cfg.batch_size, cfg.length), generator=g)
+    times = []
+    for i in range(repeats + 1):
+        with Stopwatch(model.device) as sw:
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = model.loss(Batch(x))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        if i:  # the first step is warm-up
+            times.append(sw.seconds)
+    return times
+
+
+def bench_train(args) -> dict:
+    preset = get_preset("cpu")
+    rows = []
+    for cfg in preset.train_configs():
+        if cfg.block_size == 16:
+            continue
+        model, _ = cpu_model(cfg.paradigm, cfg.block_size)
+        model.train()
+        times = _train_step_time(model, cfg, args.repeats, cfg.bf16)
+        step = statistics.median(times)
+        rows.append({"model": cfg.paradigm + (f" S={cfg.block_size}" if cfg.block_size else ""),
+                     "seconds_per_step": step, "target_tokens_per_s": cfg.batch_size * cfg.length / step,
+                     "tokens_through_model": (2 if cfg.paradigm in ("bd3lm", "setdlm") else 1) * cfg.length,
+                     "bf16": cfg.bf16, "repeats": times})
+    # SetDLM's static set-causal mask vs building a mask for every sampled order (the naive alternative)
+    from models.setdlm import SetDLMModel
+
+    cfg = next(c for c in preset.train_configs(("setdlm",)) if c.block_size == 4)
+    model, _ = cpu_model("setdlm", 4)
+    model.train()
+    static = statistics.median(_train_step_time(model, cfg, args.repeats, cfg.bf16))
+    per_order = statistics.median(_train_step_time(_PerOrderMask.wrap(model), cfg, args.repeats, cfg.bf16))
+    by = {r["model"]: r for r in rows}
+    ratio = by["setdlm S=4"]["seconds_per_step"] / by["bd3lm S=4"]["seconds_per_step"]
+    print(_table(rows, ["model", "seconds_per_step", "target_tokens_per_s", "tokens_through_model", "bf16"]))
+    print(f"SetDLM / BD3LM step time (S=4): {ratio:.3f}")
+    print(f"SetDLM static mask {static:.3f} s/step vs per-order mask in original positions {per_order:.3f} s/step "
+          f"({per_order / static:.2f}x)")
+    del SetDLMModel
+    return {"benchmark": "train", "rows": rows, "setdlm_over_bd3lm_step_time": ratio,
+            "setdlm_static_mask_s": static, "setdlm_per_order_mask_s": per_order}
+
+
+class _PerOrderMask:
+    """The naive alternative to SetDLM's token-efficient layout: keep the original positions and build the
+    [2L, 2L] mask of every sampled order (a different mask per sequence), as a per-order set-causal mask."""
+
+    @staticmethod
+    def wrap(model):
+        def loss(batch: Batch):
+            ids = batch.input_ids
+            B, L = ids.shape
+            sigma = model.sample_order(batch)
+            rank = torch.empty_like(sigma)
+            rank.scatter_(1, sigma, torch.arange(L, device=ids.device).expand(B, L))
+            rq, rk = rank[:, :, None], rank[:, None, :]
+            top = torch.cat([rk <= rq, torch.zeros_like(rk <= rq)], dim=2)
+            bottom = torch.cat([rk < rq, torch.eye(L, dtype=torch.bool, device=ids.device).expand(B, L, L)], dim=2)
+            mask = torch.cat([top, bottom], dim=1)[:, None]
+            target = batch.target_mask
+            queries = torch.where(target, model.mask_id, ids)
+            pos = torch.arange(L, device=ids.device).expand(B, L)
+            h = model.backbone(torch.cat([ids, queries], 1), torch.cat([pos, pos], 1), attn_mask=mask)[:, L:]
+            logits = model.backbone.logits(h[target]).float()
+            return torch.nn.functional.cross_entropy(logits, ids[target])
+
+        model.loss = loss
+        return model
+
+
+BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("benchmark", choices=[*BENCHMARKS, "all"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--trained", action="store_true", help="use the cached trained cpu-preset checkpoints")
+    ap.add_argument("--out", default="results/bench")
+    args = ap.parse_args(argv)
+    torch.set_grad_enabled(True)
+    results = {}
+    for name in (BENCHMARKS if args.benchmark == "all" else [args.benchmark]):
+        print(f"== {name}")
+        results[name] = {**BENCHMARKS[name](args), **fingerprint("cpu", torch.float32),
+                         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}.json").write_text(json.dumps(results[name], indent=1) + "\n")
+    summary = results if len(results) > 1 else next(iter(results.values()))
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
