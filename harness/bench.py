@@ -249,7 +249,7 @@ class _PerOrderMask:
             target = batch.target_mask
             queries = torch.where(target, model.mask_id, ids)
             pos = torch.arange(L, device=ids.device).expand(B, L)
-            h = model.backbone(torch.cat([ids, queries], 1), torch.cat([pos, pos], 1), attn_mask=mask)[:, L:]
+            h = model.backbone(torch.cat([ids, queries], 1), torch.cat([pos, pos], 1), attn_mask=mask, keep=slice(L, 2 * L))
             logits = model.backbone.logits(h[target]).float()
             return torch.nn.functional.cross_entropy(logits, ids[target])
 

@@ -78,13 +78,14 @@ class ARModel(ParadigmModel):
                 mask = (eye_cols[:col, None] >= eye_cols[None, :col]) & keys[:, None, :]
                 mask = mask | torch.eye(col, dtype=torch.bool, device=device)
                 h = self.backbone(ids[:, :col], pos[:, :col], attn_mask=mask[:, None] if padded else None,
-                                  is_causal=not padded)
+                                  is_causal=not padded, keep=slice(col - 1, col))
             elif step == 0:  # prefill: the whole prompt in one causal forward
                 mask = None
                 if padded:
                     mask = (eye_cols[:P, None] >= eye_cols[None, :P]) & real[:, None, :P]
                     mask = (mask | torch.eye(P, dtype=torch.bool, device=device))[:, None]
-                h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache)
+                h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache,
+                                  keep=slice(P - 1, P))
                 cache.commit(P, real[:, :P])
             else:
                 mask = None

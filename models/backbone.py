@@ -149,7 +149,10 @@ class Block(nn.Module):
         )
         self.dropout = cfg.dropout
 
-    def forward(self, x, cos, sin, attn_mask, is_causal, cache: KVCache | None, layer: int):
+    def forward(self, x, cos, sin, attn_mask, is_causal, cache: KVCache | None, layer: int,
+                keep: slice | None = None):
+        """`keep` (last layer only): the input rows whose outputs are needed. Every row still
+        contributes keys/values, but queries, projection and MLP run on the kept rows only."""
         B, T, D = x.shape
         qkv = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         qk = apply_rotary(qkv[:2], cos, sin)  # q and k rotated together: [2, B, H, T, head_dim]
@@ -159,9 +162,17 @@ class Block(nn.Module):
             cache.k[layer][:, :, start:end] = k
             cache.v[layer][:, :, start:end] = v
             k, v = cache.k[layer][:, :, :end], cache.v[layer][:, :, :end]
+        if keep is not None:
+            if is_causal:  # explicit causal rows for the kept queries (keys end at the last input)
+                S = k.shape[2]
+                attn_mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)[keep]
+                is_causal = False
+            elif attn_mask is not None and attn_mask.shape[-2] == T:
+                attn_mask = attn_mask[..., keep, :]
+            q, x = q[:, :, keep], x[:, keep]
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal)
-        y = self.proj(y.transpose(1, 2).reshape(B, T, D))
+        y = self.proj(y.transpose(1, 2).reshape(B, x.shape[1], D))
         if p:
             y = F.dropout(y, p, True)
         x = x + y
@@ -198,18 +209,21 @@ class Backbone(nn.Module):
         return KVCache(cfg.n_layers, batch, cfg.n_heads, cfg.d_model // cfg.n_heads, capacity, p.dtype, p.device)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                is_causal: bool = False, cache: KVCache | None = None) -> torch.Tensor:
-        """input_ids, position_ids [B, T] -> hidden states [B, T, D].
+                is_causal: bool = False, cache: KVCache | None = None, keep: slice | None = None) -> torch.Tensor:
+        """input_ids, position_ids [B, T] -> hidden states [B, T, D] (only the `keep` rows if given).
 
         attn_mask: bool, True = may attend, broadcastable to [B, H, T, S] where S = T without a
         cache and cache.length + T with one (keys = committed cache slots, then the T inputs).
+        keep: the rows whose outputs the caller needs (e.g. the query stream of a two-stream
+        pass, or the masks of a decode step); the last layer skips the work for the others.
         """
         if cache is not None:
             cache.reserve(input_ids.shape[1])
         x = self.embed(input_ids)
         cos, sin = self.rotary(position_ids, x.dtype)
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, attn_mask, is_causal, cache, i)
+            x = block(x, cos, sin, attn_mask, is_causal, cache, i, keep if i == last else None)
         return self.ln_f(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

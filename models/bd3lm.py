@@ -97,8 +97,8 @@ class BD3LMModel(MDLMModel):
             keys = batch.attention_mask.repeat(1, 2)
             mask = (mask[None] & keys[:, None, :]) | torch.eye(2 * L, dtype=torch.bool, device=x0.device)
             mask = mask[:, None]
-        h = self.backbone(torch.cat([xt, x0], dim=1), torch.cat([pos, pos], dim=1), attn_mask=mask)
-        return h[:, :L]
+        return self.backbone(torch.cat([xt, x0], dim=1), torch.cat([pos, pos], dim=1), attn_mask=mask,
+                             keep=slice(0, L))
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
@@ -208,9 +208,9 @@ class _CachedBlockStep:
         keys = torch.cat([cache.history_mask(), new_valid], dim=1)
         mask = (key_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
         mask[:, :, n:].diagonal(dim1=1, dim2=2).fill_(True)
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache)
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=slice(Tp, None))
         cache.commit(Tp, new_valid[:, :Tp])
-        return h[:, Tp:]
+        return h
 
     def completed(self, rows, next_start) -> None:
         """Nothing to do: a completed block enters the cache in the next forward."""
@@ -238,6 +238,5 @@ class _UncachedBlockStep:
         keys = torch.cat([ctx_valid, blk_valid], dim=1)
         mask = (q_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
         mask.diagonal(dim1=1, dim2=2).fill_(True)
-        h = self.backbone(torch.cat([c_ids, blk_ids], dim=1), torch.cat([c_pos, blk_pos], dim=1),
-                          attn_mask=mask[:, None])
-        return h[:, n_ctx:]
+        return self.backbone(torch.cat([c_ids, blk_ids], dim=1), torch.cat([c_pos, blk_pos], dim=1),
+                             attn_mask=mask[:, None], keep=slice(n_ctx, None))

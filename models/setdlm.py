@@ -90,7 +90,7 @@ class SetDLMModel(ParadigmModel):
         target = batch.target_mask.gather(1, sigma)
         queries = torch.where(target, self.mask_id, clean)
         h = self.backbone(torch.cat([clean, queries], dim=1), torch.cat([sigma, sigma], dim=1),
-                          attn_mask=self._training_mask(L, ids.device))[:, L:]
+                          attn_mask=self._training_mask(L, ids.device), keep=slice(L, 2 * L))
         nll = torch.zeros(clean.shape, dtype=torch.float32, device=ids.device)
         nll[target] = F.cross_entropy(self.backbone.logits(h[target]).float(), clean[target], reduction="none")
         return nll, target
@@ -211,9 +211,9 @@ class _CachedSetStep:
         n = cache.length
         keys = torch.cat([cache.history_mask(), new_valid], dim=1)
         mask = (self.causal[n:n + T, :n + T] & keys[:, None, :]) | self.diag[n:n + T, :n + T]
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache)
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=slice(Tp, None))
         cache.commit(Tp, new_valid[:, :Tp])
-        return h[:, Tp:]
+        return h
 
     def accepted(self, cols, valid) -> None:
         """Nothing to do: accepted tokens enter the cache in the next forward."""
@@ -257,6 +257,6 @@ class _UncachedSetStep:
         mask[:, :n_ctx, :n_ctx] = (ctx_rank[:, None, :] <= ctx_rank[:, :, None]) & ctx_valid[:, None, :]
         mask[:, n_ctx:, :n_ctx] = ctx_valid[:, None, :]
         mask |= torch.eye(T, dtype=torch.bool, device=self.device)
-        h = self.backbone(torch.cat([ids.gather(1, ctx_cols), window], dim=1),
-                          torch.cat([pos.gather(1, ctx_cols), inp_pos[:, Tp:]], dim=1), attn_mask=mask[:, None])
-        return h[:, n_ctx:]
+        return self.backbone(torch.cat([ids.gather(1, ctx_cols), window], dim=1),
+                             torch.cat([pos.gather(1, ctx_cols), inp_pos[:, Tp:]], dim=1), attn_mask=mask[:, None],
+                             keep=slice(n_ctx, None))

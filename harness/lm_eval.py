@@ -1,0 +1,366 @@
+"""lm-evaluation-harness adapter: our four paradigms as lm-eval models (lm-eval 0.4.13, offline).
+
+    harness-lm-eval run --model setdlm --model_args checkpoint=.cache/checkpoints/<model_id>,threshold=0.9 \\
+        --tasks harness_gsm8k --include_path tasks/lm_eval --limit 10
+    python -m harness.lm_eval run ...        # the same; every lm-eval flag works as documented
+
+`lm_eval` alone cannot find external models, so `main` registers ours and then runs lm-eval's
+own CLI. From Python, `import harness.lm_eval` registers them (and keeps lm-eval's built-ins):
+`lm_eval.simple_evaluate(model="setdlm", model_args="checkpoint=...", tasks=[...])`.
+
+Model names: `ar`, `mdlm`, `bd3lm`, `setdlm` (must match the paradigm stored in the checkpoint)
+and `harness` (any paradigm, read from the checkpoint). model_args:
+  checkpoint=DIR   a directory written by `models.save` (e.g. .cache/checkpoints/<model_id> after
+                   `python -m harness.train ...`); required;
+  window, threshold (a float, or none = one token per step), steps, chunk_size,
+  repetition_penalty, use_cache, commit_order, seed: the DecodeConfig knobs (models/base.py);
+  device=auto|cpu|cuda[:N]   auto by default; on the command line use lm-eval's --device instead
+                   (its default cuda:0 falls back to the CPU when CUDA is missing);
+  max_length       default and at most the model's context length;
+  max_gen_toks     256 by default; a task's generation_kwargs override it.
+batch_size comes from lm-eval (--batch_size, an integer).
+A knob that cannot change the result of a request type is reported once per knob by a warning
+(e.g. threshold/window/steps on loglikelihood requests, threshold/window for AR, steps for
+SetDLM; Fast-dLLM #38).
+
+Requests:
+  * Every context is encoded as [bos] + tokenizer.encode(context).
+  * generate_until: greedy unless the request asks for do_sample with temperature > 0 (then
+    temperature and top_p apply); generation stops at EOS or after max_gen_toks tokens, and the
+    text is cut at the first occurrence of any `until` string (stop strings do not end decoding
+    early). A context that does not fit with max_gen_toks new tokens is truncated from the left
+    (bos kept) to leave room for them, but keeps at least half of the context length; fewer
+    tokens are then generated. Requests with the same generation settings are batched.
+  * Infilling has no lm-eval request type: a generate_until context made by `infill_context`
+    (INFILL_MARKER + JSON {"prefix", "middle", "suffix"}) is routed to `model.infill`:
+    [bos] + prefix tokens, then exactly len(tokens(middle)) masked positions (the project's
+    oracle length; the middle text itself is never shown to the model), then suffix tokens +
+    eos. The AR baseline sees only the prefix and generates that many tokens (models/ar.py).
+    A story too long for the context loses suffix tokens from the right, then prefix tokens
+    from the left. max_gen_toks does not apply; `until` strings still cut the text.
+  * loglikelihood: -NLL of the continuation tokens given the context tokens (tokenised
+    separately, the context's trailing whitespace moved to the continuation as lm-eval's HF
+    model does; a long context is truncated from the left). is_greedy: the continuation equals
+    the paradigm's deterministic greedy decode of as many tokens from the context with every
+    visible masked position committed at once (threshold -> 0): exact greedy decoding (argmax at
+    every position) for AR; for MDLM the argmax of every position with the whole continuation
+    masked, in one forward; for BD3LM / SetDLM the same per block / window.
+  * loglikelihood_rolling: lm-eval's get_rolling_token_windows / make_disjoint_window cut the
+    text into windows of at most max_length tokens, each token scored once: bos is the context
+    of the first window, the preceding token that of the next ones (the last window gets a full
+    context); the window log-likelihoods are summed.
+For MDLM, BD3LM and SetDLM both likelihood types are Monte-Carlo estimates of an upper bound on
+the NLL (the NELBO; for SetDLM the NLL along sampled generation orders), so the reported
+log-likelihoods are lower bounds and perplexities upper bounds, not exact values like AR's.
+This is logged when such requests run and recorded in the results' config
+("harness_likelihood"). The first token of every scored sequence is context (bos), as in
+harness.runner, so all paradigms score the same tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import model_registry
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm.auto import tqdm
+
+import models
+from harness.runner import SEED_STRIDE, execute_decode, execute_nll, load_model
+from models import DecodeConfig
+from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
+
+logger = logging.getLogger("harness.lm_eval")
+
+INFILL_MARKER = "<|harness_infill|>"
+KNOBS = ("window", "threshold", "steps", "chunk_size", "repetition_penalty", "use_cache", "commit_order", "seed")
+# knobs that can change the output of generate_until / infill requests, per paradigm (models/*.py)
+DECODE_KNOBS = {
+    "ar": {"repetition_penalty", "use_cache", "seed"},
+    "mdlm": {"threshold", "steps", "chunk_size", "repetition_penalty", "seed"},
+    "bd3lm": {"window", "threshold", "steps", "repetition_penalty", "use_cache", "seed"},
+    "setdlm": {"window", "threshold", "repetition_penalty", "use_cache", "commit_order", "seed"},
+}
+# likelihoods use no decoding knob; the seed fixes the Monte-Carlo noise of the diffusion NELBO
+LIKELIHOOD_KNOBS = {"ar": set(), "mdlm": {"seed"}, "bd3lm": {"seed"}, "setdlm": {"seed"}}
+GREEDY_CHECK = DecodeConfig(threshold=1e-9)  # commits every visible masked position at once
+SAMPLING_KWARGS = ("do_sample", "temperature", "top_p")
+Prepared = tuple[GenerateRequest | InfillRequest, DecodeConfig, list[str]]  # request, decoding, stop strings
+
+
+def infill_context(prefix: str, middle: str, suffix: str) -> str:
+    """The generate_until context of an infilling request (see the module docstring)."""
+    return INFILL_MARKER + json.dumps({"prefix": prefix, "middle": middle, "suffix": suffix})
+
+
+def pick_device(device: str | None) -> torch.device:
+    """auto/None: CUDA when available. lm-eval's CLI always passes --device (default cuda:0), so a CUDA
+    device without CUDA falls back to the CPU with a warning, as lm-eval's HF model does."""
+    cuda = torch.cuda.is_available()
+    if device in (None, "auto"):
+        return torch.device("cuda" if cuda else "cpu")
+    if device.startswith("cuda") and not cuda:
+        logger.warning(f"device {device} requested but CUDA is not available: using the CPU")
+        return torch.device("cpu")
+    return torch.device(device)
+
+
+def cut_at_stop(text: str, until: list[str]) -> str:
+    """`text` up to the first occurrence of any stop string."""
+    for stop in until:
+        if stop:
+            text = text.split(stop, 1)[0]
+    return text
+
+
+class HarnessLM(LM):
+    """An lm-eval model over a checkpoint of any paradigm (see the module docstring)."""
+
+    paradigm_name: ClassVar[str | None] = None  # the paradigm a registered name demands (None: any)
+
+    def __init__(self, checkpoint: str | Path | None = None, device: str | None = "auto",
+                 max_length: int | None = None, max_gen_toks: int = 256, batch_size: int | str | None = 1,
+                 max_batch_size: int | None = None, **knobs: Any):  # max_batch_size: passed by lm-eval, unused
+        super().__init__()
+        name = self.paradigm_name or "harness"
+        if checkpoint is None:
+            raise ValueError(f"model {name!r} needs model_args checkpoint=DIR (a directory written by models.save)")
+        unknown = sorted(set(knobs) - set(KNOBS))
+        if unknown:
+            raise ValueError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
+                             f"max_length, max_gen_toks, {', '.join(KNOBS)}")
+        self.checkpoint = Path(checkpoint).expanduser()
+        stored = models.checkpoint.read_config(self.checkpoint)["model"]["paradigm"]
+        if self.paradigm_name not in (None, stored):
+            raise ValueError(f"--model {self.paradigm_name} was given a checkpoint that holds a {stored!r} model "
+                             f"({self.checkpoint}); use --model {stored} or --model harness")
+        self.loaded = load_model(self.checkpoint, pick_device(device))
+        self.paradigm = stored
+        self.tokenizer = self.loaded.tokenizer
+        self.max_length = min(self.loaded.length, int(max_length or self.loaded.length))
+        if self.max_length < 2:
+            raise ValueError(f"max_length must be >= 2, got {max_length}")
+        self.max_gen_toks = int(max_gen_toks)
+        try:
+            self.batch_size = max(1, int(batch_size or 1))
+        except ValueError:
+            raise ValueError(f"batch_size must be an integer, got {batch_size!r} ('auto' is not supported)") from None
+        self.knobs = {k: v for k, v in knobs.items() if v is not None}
+        self.decode = DecodeConfig(**self.knobs)
+        self.loaded.model.check_decode(self.decode)
+        self._warned: set[str] = set()
+
+    # -- lm-eval's request types ----------------------------------------------------------------
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        prepared = [self._prepare_generation(*r.args) for r in requests]
+        for kind in sorted({"infill" if isinstance(p[0], InfillRequest) else "generate_until" for p in prepared}):
+            self._warn_inert(kind, DECODE_KNOBS[self.paradigm])
+        groups: dict[DecodeConfig, list[int]] = {}
+        for i, (_, decode, _) in enumerate(prepared):
+            groups.setdefault(decode, []).append(i)
+        texts: list[str] = [""] * len(requests)
+        bar = tqdm(total=len(requests), desc=f"{self.paradigm} generate_until", disable=disable_tqdm)
+        for decode, index in groups.items():
+            for start in range(0, len(index), self.batch_size):
+                chunk = index[start:start + self.batch_size]
+                outputs, _ = execute_decode(self.loaded, [prepared[i][0] for i in chunk], decode)
+                for i, out in zip(chunk, outputs):
+                    texts[i] = cut_at_stop(out.text, prepared[i][2])
+                    self.cache_hook.add_partial("generate_until", requests[i].args, texts[i])
+                bar.update(len(chunk))
+        bar.close()
+        return texts
+
+    def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        self._note_likelihood("loglikelihood")
+        pairs = [self._encode_pair(*r.args) for r in requests]
+        scored = self._score([NllRequest(ctx + cont, len(ctx)) for ctx, cont in pairs], disable_tqdm)
+        greedy = self._is_greedy(pairs)
+        results = [(-out.nll, g) for out, g in zip(scored, greedy)]
+        for r, res in zip(requests, results):
+            self.cache_hook.add_partial("loglikelihood", r.args, res)
+        return results
+
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
+        self._note_likelihood("loglikelihood_rolling")
+        windows, owner = [], []
+        for i, r in enumerate(requests):
+            tokens = self.tokenizer.encode(r.args[0])
+            for ctx, pred in map(make_disjoint_window, get_rolling_token_windows(
+                    token_list=tokens, prefix_token=self.tokenizer.bos_id, max_seq_len=self.max_length - 1,
+                    context_len=1)):
+                windows.append(NllRequest(ctx + pred, len(ctx)))
+                owner.append(i)
+        totals = [0.0] * len(requests)
+        for i, out in zip(owner, self._score(windows, disable_tqdm)):
+            totals[i] -= out.nll
+        for r, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", r.args, total)
+        return totals
+
+    def get_model_info(self) -> dict[str, Any]:
+        """Recorded in the results' config by lm-eval."""
+        bound = ("Monte-Carlo estimate of an upper bound on the NLL (NELBO): log-likelihoods are lower bounds, "
+                 "perplexities upper bounds")
+        return {
+            "harness_paradigm": self.paradigm, "harness_checkpoint": str(self.checkpoint),
+            "harness_model_id": self.loaded.model_id, "harness_max_length": self.max_length,
+            "harness_decode": dataclasses.asdict(self.decode),
+            "harness_likelihood": "exact" if self.paradigm == "ar" else bound,
+        }
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _prepare_generation(self, context: str, gen_kwargs: dict) -> Prepared:
+        kwargs = dict(gen_kwargs or {})
+        until = kwargs.pop("until", None) or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_gen = int(kwargs.pop("max_gen_toks", self.max_gen_toks))
+        do_sample, temperature, top_p = (kwargs.pop(k, d) for k, d in zip(SAMPLING_KWARGS, (False, 0.0, 1.0)))
+        for key in sorted(kwargs):
+            self._warn_once(f"generation kwarg {key}={kwargs[key]!r} is not supported by the {self.paradigm} "
+                            f"adapter and is ignored")
+        decode = self.decode
+        if do_sample and float(temperature) > 0:
+            decode = decode.replace(greedy=False, temperature=float(temperature), top_p=float(top_p))
+        if context.startswith(INFILL_MARKER):
+            return self._infill_request(context), decode, until
+        if INFILL_MARKER in context:
+            raise ValueError("an infilling context must start with the infill marker: run infilling tasks 0-shot, "
+                             "without a description or chat template")
+        return self._generate_request(context, max_gen), decode, until
+
+    def _generate_request(self, context: str, max_gen: int) -> GenerateRequest:
+        L = self.max_length
+        ids = self.tokenizer.encode(context)
+        keep = max(L - max_gen, L // 2) - 1  # context tokens that fit after bos
+        if len(ids) > keep:
+            self._warn_once(f"contexts longer than {keep} tokens are truncated from the left (bos kept) to leave "
+                            f"room for max_gen_toks={max_gen} in the context length {L}")
+            ids = ids[len(ids) - keep:]
+        prompt = [self.tokenizer.bos_id] + ids
+        if len(prompt) + max_gen > L:
+            self._warn_once(f"max_gen_toks={max_gen} does not fit after the prompt in the context length {L}: "
+                            f"fewer tokens are generated")
+        return GenerateRequest(prompt, min(max_gen, L - len(prompt)))
+
+    def _infill_request(self, context: str) -> InfillRequest:
+        parts = json.loads(context[len(INFILL_MARKER):])
+        tok, L = self.tokenizer, self.max_length
+        prefix = [tok.bos_id] + tok.encode(parts["prefix"])
+        n_masked = len(tok.encode(parts["middle"]))
+        suffix = tok.encode(parts["suffix"]) + [tok.eos_id]
+        over = len(prefix) + n_masked + len(suffix) - L
+        if over > 0:
+            self._warn_once(f"an infilling request does not fit in the context length {L}: suffix tokens are "
+                            f"dropped from the right, then prefix tokens from the left")
+            cut = min(over, len(suffix))
+            suffix, over = suffix[:len(suffix) - cut], over - cut
+            if over > len(prefix) - 1:
+                raise ValueError(f"an infilling span of {n_masked} tokens does not fit in the context length {L}")
+            prefix = prefix[:1] + prefix[1 + over:]
+        return InfillRequest(prefix, n_masked, suffix)
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces:
+            context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+        ctx, cont = self.tokenizer.encode(context), self.tokenizer.encode(continuation)
+        if not cont:
+            raise ValueError(f"loglikelihood request with an empty continuation (context {context[-50:]!r})")
+        room = self.max_length - 1 - len(cont)
+        if room < 0:
+            raise ValueError(f"a continuation of {len(cont)} tokens does not fit in the context length "
+                             f"{self.max_length} after bos")
+        if len(ctx) > room:
+            self._warn_once("loglikelihood contexts too long for the context length are truncated from the left")
+            ctx = ctx[len(ctx) - room:]
+        return [self.tokenizer.bos_id] + ctx, cont
+
+    def _score(self, requests: list[NllRequest], disable_tqdm: bool) -> list[NllOutput]:
+        """execute_nll in batches; batch c seeds the Monte-Carlo noise with seed * SEED_STRIDE + c."""
+        out: list[NllOutput] = []
+        bar = tqdm(total=len(requests), desc=f"{self.paradigm} scoring", disable=disable_tqdm)
+        for c, start in enumerate(range(0, len(requests), self.batch_size)):
+            chunk = requests[start:start + self.batch_size]
+            out += execute_nll(self.loaded, chunk, seed=self.decode.seed * SEED_STRIDE + c)
+            bar.update(len(chunk))
+        bar.close()
+        return out
+
+    def _is_greedy(self, pairs: list[tuple[list[int], list[int]]]) -> list[bool]:
+        """See the module docstring: does the all-at-once greedy decode reproduce the continuation?"""
+        requests = [GenerateRequest(ctx, len(cont), stop_at_eos=False) for ctx, cont in pairs]
+        greedy: list[bool] = []
+        for start in range(0, len(requests), self.batch_size):
+            outputs, _ = execute_decode(self.loaded, requests[start:start + self.batch_size], GREEDY_CHECK)
+            greedy += [out.ids == cont for out, (_, cont) in zip(outputs, pairs[start:start + self.batch_size])]
+        return greedy
+
+    def _note_likelihood(self, kind: str) -> None:
+        self._warn_inert(kind, LIKELIHOOD_KNOBS[self.paradigm])
+        if self.paradigm != "ar":
+            self._warn_once(f"{kind} from a {self.paradigm} model is a Monte-Carlo estimate of an upper bound on "
+                            f"the NLL (NELBO): reported log-likelihoods are lower bounds and perplexities upper "
+                            f"bounds, not exact values")
+
+    def _warn_inert(self, kind: str, used: set[str]) -> None:
+        for knob in sorted(set(self.knobs) - used):
+            self._warn_once(f"decoding knob {knob}={self.knobs[knob]!r} has no effect on {kind} requests of a "
+                            f"{self.paradigm} model")
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning(message)
+
+
+class ARLM(HarnessLM):
+    paradigm_name = "ar"
+
+
+class MDLMLM(HarnessLM):
+    paradigm_name = "mdlm"
+
+
+class BD3LMLM(HarnessLM):
+    paradigm_name = "bd3lm"
+
+
+class SetDLMLM(HarnessLM):
+    paradigm_name = "setdlm"
+
+
+MODEL_NAMES = {"harness": "HarnessLM", "ar": "ARLM", "mdlm": "MDLMLM", "bd3lm": "BD3LMLM", "setdlm": "SetDLMLM"}
+
+
+def register() -> None:
+    """Register our model names with lm-eval (idempotent; lm-eval's built-in models stay registered).
+
+    The names point at "harness.lm_eval:<class>", so `python -m harness.lm_eval` (which runs this
+    file as __main__) and `import harness.lm_eval` resolve to the same classes."""
+    import lm_eval.models  # noqa: F401  (the built-ins register themselves only while the registry is empty)
+
+    for name, cls in MODEL_NAMES.items():
+        if name not in model_registry:
+            model_registry.register(name, target=f"harness.lm_eval:{cls}")
+
+
+def main() -> None:
+    """The `harness-lm-eval` console script: lm-eval's CLI with our models registered."""
+    register()
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+
+
+register()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Data loaders, prompts and scoring for the lm-eval task YAMLs in this folder (see harness/lm_eval.py).
+
+Every loader reads the data embedded in tasks/data through the project's own task classes, which
+resolve their paths from their module files, so the YAMLs work from any current directory. The
+loaders take **kwargs because lm-eval passes them the task metadata (merged with model_args on
+the command line). Scores reuse the project's scoring code (tasks/rocstories.py, tasks/cnndm.py).
+
+    harness-lm-eval run --model harness --model_args checkpoint=DIR --include_path tasks/lm_eval \\
+        --tasks harness_ppl_file --metadata ppl_file=my_text.txt
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import datasets
+
+from harness.lm_eval import infill_context
+from tasks import Example, TextOutput, get_task
+from tasks.base import DATA_DIR, Task
+from tasks.cnndm import SUMMARY
+from tasks.splits import wikitext_split
+
+ROC = {"roc_infill1": get_task("roc_infill1"), "roc_infill3": get_task("roc_infill3")}
+CNNDM = get_task("cnndm")
+
+
+def _splits(**splits: list[dict[str, Any]]) -> datasets.DatasetDict:
+    return datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in splits.items()})
+
+
+def _score(task: Task, doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    """The project's own per-example scores of the generated text (lm-eval passes it as results[0])."""
+    return task.score(Example(str(doc.get("id")), doc), {"decode": TextOutput(results[0], [])})
+
+
+# -- GSM8K --------------------------------------------------------------------------------------
+def load_gsm8k(**_: Any) -> datasets.DatasetDict:
+    """The official test split (1319 problems) and the train split for few-shot examples."""
+    train = get_task("gsm8k", data_path=DATA_DIR / "gsm8k" / "train.jsonl.gz").records()
+    return _splits(test=get_task("gsm8k").records(), train=train)
+
+
+# -- ROCStories infilling -----------------------------------------------------------------------
+def load_roc_stories(**_: Any) -> datasets.DatasetDict:
+    """Story Cloze 2016 validation (1871 stories), field "sentences" = s1..s5 with the right ending."""
+    return _splits(test=ROC["roc_infill1"].records())
+
+
+def roc_infill1_context(doc: dict[str, Any]) -> str:
+    return infill_context(*ROC["roc_infill1"].pieces(doc["sentences"]))
+
+
+def roc_infill3_context(doc: dict[str, Any]) -> str:
+    return infill_context(*ROC["roc_infill3"].pieces(doc["sentences"]))
+
+
+def roc_infill1_target(doc: dict[str, Any]) -> str:
+    return ROC["roc_infill1"].pieces(doc["sentences"])[1].strip()
+
+
+def roc_infill3_target(doc: dict[str, Any]) -> str:
+    return ROC["roc_infill3"].pieces(doc["sentences"])[1].strip()
+
+
+def roc_infill1_scores(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    return _score(ROC["roc_infill1"], doc, results)
+
+
+def roc_infill3_scores(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    return _score(ROC["roc_infill3"], doc, results)
+
+
+# -- CNN/DailyMail ------------------------------------------------------------------------------
+def load_cnndm(**_: Any) -> datasets.DatasetDict:
+    """cnn_dailymail 3.0.0 test[:500]."""
+    return _splits(test=CNNDM.records())
+
+
+def cnndm_prompt(doc: dict[str, Any]) -> str:
+    return doc["article"] + SUMMARY
+
+
+def cnndm_scores(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    """ROUGE-1/2/L/Lsum (stemmed) of the text before the first "Summary:", as tasks/cnndm.py scores it."""
+    return _score(CNNDM, doc, results)
+
+
+# -- perplexity ---------------------------------------------------------------------------------
+def load_wikitext_eval(**_: Any) -> datasets.DatasetDict:
+    """The 6 held-out WikiText-2 test articles (tasks/splits.py; the CPU presets train on the other 54)."""
+    return _splits(test=[{"text": article} for article in wikitext_split("eval")])
+
+
+def load_text_file(ppl_file: str | None = None, **_: Any) -> datasets.DatasetDict:
+    """Documents of a local file given as `--metadata ppl_file=PATH` (relative to the current directory):
+    .txt (documents separated by blank lines), .jsonl with "text", or .csv with a "text" column."""
+    if not ppl_file:
+        raise ValueError("task harness_ppl_file needs a file: pass --metadata ppl_file=PATH "
+                         "(or TaskManager(metadata={'ppl_file': PATH}) from Python)")
+    return _splits(test=get_task("ppl_file", data_path=ppl_file).records())
