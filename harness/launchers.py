@@ -2,24 +2,51 @@
 
 * `local` (default): this process trains the missing models, then runs the cells model by
   model (each model, task and the gen-ppl judge are loaded once).
+* `ray`: every missing model is one Ray training task and every pending cell one Ray task
+  (`num_gpus=1` on cuda, else `--ray-cpus` CPUs). Workers need no shared filesystem: a training
+  task returns the checkpoint's files, which the driver writes into its own checkpoint cache and
+  Ray's object store hands to the cells that need them (the training task's ObjectRef is a cell
+  argument, so Ray runs the training first and ships it once per node). A cell task returns its
+  example rows and result rows; the driver writes them through the ResultsStore as they arrive,
+  so a killed Ray sweep keeps its finished cells and resumes like a local one. Ray is an optional
+  extra (`pip install -e ".[ray]"`), imported only here.
 
     python -m harness.run --sweep --preset smoke --launcher local
+    python -m harness.run --sweep --preset smoke --launcher ray                       # a local Ray cluster
+    python -m harness.run --sweep --preset paper --launcher ray --ray-address HOST:6379 --device cuda
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
+import models
 from tasks import TASKS, get_task
 
-from .runner import ARJudge, evaluate_cell, load_model
+from .configs import RunCell, TrainConfig
+from .env import REPO, git_sha
+from .runner import ARJudge, LoadedModel, evaluate_cell, load_model
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
-from .train import checkpoint_dir, ensure_trained, resolve_device
+from .train import cache_dir, checkpoint_dir, ensure_trained, get_tokenizer, resolve_device
 
-LAUNCHERS = ("local",)
+LAUNCHERS = ("local", "ray")
+RAY_INSTALL_HINT = '--launcher ray needs Ray: pip install -e ".[ray]"'
+# never shipped to Ray workers with --ray-address (on top of what .gitignore excludes)
+RAY_EXCLUDES = [".venv", ".cache", "results", "plots", ".git"]
+
+
+class LauncherError(ValueError):
+    """A launcher cannot start (e.g. Ray is not installed); reported by the CLI with exit status 2."""
 
 
 def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: bool) -> int:
@@ -49,9 +76,214 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
     return done
 
 
+# -- ray ----------------------------------------------------------------------------------------------
+def import_ray():
+    """The `ray` module, or a LauncherError saying how to install it (the only place Ray is imported)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise LauncherError(RAY_INSTALL_HINT) from None
+    return ray
+
+
+def is_cached(cfg: TrainConfig) -> bool:
+    """Whether this machine's checkpoint cache holds a usable checkpoint of cfg (ensure_trained's test)."""
+    directory = checkpoint_dir(cfg)
+    try:
+        meta = models.checkpoint.read_config(directory)
+    except models.CheckpointError:
+        return False
+    return meta.get("model_id") == cfg.model_id and (directory / models.checkpoint.WEIGHTS_FILE).is_file()
+
+
+def checkpoint_payload(model_id: str, directory: Path) -> dict:
+    """A checkpoint directory as plain data (relative path -> bytes), to travel through Ray's object store."""
+    files = {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {"model_id": model_id, "files": files}
+
+
+def write_checkpoint(payload: dict, directory: Path) -> Path:
+    """Atomically materialise a checkpoint payload as `directory` (same layout as models.checkpoint.save)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        for name, data in payload["files"].items():
+            path = tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ray_train_job(cfg: TrainConfig, device: str) -> dict:
+    """Ray task: train cfg (or reuse the worker's cached checkpoint) and return the checkpoint as a payload.
+    The worker's cache is its own (HARNESS_CACHE or .cache under its working directory); the tokenizer
+    shared by concurrent training tasks on one node is built under a lock."""
+    with _file_lock(cache_dir() / "tokenizers" / ".lock"):
+        get_tokenizer(cfg.tokenizer, cfg.corpus)
+    directory = ensure_trained(cfg, device, progress=False)
+    return checkpoint_payload(cfg.model_id, directory)
+
+
+_WORKER_MODELS: dict[tuple[str, str], LoadedModel] = {}   # per worker process: the model and the judge
+_WORKER_TASKS: dict[tuple, object] = {}
+
+
+def _worker_model(payload: dict, device: torch.device) -> LoadedModel:
+    key = (payload["model_id"], str(device))
+    if key not in _WORKER_MODELS:
+        with tempfile.TemporaryDirectory(prefix="harness-ckpt-") as tmp:
+            directory = write_checkpoint(payload, Path(tmp) / payload["model_id"])
+            loaded = load_model(directory, device, payload["model_id"])
+        while len(_WORKER_MODELS) >= 2:
+            _WORKER_MODELS.pop(next(iter(_WORKER_MODELS)))
+        _WORKER_MODELS[key] = loaded
+    return _WORKER_MODELS[key]
+
+
+def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, existing: list[dict]
+                 ) -> tuple[list[dict], list[dict]]:
+    """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten."""
+    dev = resolve_device(cell.device)
+    loaded = _worker_model(model, dev)
+    ar_judge = ARJudge(_worker_model(judge, dev)) if judge is not None else None
+    key = (cell.task, cell.task_options)
+    if key not in _WORKER_TASKS:
+        _WORKER_TASKS[key] = get_task(cell.task, **cell.options)
+    examples: list[dict] = []
+    rows = evaluate_cell(cell, loaded, _WORKER_TASKS[key], existing, examples.extend, ar_judge, progress=False)
+    return examples, rows
+
+
+def _local_cluster_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str | None = None,
+            cpus_per_task: int = 1) -> int:
+    """Run `cells` as Ray tasks (training tasks first, shared by the cells that need them); the driver
+    writes every result. Connects to `address`, or starts (and stops) a local cluster."""
+    ray = import_ray()
+    from ray.exceptions import RayTaskError
+
+    device = cells[0].device
+    resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": cpus_per_task}
+    started = False
+    if not ray.is_initialized():
+        if address:
+            # workers may be other machines: ship the project's code (the cluster's Python environment
+            # must already have its dependencies, e.g. `pip install -e ".[ray]"` on every node)
+            runtime_env = {"working_dir": str(REPO), "excludes": RAY_EXCLUDES}
+            try:
+                ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING")
+            except (ConnectionError, RuntimeError) as e:
+                first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+                raise LauncherError(
+                    f"cannot connect to the Ray cluster at {address}: {first}\n(is it running - `ray status`? A "
+                    f"cluster with token authentication also needs RAY_AUTH_MODE=token and its token in "
+                    f"~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)") from None
+        else:
+            # a cluster on this machine: workers import the project from the driver's environment
+            ncpu = _local_cluster_cpus()
+            if device != "cuda" and cpus_per_task > ncpu:
+                raise LauncherError(f"--ray-cpus {cpus_per_task} is more than the {ncpu} CPUs of this machine: "
+                                    f"no task could ever start")
+            path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+            ray.init(num_cpus=ncpu, include_dashboard=False, logging_level="WARNING",
+                     runtime_env={"env_vars": {"PYTHONPATH": path}})
+        started = True
+    try:
+        # resources at decoration time: Ray then gives every GPU task a fresh worker process (max_calls=1)
+        train_task = ray.remote(**resources)(ray_train_job)
+        cell_task = ray.remote(**resources)(ray_cell_job)
+        pending: dict = {}                       # ObjectRef -> ("train", cfg) | ("cell", cell)
+        payloads: dict = {}                      # model_id -> ObjectRef of its checkpoint payload
+        for cfg in needed_models(plan, cells):
+            if is_cached(cfg):                   # the driver has it: ship it, do not retrain
+                payloads[cfg.model_id] = ray.put(checkpoint_payload(cfg.model_id, checkpoint_dir(cfg)))
+            else:
+                ref = train_task.remote(cfg, device)
+                payloads[cfg.model_id] = ref
+                pending[ref] = ("train", cfg)
+        for cell in cells:
+            judge = payloads[plan.judge.model_id] if TASKS[cell.task].needs_judge else None
+            ref = cell_task.remote(cell, payloads[cell.model_id], judge, store.example_rows(cell.run_id))
+            pending[ref] = ("cell", cell)
+        driver_sha = git_sha()
+        bar = tqdm(total=len(cells), desc=f"sweep {plan.preset.name} (ray)", disable=not progress,
+                   dynamic_ncols=True)
+        training = sum(kind == "train" for kind, _ in pending.values())
+        if training:
+            bar.set_postfix_str(f"training {training} model(s)")
+        done = 0
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                kind, item = pending.pop(ready[0])
+                try:
+                    result = ray.get(ready[0])
+                except RayTaskError as e:        # report the worker's own error (e.g. a TrainingError)
+                    cause = getattr(e, "cause", None)
+                    raise (cause if isinstance(cause, Exception) else e) from e
+                if kind == "train":
+                    if not is_cached(item):      # a worker without our filesystem: keep a copy here
+                        write_checkpoint(result, checkpoint_dir(item))
+                    training -= 1
+                    bar.set_postfix_str(f"training {training} model(s)" if training else "")
+                    continue
+                examples, rows = result
+                for row in rows:                 # workers without the .git directory cannot tell
+                    if row.get("git_sha") == "unknown":
+                        row["git_sha"] = driver_sha
+                store.append_examples(item.run_id, examples)
+                store.append_runs(rows)
+                done += 1
+                bar.update(1)
+        except BaseException:
+            for ref in pending:                  # a failed cell or a kill stops the sweep, as locally
+                try:
+                    ray.cancel(ref)
+                except Exception:                # already finished, or the connection is gone
+                    pass
+            raise
+        finally:
+            bar.close()
+        return done
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
-            progress: bool = True, ray_address: str | None = None) -> ResultsStore:
+            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1) -> ResultsStore:
     """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock."""
+    if launcher not in LAUNCHERS:
+        raise LauncherError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
+    if launcher == "ray":
+        import_ray()                             # say how to install it before any work
     store = ResultsStore(results_dir(out, plan.preset.name))
     with store.lock(wait=wait):
         store.check_schema()
@@ -60,5 +292,5 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
             if launcher == "local":
                 run_local(plan, cells, store, device, progress)
             else:
-                raise ValueError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
+                run_ray(plan, cells, store, progress, ray_address, ray_cpus)
     return store

@@ -20,7 +20,7 @@ import pandas as pd
 from models.base import PARADIGMS
 from tasks import TASKS, TaskError
 
-from .launchers import LAUNCHERS, execute
+from .launchers import LAUNCHERS, execute, import_ray
 from .presets import PRESETS, get_preset
 from .store import StoreError
 from .sweep import PlanError, plan_sweep, resolve_device
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
     ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
     ap.add_argument("--ray-address", help="with --launcher ray: the cluster address (default: start a local one)")
+    ap.add_argument("--ray-cpus", type=positive_int, default=1,
+                    help="with --launcher ray: CPUs each task requests when not on cuda (default 1)")
     ap.add_argument("--wait", action="store_true", help="wait for another sweep writing the same results directory")
     ap.add_argument("--no-report", action="store_true", help="skip rebuilding tables and plots at the end")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -90,7 +92,12 @@ def make_plan(args):
     preset = get_preset(args.preset)
     if args.launcher not in LAUNCHERS:
         raise PlanError(f"unknown launcher {args.launcher!r}; valid: {', '.join(LAUNCHERS)}")
-    device = resolve_device(args.device)
+    if args.launcher != "ray" and args.ray_address:
+        raise PlanError("--ray-address applies to --launcher ray")
+    if args.launcher == "ray":
+        import_ray()  # with Ray missing: how to install it, before any work
+    # with Ray the GPUs may be on the workers only: --device cuda is not checked on the driver
+    device = "cuda" if args.launcher == "ray" and args.device == "cuda" else resolve_device(args.device)
     common = dict(limit=args.limit, device=device, seed=args.seed, batch_size=args.batch_size, data=args.data,
                   source=args.source)
     knobs = {k: getattr(args, k) for k in DECODE_KNOBS if getattr(args, k, None) is not None}
@@ -128,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = make_plan(args)
         print(f"{len(plan.cells)} cells over {len(plan.train)} models (preset {plan.preset.name})", file=sys.stderr)
-        store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address)
+        store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
+                        args.ray_cpus)
     except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
