@@ -84,7 +84,7 @@ class ForwardClock:
 
 
 def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_tokens: int = NEW_TOKENS) -> dict:
-    model.generate(batch_prompts, 16, decode)  # warm-up
+    model.generate(batch_prompts, new_tokens, decode)  # warm-up over the same shapes as the timed runs
     runs = []
     for _ in range(repeats):
         with ForwardClock(model) as clock, Stopwatch(model.device) as sw:
@@ -143,7 +143,7 @@ def bench_vs_hf(args) -> dict:
         kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
                       pad_token_id=0, attention_mask=torch.ones_like(ids))
         with torch.inference_mode():
-            hf.generate(ids, **{**kwargs, "max_new_tokens": 16, "min_new_tokens": 16})
+            hf.generate(ids, **kwargs)  # warm-up over the same shapes
             rates = []
             for _ in range(args.repeats):
                 with Stopwatch("cpu") as sw:

@@ -92,8 +92,8 @@ class Canvas:
 class Timer:
     """Wall time of one generate/infill call, prefill included (synchronises CUDA)."""
 
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+    def __init__(self, device: torch.device | str):
+        self.cuda = torch.device(device).type == "cuda"
 
     def __enter__(self) -> "Timer":
         if self.cuda:
@@ -170,8 +170,7 @@ def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.
     """
     score = conf.masked_fill(~candidate, -1.0)
     if isinstance(n_forced, int) and n_forced == 1:
-        chosen = torch.zeros_like(candidate)
-        chosen.scatter_(1, score.argmax(dim=1, keepdim=True), True)
+        chosen = torch.arange(score.shape[1], device=score.device) == score.argmax(dim=1, keepdim=True)
     else:
         n = torch.as_tensor(n_forced, device=conf.device).reshape(-1, 1)
         rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)

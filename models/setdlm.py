@@ -91,6 +91,9 @@ class SetDLMModel(ParadigmModel):
         queries = torch.where(target, self.mask_id, clean)
         h = self.backbone(torch.cat([clean, queries], dim=1), torch.cat([sigma, sigma], dim=1),
                           attn_mask=self._training_mask(L, ids.device), keep=slice(L, 2 * L))
+        if bool(target.all()):  # pretraining rows: every position is a target, no gather/scatter needed
+            logits = self.backbone.logits(h.reshape(-1, h.shape[-1]))
+            return F.cross_entropy(logits.float(), clean.reshape(-1), reduction="none").view(clean.shape), target
         nll = torch.zeros(clean.shape, dtype=torch.float32, device=ids.device)
         nll[target] = F.cross_entropy(self.backbone.logits(h[target]).float(), clean[target], reduction="none")
         return nll, target
@@ -179,13 +182,19 @@ class SetDLMModel(ParadigmModel):
             if stop:  # an EOS with no mask before it ends the row
                 eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), win_cols, C).min(dim=1).values)
                 active = active & (eos_at >= first)
-            key = None if order_key is None else order_key.gather(1, win_cols)
-            pend_cols, pend_valid = left_aligned(win_cols, chosen, key)
-            win_cols, candidate, n_cand = window(first, active)
-            n_max, n_next = torch.stack([n_chosen.max(), n_cand.max()]).tolist()
+            if decode.threshold is None:  # exactly one accepted token per decoded row: no sorting needed
+                pend_cols = torch.where(chosen, win_cols, 0).sum(dim=1, keepdim=True)
+                pend_valid = n_chosen[:, None] > 0
+                win_cols, candidate, n_cand = window(first, active)
+                n_next = int(n_cand.max())
+            else:
+                key = None if order_key is None else order_key.gather(1, win_cols)
+                pend_cols, pend_valid = left_aligned(win_cols, chosen, key)
+                win_cols, candidate, n_cand = window(first, active)
+                n_max, n_next = torch.stack([n_chosen.max(), n_cand.max()]).tolist()
+                pend_cols, pend_valid = pend_cols[:, :n_max], pend_valid[:, :n_max]
             if n_next == 0:
                 break
-            pend_cols, pend_valid = pend_cols[:, :n_max], pend_valid[:, :n_max]
             win_cols, candidate = win_cols[:, :n_next], candidate[:, :n_next]
             step.accepted(pend_cols, pend_valid)
         canvas.ids.copy_(ids[:, :C])
