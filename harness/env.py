@@ -7,13 +7,30 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import platform
+import signal
 import subprocess
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+KILL_ENV = "HARNESS_TEST_KILL_AT"
+_kill_counts: dict[str, int] = {}
+
+
+def kill_point(name: str) -> None:
+    """Test hook of the interrupted-run tests (tests/test_reliability.py); a no-op unless
+    HARNESS_TEST_KILL_AT=<name>:<n> is set, in which case the n-th time this process passes point `name`
+    it SIGKILLs itself. Points: "train_step" (a training step finished, its state saved if due),
+    "after_chunk" (an example chunk's rows appended), "after_cell" (a cell's result rows appended)."""
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    _kill_counts[name] = _kill_counts.get(name, 0) + 1
+    if spec == f"{name}:{_kill_counts[name]}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,13 +56,12 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
         ensure_trained(cfg, device, progress=progress)
     judge = None
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
-        judge = ARJudge(load_model(checkpoint_dir(plan.judge), dev, plan.judge.model_id))
-    by_id = {t.model_id: t for t in plan.train}
+        judge = ARJudge(load_model(plan.checkpoint(plan.judge.model_id), dev, plan.judge.model_id))
     tasks = {}
     bar = tqdm(total=len(cells), desc=f"sweep {plan.preset.name}", disable=not progress, dynamic_ncols=True)
     done = 0
     for model_id in dict.fromkeys(c.model_id for c in cells):
-        loaded = load_model(checkpoint_dir(by_id[model_id]), dev, model_id)
+        loaded = load_model(plan.checkpoint(model_id), dev, model_id)
         for cell in (c for c in cells if c.model_id == model_id):
             key = (cell.task, cell.task_options)
             if key not in tasks:
@@ -221,6 +220,8 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
         cell_task = ray.remote(**resources)(ray_cell_job)
         pending: dict = {}                       # ObjectRef -> ("train", cfg) | ("cell", cell)
         payloads: dict = {}                      # model_id -> ObjectRef of its checkpoint payload
+        for model_id, directory in plan.external.items():   # a user's checkpoint (--checkpoint): ship it
+            payloads[model_id] = ray.put(checkpoint_payload(model_id, directory))
         for cfg in needed_models(plan, cells):
             if is_cached(cfg):                   # the driver has it: ship it, do not retrain
                 payloads[cfg.model_id] = ray.put(checkpoint_payload(cfg.model_id, checkpoint_dir(cfg)))
@@ -285,6 +286,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
     if launcher == "ray":
         import_ray()                             # say how to install it before any work
     store = ResultsStore(results_dir(out, plan.preset.name))
+    store.check_schema()                         # refuse another schema's results before creating anything
     with store.lock(wait=wait):
         store.check_schema()
         cells = pending_cells(plan, store)

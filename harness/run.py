@@ -4,9 +4,10 @@
     python -m harness.run --sweep --preset smoke --tasks gsm8k,ppl_owt --limit 2
     python -m harness.run --preset cpu --paradigm setdlm --block-size 4 --task roc_infill1 \\
         --window 8 --threshold 0.9 --limit 20               # a single cell
+    python -m harness.run --checkpoint DIR --task gsm8k --limit 20   # a single cell of your own checkpoint
 
 Every input problem (unknown name, window > L, tau outside (0, 1], BD3LM block not dividing L,
---limit <= 0, a bad --data file, ...) is reported before any work with exit status 2. A
+--limit <= 0, a bad --data file or --checkpoint, ...) is reported before any work with exit status 2. A
 finished cell is never rerun; an interrupted cell resumes at its first missing example.
 """
 
@@ -15,15 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pandas as pd
-
 from models.base import PARADIGMS
 from tasks import TASKS, TaskError
 
 from .launchers import LAUNCHERS, execute, import_ray
 from .presets import PRESETS, get_preset
 from .store import StoreError
-from .sweep import PlanError, plan_sweep, resolve_device
+from .sweep import PlanError, plan_checkpoint, plan_sweep, resolve_device
 from .train import TrainingError
 
 DECODE_KNOBS = ("window", "threshold", "steps", "chunk_size")
@@ -66,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--paradigm", help="single cell: the paradigm")
     ap.add_argument("--task", help="single cell: the task")
     ap.add_argument("--block-size", type=positive_int, help="which of the preset's BD3LM/SetDLM models (S)")
+    ap.add_argument("--checkpoint", help="single cell: evaluate this checkpoint directory (written by models.save, "
+                                         "e.g. by python -m harness.train) instead of a preset model")
     ap.add_argument("--window", type=positive_int, help="SetDLM window W / BD3LM decode block size")
     ap.add_argument("--threshold", type=threshold_value, default=argparse.SUPPRESS,
                     help="confidence threshold tau in (0, 1], or 'none'")
@@ -103,6 +104,11 @@ def make_plan(args):
     knobs = {k: getattr(args, k) for k in DECODE_KNOBS if getattr(args, k, None) is not None}
     if hasattr(args, "threshold"):
         knobs["threshold"] = args.threshold
+    if args.checkpoint:
+        if args.sweep or not args.task:
+            raise PlanError("--checkpoint evaluates one cell: give --task NAME (and no --sweep)")
+        return plan_checkpoint(preset, args.checkpoint, args.task, paradigm=args.paradigm,
+                               block_size=args.block_size, decode=knobs, **common)
     if args.sweep:
         if args.paradigm or args.task:
             raise PlanError("--sweep takes --paradigms/--tasks (plural); --paradigm/--task select a single cell")
@@ -119,6 +125,8 @@ def make_plan(args):
 
 
 def summary_table(rows: list[dict]) -> str:
+    import pandas as pd  # lazy: half a second that a refused input should not wait for
+
     if not rows:
         return "(no results)"
     df = pd.DataFrame([r for r in rows if r.get("primary")])

@@ -49,12 +49,22 @@ class LoadedModel:
         return self.model.config.length
 
 
-def load_model(checkpoint: Path, device: torch.device, model_id: str | None = None) -> LoadedModel:
+def load_model(checkpoint: Path, device: torch.device, model_id: str | None = None,
+               paradigm: str | None = None) -> LoadedModel:
+    """Model and tokenizer of a checkpoint directory (models.CheckpointError if either cannot be loaded)."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = models.load(checkpoint, device=device).to(dtype)
+    model = models.load(checkpoint, paradigm=paradigm, device=device).to(dtype)
     meta = models.checkpoint.read_config(checkpoint)
-    return LoadedModel(model, load_tokenizer(checkpoint), model_id or meta.get("model_id", checkpoint.name),
-                       device, dtype)
+    missing = [f for f in ("tokenizer.json", "tokenizer_meta.json") if not (Path(checkpoint) / f).is_file()]
+    if missing:
+        raise models.CheckpointError(f"checkpoint {checkpoint} has no {' or '.join(missing)} (save the tokenizer "
+                                     f"with it: models.save(model, directory, tokenizer=tok))")
+    try:
+        tokenizer = load_tokenizer(checkpoint)
+    except Exception as e:  # bad JSON, a tokenizer.json that `tokenizers` cannot parse, missing special tokens
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise models.CheckpointError(f"checkpoint {checkpoint}: unreadable tokenizer files ({first})") from None
+    return LoadedModel(model, tokenizer, model_id or meta.get("model_id", checkpoint.name), device, dtype)
 
 
 class ARJudge:
@@ -123,6 +133,13 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
 
 
 # -- one cell ----------------------------------------------------------------------------------------
+def cell_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> tuple[list, list[dict]]:
+    """The cell's examples and every one's requests. Built before anything runs, so an example the task
+    refuses (e.g. a prompt longer than the context) stops the cell before it writes a single row."""
+    examples = task.select(task.examples(tok, length), limit=cell.limit)
+    return examples, [task.requests(ex, tok, length) for ex in examples]
+
+
 def _finite(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -133,7 +150,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
                   write_examples: Callable[[list[dict]], None], judge=None, progress: bool = True) -> list[dict]:
     """Run the missing example chunks of `cell` and return its result rows (one per metric)."""
     tok, L = loaded.tokenizer, loaded.length
-    examples = task.select(task.examples(tok, L), limit=cell.limit)
+    examples, requests = cell_requests(cell, task, tok, L)
+    request_of = {ex.id: r for ex, r in zip(examples, requests)}
     bs = max(1, cell.batch_size)
     chunks = [examples[i:i + bs] for i in range(0, len(examples), bs)]
     have = {row["example_id"]: row for row in existing}
@@ -142,7 +160,7 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     timed = task.decode_kind != "none"
 
     if todo and timed and cell.warmup:
-        warm = [task.requests(ex, tok, L)["decode"] for ex in examples[:cell.warmup]]
+        warm = [r["decode"] for r in requests[:cell.warmup]]
         for start in range(0, len(warm), bs):
             execute_decode(loaded, warm[start:start + bs], decode_base)
 
@@ -151,7 +169,7 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     for c in todo:
         chunk = chunks[c]
         seed = cell.seed * SEED_STRIDE + c
-        reqs = [task.requests(ex, tok, L) for ex in chunk]
+        reqs = [request_of[ex.id] for ex in chunk]
         outputs: list[dict] = [{} for _ in chunk]
         call_of_example = [None] * len(chunk)
         calls: list[CallTiming] = []

@@ -21,11 +21,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from .configs import RESULTS_SCHEMA_VERSION
+from .env import kill_point
 
 REQUIRED_KEYS = (
     "run_id", "preset", "paradigm", "model_id", "task", "metric", "value", "ci_low", "ci_high", "n_examples",
@@ -120,11 +122,15 @@ class ResultsStore:
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-                raise StoreError(f"{self.root} is being written by another sweep (pid {holder}); "
-                                 f"wait for it to finish, pass --wait, or use another --out") from None
+                if not wait:
+                    raise StoreError(f"{self.root} is being written by another sweep (pid {holder}); "
+                                     f"wait for it to finish, pass --wait, or use another --out") from None
+                print(f"waiting for the sweep writing {self.root} (pid {holder}) to finish...", file=sys.stderr,
+                      flush=True)
+                fcntl.flock(fd, fcntl.LOCK_EX)
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             yield
@@ -143,6 +149,7 @@ class ResultsStore:
         if missing:
             raise ValueError(f"result rows lack required keys: {sorted(set(missing))}")
         append_jsonl(self.runs_path, [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows])
+        kill_point("after_cell")
 
     # -- examples --------------------------------------------------------------------------------
     def example_path(self, run_id: str) -> Path:
@@ -153,3 +160,4 @@ class ResultsStore:
 
     def append_examples(self, run_id: str, rows: list[dict]) -> None:
         append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows])
+        kill_point("after_chunk")

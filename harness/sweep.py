@@ -1,6 +1,7 @@
 """Plan a sweep (which models to train, which cells to run) and execute it through a launcher.
 
-A plan is pure data: the TrainConfigs it needs and the RunCells it evaluates. Executing it
+A plan is pure data: the TrainConfigs it needs, the RunCells it evaluates and, for `--checkpoint`,
+the user's checkpoint directories (evaluated as they are, never trained). Executing it
 takes the results directory's writer lock, skips finished cells, trains (or reuses) the
 models the remaining cells need, and runs the cells model by model. Results are written by
 this process only, through harness.store, whichever launcher ran the work.
@@ -11,18 +12,21 @@ this process only, through harness.store, whichever launcher ran the work.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from models.base import PARADIGMS, DecodeConfig
+import models
+from models.base import PARADIGMS, DecodeConfig, ModelConfig
 from models.schedules import StaggeredSchedule, block_expected_budget
-from tasks import TASKS, TaskError, get_task
+from tasks import TASKS, Task, TaskError, get_task
 
 from .configs import RunCell, TrainConfig, options_tuple
 from .presets import Preset
+from .runner import cell_requests, load_model
 from .store import ResultsStore
+from .train import checkpoint_dir
 
 
 class PlanError(ValueError):
@@ -35,11 +39,19 @@ class Plan:
     train: tuple[TrainConfig, ...]     # every model the cells (and the gen-ppl judge) need
     cells: tuple[RunCell, ...]
     judge: TrainConfig | None          # the AR model that scores gen-ppl samples
+    external: dict[str, Path] = field(default_factory=dict)  # model_id -> a user's checkpoint (--checkpoint)
+
+    def checkpoint(self, model_id: str) -> Path:
+        """Where the model's checkpoint is: the user's directory, or the training cache."""
+        if model_id in self.external:
+            return self.external[model_id]
+        return checkpoint_dir(next(t for t in self.train if t.model_id == model_id))
 
 
-def expected_budget(cfg: TrainConfig) -> float | None:
+def expected_budget(cfg: TrainConfig | ModelConfig) -> float | None:
     """Expected inference prediction budget of a model (spec §6): S/2 for BD3LM and SetDLM (S_max = 2S),
-    L/2 for MDLM (the whole sequence is one block), None for AR."""
+    L/2 for MDLM (the whole sequence is one block), None for AR. Reads only paradigm, length, block_size
+    and max_block_size, which a TrainConfig and a checkpoint's ModelConfig both have."""
     if cfg.paradigm == "bd3lm":
         return block_expected_budget(cfg.block_size)
     if cfg.paradigm == "setdlm":
@@ -59,7 +71,7 @@ def _split(value: str | None, valid, what: str) -> tuple[str, ...] | None:
     return names
 
 
-def validate_decode(cfg: TrainConfig, decode: DecodeConfig) -> None:
+def validate_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig) -> None:
     if decode.window is not None and decode.window > cfg.length:
         raise PlanError(f"window {decode.window} is larger than the context length L={cfg.length}")
     if cfg.paradigm == "bd3lm" and decode.window is not None and cfg.length % decode.window:
@@ -76,40 +88,41 @@ def _task_options(spec_options: dict, data: str | None, source: str | None) -> d
     return options
 
 
-def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
-               device: str = "cpu", seed: int = 0, batch_size: int = 1, data: str | None = None,
-               source: str | None = None, decode: dict | None = None, block_size: int | None = None
-               ) -> Plan:
-    """Every (model, decode setting, task) cell of a preset; `decode` (knob -> value) narrows the grid
-    to one setting, whose knobs win over the preset's per-task decoding overrides."""
-    chosen_paradigms = _split(paradigms, PARADIGMS, "paradigm") or PARADIGMS
-    preset_tasks = tuple(t.name for t in preset.tasks)
-    chosen_tasks = _split(tasks, tuple(TASKS), "task") or preset_tasks
+def _load_task(name: str, options: dict) -> Task:
+    """The task, with a user's --data file read and parsed now: a malformed line, a missing field, an empty
+    file or the wrong format is reported before any work (the embedded and hub data load at first use)."""
+    try:
+        task = get_task(name, **options)
+        if task.source == "file":
+            task.records()
+    except TaskError as e:
+        raise PlanError(str(e)) from None
+    return task
+
+
+def _check_common(limit: int | None, batch_size: int, data: str | None, tasks: tuple[str, ...]) -> None:
     if limit is not None and limit < 1:
         raise PlanError(f"--limit must be a positive number of examples, got {limit}")
     if batch_size < 1:
         raise PlanError(f"--batch-size must be >= 1, got {batch_size}")
-    if data is not None and len(chosen_tasks) != 1:
+    if data is not None and len(tasks) != 1:
         raise PlanError("--data applies to one task: also pass --tasks NAME")
 
-    train = [c for c in preset.train_configs(chosen_paradigms)
-             if block_size is None or c.block_size in (None, block_size)]
-    if block_size is not None and not any(c.block_size == block_size for c in train):
-        sizes = sorted({c.block_size for c in preset.train_configs() if c.block_size})
-        raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
-    train = [c.replace(seed=seed) for c in train]
-    cells = []
-    for name in chosen_tasks:
+
+def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str, TrainConfig | ModelConfig]],
+           decode: dict | None, data: str | None, source: str | None, limit: int | None, **cell_fields
+           ) -> tuple[list[RunCell], dict[str, Task]]:
+    """The cells of every (task, model, decode setting), and the tasks by name; `targets` are (model_id,
+    config) pairs."""
+    cells, tasks = [], {}
+    for name in task_names:
         try:
             spec = preset.task(name)
         except KeyError:
             spec = dataclasses.replace(preset.tasks[0], name=name, options={}, decode={})
         options = _task_options(spec.options, data, source)
-        try:
-            task = get_task(name, **options)
-        except TaskError as e:
-            raise PlanError(str(e)) from None
-        for cfg in train:
+        task = tasks[name] = _load_task(name, options)
+        for model_id, cfg in targets:
             if task.decode_kind == "none":
                 grid = [DecodeConfig()]
             else:
@@ -120,17 +133,74 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
             for d in grid:
                 validate_decode(cfg, d)
                 cells.append(RunCell(
-                    preset=preset.name, model_id=cfg.model_id, paradigm=cfg.paradigm, task=name, decode=d,
+                    preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,
-                    batch_size=batch_size, device=device, seed=seed, block_size=cfg.block_size,
-                    expected_budget=expected_budget(cfg),
+                    block_size=cfg.block_size, expected_budget=expected_budget(cfg), **cell_fields,
                 ))
-    judge = None
+    return cells, tasks
+
+
+def _judge(preset: Preset, cells: list[RunCell], seed: int) -> TrainConfig | None:
     if any(TASKS[c.task].needs_judge for c in cells):
-        judge = next(c for c in preset.train_configs(("ar",))).replace(seed=seed)
-        if judge not in train:
-            train.append(judge)
+        return next(c for c in preset.train_configs(("ar",))).replace(seed=seed)
+    return None
+
+
+def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
+               device: str = "cpu", seed: int = 0, batch_size: int = 1, data: str | None = None,
+               source: str | None = None, decode: dict | None = None, block_size: int | None = None
+               ) -> Plan:
+    """Every (model, decode setting, task) cell of a preset; `decode` (knob -> value) narrows the grid
+    to one setting, whose knobs win over the preset's per-task decoding overrides."""
+    chosen_paradigms = _split(paradigms, PARADIGMS, "paradigm") or PARADIGMS
+    preset_tasks = tuple(t.name for t in preset.tasks)
+    chosen_tasks = _split(tasks, tuple(TASKS), "task") or preset_tasks
+    _check_common(limit, batch_size, data, chosen_tasks)
+
+    train = [c for c in preset.train_configs(chosen_paradigms)
+             if block_size is None or c.block_size in (None, block_size)]
+    if block_size is not None and not any(c.block_size == block_size for c in train):
+        sizes = sorted({c.block_size for c in preset.train_configs() if c.block_size})
+        raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
+    train = [c.replace(seed=seed) for c in train]
+    cells, _ = _cells(preset, chosen_tasks, [(c.model_id, c) for c in train], decode, data, source, limit,
+                      batch_size=batch_size, device=device, seed=seed)
+    judge = _judge(preset, cells, seed)
+    if judge is not None and judge not in train:
+        train.append(judge)
     return Plan(preset, tuple(train), tuple(cells), judge)
+
+
+def plan_checkpoint(preset: Preset, directory: str | Path, task: str, paradigm: str | None = None,
+                    block_size: int | None = None, limit: int | None = None, device: str = "cpu", seed: int = 0,
+                    batch_size: int = 1, data: str | None = None, source: str | None = None,
+                    decode: dict | None = None) -> Plan:
+    """One cell of a user's checkpoint (a directory written by models.save, e.g. by harness.train) on one
+    task. The checkpoint is loaded and every selected example turned into requests now, so a bad checkpoint
+    or a prompt that does not fit its context is reported before any work. model_id: the config's
+    `model_id`, else the directory name; paradigm, block size and budget: its model config."""
+    directory = Path(directory)
+    if paradigm is not None and paradigm not in PARADIGMS:
+        raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(PARADIGMS)}")
+    chosen_tasks = _split(task, tuple(TASKS), "task")
+    if len(chosen_tasks) != 1:
+        raise PlanError("--checkpoint evaluates one task: give --task NAME")
+    _check_common(limit, batch_size, data, chosen_tasks)
+    meta = models.checkpoint.read_config(directory)                   # CheckpointError: exit 2
+    loaded = load_model(directory, torch.device("cpu"), meta.get("model_id") or directory.resolve().name, paradigm)
+    config = loaded.model.config
+    if block_size is not None and block_size != config.block_size:
+        raise PlanError(f"--block-size {block_size} does not match the checkpoint's block size {config.block_size} "
+                        f"({directory}); leave --block-size out")
+    cells, tasks = _cells(preset, chosen_tasks, [(loaded.model_id, config)], decode or {}, data, source, limit,
+                          batch_size=batch_size, device=device, seed=seed)
+    for cell in cells[:1]:   # requests do not depend on the decode setting
+        try:
+            cell_requests(cell, tasks[cell.task], loaded.tokenizer, config.length)
+        except TaskError as e:
+            raise PlanError(f"{e} (checkpoint {directory})") from None
+    judge = _judge(preset, cells, seed)
+    return Plan(preset, (judge,) if judge else (), tuple(cells), judge, {loaded.model_id: directory})
 
 
 def resolve_device(device: str) -> str:
@@ -149,10 +219,11 @@ def pending_cells(plan: Plan, store: ResultsStore) -> list[RunCell]:
 
 
 def needed_models(plan: Plan, cells: list[RunCell]) -> list[TrainConfig]:
+    """The models to train (or take from the cache) for `cells`; a user's checkpoint is never trained."""
     ids = {c.model_id for c in cells}
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
         ids.add(plan.judge.model_id)
-    return [t for t in plan.train if t.model_id in ids]
+    return [t for t in plan.train if t.model_id in ids and t.model_id not in plan.external]
 
 
 def results_dir(out: str | Path, preset: str) -> Path:

@@ -32,6 +32,7 @@ from models import Batch
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
 from .configs import TrainConfig, short_hash
+from .env import kill_point
 
 VAL_ROWS = 32
 
@@ -250,6 +251,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
             bar.update(1)
         if save_every and done % save_every == 0 and done < cfg.steps:
             _save_state(cfg, done, model, ema, opt, data_gen, time.perf_counter() - t0)
+        kill_point("train_step")
     bar.close()
     train_seconds = time.perf_counter() - t0
     if ema is not None:

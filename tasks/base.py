@@ -211,7 +211,7 @@ def hf_load_dataset(path: str, name: str | None, split: str) -> Iterable[dict[st
     """The one place the project calls the Hugging Face hub (only for source='hf')."""
     import datasets  # lazy: importing it is slow and it is only needed online
 
-    return datasets.load_dataset(path, name, split=split)
+    return datasets.load_dataset(path, name, split=split, trust_remote_code=False)  # never a loading script
 
 
 # ----------------------------------------------------------------------------- aggregation

@@ -118,7 +118,8 @@ class GSM8K(Task):
         if len(prompt) >= length:
             raise TaskError(
                 f"task gsm8k, example {example.id}: the question is {len(prompt)} tokens with bos, which leaves no "
-                f"room to answer in a context of {length}; use a longer context or skip it with --start/--limit"
+                f"room to answer in a context of {length}; use a model with a longer context, or leave that question "
+                f"out of the data"
             )
         answer = tokenizer.encode(" " + example.fields["answer"]) + [tokenizer.eos_id]
         return {

