@@ -63,6 +63,7 @@ class TrainConfig:
     bf16: bool = False                  # autocast (CPU bf16 needs AVX512-BF16 to pay off; CUDA always)
     train_on_nelbo: bool = False
     seed: int = 0
+    init_from: "TrainConfig | None" = None  # start from this (trained) model's weights instead of random ones
 
     def __post_init__(self) -> None:
         if self.paradigm not in PARADIGMS:
@@ -73,6 +74,15 @@ class TrainConfig:
             raise ValueError(f"{self.paradigm} has no block size")
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
+        if self.init_from is not None:
+            shared = ("length", "n_layers", "d_model", "n_heads", "tokenizer", "corpus")
+            differ = [f for f in shared if getattr(self, f) != getattr(self.init_from, f)]
+            if differ:
+                raise ValueError(f"init_from must share the architecture and tokenizer; differs in {', '.join(differ)}")
+
+    def lineage(self) -> list["TrainConfig"]:
+        """The models this one starts from, oldest first, then itself."""
+        return (self.init_from.lineage() if self.init_from is not None else []) + [self]
 
     @property
     def model_id(self) -> str:

@@ -134,12 +134,15 @@ def _file_lock(path: Path):
         os.close(fd)
 
 
-def ray_train_job(cfg: TrainConfig, device: str) -> dict:
+def ray_train_job(cfg: TrainConfig, device: str, parent: dict | None = None) -> dict:
     """Ray task: train cfg (or reuse the worker's cached checkpoint) and return the checkpoint as a payload.
     The worker's cache is its own (HARNESS_CACHE or .cache under its working directory); the tokenizer
-    shared by concurrent training tasks on one node is built under a lock."""
+    shared by concurrent training tasks on one node is built under a lock. `parent` is the payload of
+    cfg.init_from (the model it starts from), written into the worker's cache before training."""
     with _file_lock(cache_dir() / "tokenizers" / ".lock"):
         get_tokenizer(cfg.tokenizer, cfg.corpus)
+    if parent is not None and not is_cached(cfg.init_from):
+        write_checkpoint(parent, checkpoint_dir(cfg.init_from))
     directory = ensure_trained(cfg, device, progress=False)
     return checkpoint_payload(cfg.model_id, directory)
 
@@ -226,7 +229,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
             if is_cached(cfg):                   # the driver has it: ship it, do not retrain
                 payloads[cfg.model_id] = ray.put(checkpoint_payload(cfg.model_id, checkpoint_dir(cfg)))
             else:
-                ref = train_task.remote(cfg, device)
+                ref = train_task.remote(cfg, device, payloads[cfg.init_from.model_id] if cfg.init_from else None)
                 payloads[cfg.model_id] = ref
                 pending[ref] = ("train", cfg)
         for cell in cells:

@@ -32,6 +32,7 @@ class TaskSpec:
     limit: int
     options: dict = field(default_factory=dict)
     decode: dict = field(default_factory=dict)   # e.g. sampling / repetition penalty for this task
+    thresholds: tuple | None = None              # restrict the preset's tau grid for this task
 
 
 @dataclass(frozen=True)
@@ -47,25 +48,32 @@ class Preset:
     setdlm_windows: str                    # "S" or "S,Smax"
     tasks: tuple[TaskSpec, ...]
     warmup: int = 2                        # examples run but not timed, per cell
+    adapt_from_ar: dict | None = None      # None: every model from scratch; else the diffusion models start
+                                           # from the trained AR model, with these TrainConfig overrides
 
     def train_configs(self, paradigms: tuple[str, ...] = PARADIGMS) -> list[TrainConfig]:
+        ar = self.base.replace(paradigm="ar", block_size=None, steps=self.steps["ar"])
         out = []
         for paradigm in paradigms:
             sizes = {"bd3lm": self.bd3lm_sizes, "setdlm": self.setdlm_sizes}.get(paradigm, (None,))
             for s in sizes:
-                out.append(self.base.replace(paradigm=paradigm, block_size=s, steps=self.steps[paradigm]))
+                cfg = self.base.replace(paradigm=paradigm, block_size=s, steps=self.steps[paradigm])
+                if paradigm != "ar" and self.adapt_from_ar is not None:
+                    cfg = cfg.replace(init_from=ar, **self.adapt_from_ar)
+                out.append(cfg)
         return out
 
-    def decode_grid(self, cfg: TrainConfig) -> list[DecodeConfig]:
+    def decode_grid(self, cfg: TrainConfig, task: TaskSpec | None = None) -> list[DecodeConfig]:
         """Decoding settings swept for one trained model (task-specific overrides are applied later)."""
+        thresholds = task.thresholds if task is not None and task.thresholds is not None else self.thresholds
         if cfg.paradigm == "ar":
             return [DecodeConfig()]
         if cfg.paradigm == "mdlm":
-            return ([DecodeConfig(threshold=t) for t in self.thresholds]
+            return ([DecodeConfig(threshold=t) for t in thresholds]
                     + [DecodeConfig(steps=s) for s in self.mdlm_steps])
         S = cfg.block_size
         windows = (S,) if cfg.paradigm == "bd3lm" or self.setdlm_windows == "S" else (S, cfg.max_block_size or 2 * S)
-        return [DecodeConfig(window=w, threshold=t) for w in windows for t in self.thresholds]
+        return [DecodeConfig(window=w, threshold=t) for w in windows for t in thresholds]
 
     def task(self, name: str) -> TaskSpec:
         for spec in self.tasks:
@@ -91,7 +99,7 @@ _SMOKE = Preset(
     description="tiny models, every paradigm x every task, a few examples (minutes on 2 CPU cores)",
     base=TrainConfig(paradigm="ar", length=128, n_layers=2, d_model=64, n_heads=4, tokenizer="bpe:2048",
                      batch_size=16, lr=5e-3, warmup_steps=10),
-    steps={"ar": 60, "mdlm": 60, "bd3lm": 60, "setdlm": 60},
+    steps={"ar": 60, "mdlm": 30, "bd3lm": 30, "setdlm": 30},
     bd3lm_sizes=(4,),
     setdlm_sizes=(4,),
     thresholds=(None, 0.7),
@@ -106,34 +114,40 @@ _SMOKE = Preset(
         TaskSpec("ppl_lm1b", 4),
         TaskSpec("ppl_wikitext", 4),
         TaskSpec("genppl", 3, {"max_new_tokens": 16}, SAMPLED),
-        TaskSpec("mauve", 8, {"max_new_tokens": 16, "n_subsets": 2}, SAMPLED),
+        TaskSpec("mauve", 8, {"max_new_tokens": 16, "n_subsets": 2}, SAMPLED, thresholds=(None,)),
     ),
     warmup=1,
+    adapt_from_ar={"warmup_steps": 5},
 )
 
+# The cpu preset adapts every diffusion model from the trained AR model (as the paper's GSM8K models all
+# start from one AR base model): trained from scratch in ~2 minutes each, the diffusion models only learn
+# the unigram distribution and decode degenerate text, so no decoding comparison would mean anything.
 _CPU = Preset(
     name="cpu",
-    description="small models trained on the embedded corpus; the default of --sweep",
+    description="small models on the embedded corpus (diffusion models adapted from the AR model); the default of --sweep",
     base=TrainConfig(paradigm="ar", length=256, n_layers=4, d_model=128, n_heads=4, tokenizer="bpe:4096",
                      batch_size=16, lr=5e-3, warmup_steps=30, bf16=True),
-    steps={"ar": 350, "mdlm": 480, "bd3lm": 240, "setdlm": 220},   # ~2.2 min each on 2 cores (bf16)
+    steps={"ar": 600, "mdlm": 300, "bd3lm": 170, "setdlm": 160},   # ~4 min AR, ~1.5 min per adaptation (bf16)
     bd3lm_sizes=(4, 16),
     setdlm_sizes=(4, 16),
     thresholds=THRESHOLDS,
     mdlm_steps=(32, 16),
     setdlm_windows="S,Smax",
     tasks=(
-        TaskSpec("gsm8k", 16, {"max_new_tokens": 96}),
+        TaskSpec("gsm8k", 12, {"max_new_tokens": 96}),
         TaskSpec("roc_infill1", 24, {}, GREEDY_TEXT),
         TaskSpec("roc_infill3", 16, {}, GREEDY_TEXT),
-        TaskSpec("cnndm", 12, {"max_new_tokens": 48}, GREEDY_TEXT),
+        TaskSpec("cnndm", 10, {"max_new_tokens": 48}, GREEDY_TEXT),
         TaskSpec("ppl_owt", 200),
         TaskSpec("ppl_lm1b", 64),
         TaskSpec("ppl_wikitext", 64),
-        TaskSpec("genppl", 16, {"max_new_tokens": 64}, SAMPLED),
-        TaskSpec("mauve", 48, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED),
+        TaskSpec("genppl", 12, {"max_new_tokens": 64}, SAMPLED),
+        # MAUVE needs many samples per point: it runs once per model/window (tau off), not over the tau grid
+        TaskSpec("mauve", 48, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED, thresholds=(None,)),
     ),
-    warmup=2,
+    warmup=1,
+    adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
 )
 
 _PAPER = Preset(

@@ -119,14 +119,14 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
         try:
             spec = preset.task(name)
         except KeyError:
-            spec = dataclasses.replace(preset.tasks[0], name=name, options={}, decode={})
+            spec = dataclasses.replace(preset.tasks[0], name=name, options={}, decode={}, thresholds=None)
         options = _task_options(spec.options, data, source)
         task = tasks[name] = _load_task(name, options)
         for model_id, cfg in targets:
             if task.decode_kind == "none":
                 grid = [DecodeConfig()]
             else:
-                grid = [DecodeConfig()] if decode is not None else preset.decode_grid(cfg)
+                grid = [DecodeConfig()] if decode is not None else preset.decode_grid(cfg, spec)
                 grid = [d.replace(**spec.decode).replace(**(decode or {})) for d in grid]
                 if cfg.paradigm in ("bd3lm", "setdlm"):
                     grid = [d if d.window is not None else d.replace(window=cfg.block_size) for d in grid]
@@ -219,11 +219,14 @@ def pending_cells(plan: Plan, store: ResultsStore) -> list[RunCell]:
 
 
 def needed_models(plan: Plan, cells: list[RunCell]) -> list[TrainConfig]:
-    """The models to train (or take from the cache) for `cells`; a user's checkpoint is never trained."""
+    """The models to train (or take from the cache) for `cells`, every model after the ones it starts
+    from (init_from); a user's checkpoint is never trained."""
     ids = {c.model_id for c in cells}
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
         ids.add(plan.judge.model_id)
-    return [t for t in plan.train if t.model_id in ids and t.model_id not in plan.external]
+    wanted = [t for t in plan.train if t.model_id in ids and t.model_id not in plan.external]
+    ordered = [c for t in wanted for c in t.lineage()]   # a model's init_from ancestors come before it
+    return list({c.model_id: c for c in ordered}.values())
 
 
 def results_dir(out: str | Path, preset: str) -> Path:

@@ -217,6 +217,9 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
         raise TrainingError(f"corpus {cfg.corpus!r} has {stream.numel()} tokens, fewer than one row of {cfg.length}")
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, tok).to(dev)
+    if cfg.init_from is not None:  # adapt a trained model (e.g. AR -> diffusion): same backbone, its weights
+        parent = models.load(ensure_trained(cfg.init_from, device, progress), device=dev)
+        model.load_state_dict(parent.state_dict())
     model.train()
     opt = make_optimizer(model, cfg)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.ema > 0 else None
