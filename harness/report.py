@@ -26,13 +26,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .store import read_jsonl  # noqa: E402
 
 EXTRA_PLOTS = {"gsm8k": ("answer_nll_per_token",), "genppl": ("unigram_entropy",)}
 PARADIGM_ORDER = {"ar": 0, "mdlm": 1, "bd3lm": 2, "setdlm": 3}
-COLORS = {"ar": "#222222", "mdlm": "#1f77b4", "bd3lm": "#d62728", "setdlm": "#2ca02c"}
+CMAPS = {"ar": "Greys", "mdlm": "Blues", "bd3lm": "Reds", "setdlm": "Greens"}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
 
@@ -151,40 +152,55 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index().drop(columns="order")
 
 
+def family_colors(points: pd.DataFrame) -> dict[str, tuple]:
+    """One hue per paradigm, one shade per family within it (so e.g. the SetDLM windows stay apart)."""
+    colors = {}
+    for paradigm, cmap in CMAPS.items():
+        fams = list(dict.fromkeys(points[points.paradigm == paradigm].family))
+        for i, fam in enumerate(fams):
+            colors[fam] = plt.get_cmap(cmap)(0.95 if len(fams) == 1 else 0.5 + 0.45 * i / (len(fams) - 1))
+    return colors
+
+
 def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path) -> None:
     sub = df[(df.task == task) & (df.metric == metric) & df.tokens_per_s.notna()]
     if sub.empty:
         return
     hib = bool(sub.iloc[0].higher_is_better)
     label = sub.iloc[0].get("metric_label") or metric
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    for ax, xcol, xlabel in ((axes[0], "tokens_per_s", "tokens / s (batch 1, per-example mean)"),
-                             (axes[1], "tokens_per_forward", "tokens per forward")):
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    handles = {}
+    for ax, xcol, xlabel in ((axes[0], "tokens_per_s", "tokens / s (batch 1, mean of per-example rates)"),
+                             (axes[1], "tokens_per_forward", "tokens per forward (hardware-independent)")):
         pts = sub[sub[xcol].notna()]
-        fams = list(dict.fromkeys(pts.family))
-        for i, fam in enumerate(fams):
+        colors = family_colors(pts)
+        for i, fam in enumerate(dict.fromkeys(pts.family)):
             f = pts[pts.family == fam].sort_values(xcol)
-            color = COLORS[f.iloc[0].paradigm]
             yerr = [(f.value - f.ci_low).clip(lower=0).fillna(0), (f.ci_high - f.value).clip(lower=0).fillna(0)]
             xerr = None
             if xcol == "tokens_per_s":
                 xerr = [(f.tokens_per_s - f.tokens_per_s_ci_low).clip(lower=0).fillna(0),
                         (f.tokens_per_s_ci_high - f.tokens_per_s).clip(lower=0).fillna(0)]
-            ax.errorbar(f[xcol], f.value, yerr=yerr, xerr=xerr, color=color, marker=MARKERS[i % len(MARKERS)],
-                        linestyle="-", linewidth=1, markersize=5, capsize=2, alpha=0.85, label=fam)
+            handles[fam] = ax.errorbar(f[xcol], f.value, yerr=yerr, xerr=xerr, color=colors[fam],
+                                       marker=MARKERS[i % len(MARKERS)], linestyle="-", linewidth=1, markersize=5,
+                                       capsize=2, alpha=0.85, label=fam)
         mask = pareto_mask(pts.value.astype(float).tolist(), pts[xcol].astype(float).tolist(), hib)
         front = pts[mask].sort_values(xcol)
-        ax.plot(front[xcol], front.value, color="#ff7f0e", linewidth=2.5, alpha=0.5, zorder=0, label="Pareto front")
+        handles["Pareto front"] = ax.plot(front[xcol], front.value, color="#ff7f0e", linewidth=2.5, alpha=0.5,
+                                          zorder=0, label="Pareto front")[0]
         ax.scatter(front[xcol], front.value, s=140, facecolors="none", edgecolors="#ff7f0e", linewidths=1.8, zorder=3)
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(label + ("" if hib else " (lower is better)"))
+        ax.set_ylabel(f"{metric} ({'higher' if hib else 'lower'} is better)")
         ax.grid(True, which="both", alpha=0.25)
-    axes[0].legend(fontsize=7, loc="best")
-    preset = sub.iloc[0].preset
-    fig.suptitle(f"{task}: {label} vs speed ({preset} preset, {sub.iloc[0].device_name if 'device_name' in sub else ''})",
-                 fontsize=10)
-    fig.tight_layout()
+    first = sub.iloc[0]
+    fig.suptitle(f"{label} vs speed: {task}, {first.preset} preset, n={int(first.n_examples)} per point, "
+                 f"{first.get('device_name', first.device)}", fontsize=10)
+    fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.83, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)

