@@ -51,6 +51,17 @@ def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = Fals
     return model, "random"
 
 
+def gsm8k_prompts(batch: int, tokenizer_dir) -> list[list[int]]:
+    """Real prompts for trained models: the last PROMPT_LEN tokens of bos + 'Question: ...\nAnswer:'."""
+    from models.tokenizers import load_tokenizer
+    from tasks import get_task
+    from tasks.gsm8k import prompt_text
+
+    tok = load_tokenizer(tokenizer_dir)
+    task = get_task("gsm8k")
+    return [([tok.bos_id] + tok.encode(prompt_text(r["question"])))[-PROMPT_LEN:] for r in task.records()[:batch]]
+
+
 def prompts(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab - 1, (batch, PROMPT_LEN), generator=g).tolist()
@@ -83,23 +94,46 @@ class ForwardClock:
         self.model.backbone.forward, self.model.backbone.logits = self.originals
 
 
-def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_tokens: int = NEW_TOKENS) -> dict:
+def generate_run(model, batch_prompts, decode: DecodeConfig, new_tokens: int = NEW_TOKENS):
+    """A timed decode of our model: returns a callable doing one measured run (warmed up once here)."""
     model.generate(batch_prompts, new_tokens, decode)  # warm-up over the same shapes as the timed runs
-    runs = []
-    for _ in range(repeats):
+
+    def run() -> dict:
         with ForwardClock(model) as clock, Stopwatch(model.device) as sw:
             gens = model.generate(batch_prompts, new_tokens, decode)
-        tokens = sum(g.n_tokens for g in gens)
-        runs.append({"seconds": sw.seconds, "tokens": tokens, "forward_seconds": clock.seconds,
-                     "forwards": clock.calls, "nfe": statistics.mean(g.nfe for g in gens)})
-    best = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+        return {"seconds": sw.seconds, "tokens": sum(g.n_tokens for g in gens), "forward_seconds": clock.seconds,
+                "forwards": clock.calls, "nfe": statistics.mean(g.nfe for g in gens), "rows": len(gens)}
+    return run
+
+
+def interleaved(runs: list, repeats: int) -> list[list[dict]]:
+    """Call the runs round-robin (A B A B ...) so that slow phases of a shared machine hit all of them alike."""
+    out = [[] for _ in runs]
+    for _ in range(repeats):
+        for i, run in enumerate(runs):
+            out[i].append(run())
+    return out
+
+
+def summarize_runs(runs: list[dict]) -> dict:
     rates = [r["tokens"] / r["seconds"] for r in runs]
-    return {
-        "tokens_per_s": statistics.median(rates), "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates),
-        "nfe": best["nfe"], "tokens_per_forward": best["tokens"] / len(batch_prompts) / best["nfe"],
-        "ms_per_forward": 1000 * best["seconds"] / best["forwards"],
-        "forward_share": best["forward_seconds"] / best["seconds"], "repeats": runs,
-    }
+    mid = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+    out = {"tokens_per_s": statistics.median(rates), "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates),
+           "repeats": runs}
+    if "nfe" in mid:
+        out.update(nfe=mid["nfe"], tokens_per_forward=mid["tokens"] / mid["rows"] / mid["nfe"],
+                   ms_per_forward=1000 * mid["seconds"] / mid["forwards"],
+                   forward_share=mid["forward_seconds"] / mid["seconds"])
+    return out
+
+
+def paired_ratio(a: list[dict], b: list[dict]) -> float:
+    """Median over rounds of rate(b) / rate(a): the round-robin pairing cancels drifts of the machine."""
+    return statistics.median((y["tokens"] / y["seconds"]) / (x["tokens"] / x["seconds"]) for x, y in zip(a, b))
+
+
+def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_tokens: int = NEW_TOKENS) -> dict:
+    return summarize_runs(interleaved([generate_run(model, batch_prompts, decode, new_tokens)], repeats)[0])
 
 
 def _table(rows: list[dict], cols: list[str]) -> str:
@@ -138,20 +172,21 @@ def bench_vs_hf(args) -> dict:
     rows = []
     for batch in (1, 8):
         p = prompts(batch, c.vocab_size)
-        mine = time_generate(ours, p, DecodeConfig(stop_at_eos=False), args.repeats)
         ids = torch.tensor(p)
         kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
                       pad_token_id=0, attention_mask=torch.ones_like(ids))
-        with torch.inference_mode():
-            hf.generate(ids, **kwargs)  # warm-up over the same shapes
-            rates = []
-            for _ in range(args.repeats):
-                with Stopwatch("cpu") as sw:
-                    out = hf.generate(ids, **kwargs)
-                rates.append((out.shape[1] - PROMPT_LEN) * batch / sw.seconds)
-        theirs = statistics.median(rates)
-        rows.append({"batch": batch, "ours_tokens_per_s": mine["tokens_per_s"], "hf_tokens_per_s": theirs,
-                     "ratio": mine["tokens_per_s"] / theirs, "hf_repeats": rates, "ours_repeats": mine["repeats"]})
+
+        @torch.inference_mode()
+        def hf_run() -> dict:
+            with Stopwatch("cpu") as sw:
+                out = hf.generate(ids, **kwargs)
+            return {"seconds": sw.seconds, "tokens": (out.shape[1] - PROMPT_LEN) * batch}
+
+        hf_run()  # warm-up
+        mine, theirs = interleaved([generate_run(ours, p, DecodeConfig(stop_at_eos=False)), hf_run], args.repeats)
+        rows.append({"batch": batch, "ours_tokens_per_s": summarize_runs(mine)["tokens_per_s"],
+                     "hf_tokens_per_s": summarize_runs(theirs)["tokens_per_s"], "ratio": paired_ratio(theirs, mine),
+                     "hf_repeats": theirs, "ours_repeats": mine})
     print(f"transformers {transformers.__version__} GPT2LMHeadModel vs our AR, {c.n_layers}x{c.d_model}, "
           f"{c.n_heads} heads, vocab {c.vocab_size}, context {c.length}; {PROMPT_LEN} prompt + {NEW_TOKENS} new tokens")
     print(_table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio"]))
@@ -163,13 +198,17 @@ def bench_matched(args) -> dict:
     for S in (4, 16):
         bd, w_bd = cpu_model("bd3lm", S, args.trained)
         sd, w_sd = cpu_model("setdlm", S, args.trained)
+        p = prompts(1, bd.config.vocab_size)
+        if w_bd == w_sd == "trained":  # trained models get real prompts, so that thresholds can fire
+            cfg = next(c for c in get_preset("cpu").train_configs(("setdlm",)) if c.block_size == S)
+            p = gsm8k_prompts(1, checkpoint_dir(cfg))
         for tau in (None, 0.9, 0.7):
-            p = prompts(1, bd.config.vocab_size)
-            a = time_generate(bd, p, DecodeConfig(window=S, threshold=tau, stop_at_eos=False), args.repeats)
-            b = time_generate(sd, p, DecodeConfig(window=S, threshold=tau, stop_at_eos=False), args.repeats)
+            d = DecodeConfig(window=S, threshold=tau, stop_at_eos=False)
+            runs_bd, runs_sd = interleaved([generate_run(bd, p, d), generate_run(sd, p, d)], args.repeats)
+            a, b = summarize_runs(runs_bd), summarize_runs(runs_sd)
             rows.append({"S": S, "tau": tau, "weights": f"{w_bd}/{w_sd}", "budget": S / 2,
                          "bd3lm_tokens_per_s": a["tokens_per_s"], "setdlm_tokens_per_s": b["tokens_per_s"],
-                         "ratio": b["tokens_per_s"] / a["tokens_per_s"],
+                         "ratio": paired_ratio(runs_bd, runs_sd),
                          "bd3lm_tokens_per_forward": a["tokens_per_forward"],
                          "setdlm_tokens_per_forward": b["tokens_per_forward"],
                          "bd3lm_ms_per_forward": a["ms_per_forward"], "setdlm_ms_per_forward": b["ms_per_forward"]})
@@ -180,54 +219,49 @@ def bench_matched(args) -> dict:
     return {"benchmark": "matched", "rows": rows}
 
 
-def _train_step_time(model, cfg, repeats: int, bf16: bool) -> list[float]:
+def train_step_run(model, cfg):
+    """One timed optimiser step of `model` on a fixed batch (a warm-up step is done here)."""
+    model.train()
     opt = make_optimizer(model, cfg)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(3, model.config.vocab_size - 1, (cfg.batch_size, cfg.length), generator=g)
-    times = []
-    for i in range(repeats + 1):
+    x = torch.randint(3, model.config.vocab_size - 1, (cfg.batch_size, cfg.length),
+                      generator=torch.Generator().manual_seed(0))
+
+    def run() -> dict:
         with Stopwatch(model.device) as sw:
-            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 loss = model.loss(Batch(x))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        if i:  # the first step is warm-up
-            times.append(sw.seconds)
-    return times
+        return {"seconds": sw.seconds, "tokens": cfg.batch_size * cfg.length}
+    run()
+    return run
 
 
 def bench_train(args) -> dict:
     preset = get_preset("cpu")
-    rows = []
-    for cfg in preset.train_configs():
-        if cfg.block_size == 16:
-            continue
-        model, _ = cpu_model(cfg.paradigm, cfg.block_size)
-        model.train()
-        times = _train_step_time(model, cfg, args.repeats, cfg.bf16)
-        step = statistics.median(times)
-        rows.append({"model": cfg.paradigm + (f" S={cfg.block_size}" if cfg.block_size else ""),
-                     "seconds_per_step": step, "target_tokens_per_s": cfg.batch_size * cfg.length / step,
-                     "tokens_through_model": (2 if cfg.paradigm in ("bd3lm", "setdlm") else 1) * cfg.length,
-                     "bf16": cfg.bf16, "repeats": times})
+    configs = [c for c in preset.train_configs() if c.block_size != 16]
+    names = [c.paradigm + (f" S={c.block_size}" if c.block_size else "") for c in configs]
+    runs = [train_step_run(cpu_model(c.paradigm, c.block_size)[0], c) for c in configs]
     # SetDLM's static set-causal mask vs building a mask for every sampled order (the naive alternative)
-    from models.setdlm import SetDLMModel
-
-    cfg = next(c for c in preset.train_configs(("setdlm",)) if c.block_size == 4)
-    model, _ = cpu_model("setdlm", 4)
-    model.train()
-    static = statistics.median(_train_step_time(model, cfg, args.repeats, cfg.bf16))
-    per_order = statistics.median(_train_step_time(_PerOrderMask.wrap(model), cfg, args.repeats, cfg.bf16))
-    by = {r["model"]: r for r in rows}
-    ratio = by["setdlm S=4"]["seconds_per_step"] / by["bd3lm S=4"]["seconds_per_step"]
+    setdlm_cfg = configs[names.index("setdlm S=4")]
+    runs.append(train_step_run(_PerOrderMask.wrap(cpu_model("setdlm", 4)[0]), setdlm_cfg))
+    timed = interleaved(runs, args.repeats)   # round-robin over all models: drifts hit every model alike
+    rows = []
+    for cfg, name, t in zip(configs, names, timed):
+        step = statistics.median(r["seconds"] for r in t)
+        rows.append({"model": name, "seconds_per_step": step, "target_tokens_per_s": cfg.batch_size * cfg.length / step,
+                     "tokens_through_model": (2 if cfg.paradigm in ("bd3lm", "setdlm") else 1) * cfg.length,
+                     "bf16": cfg.bf16, "repeats": [r["seconds"] for r in t]})
+    bd, sd, per_order = timed[names.index("bd3lm S=4")], timed[names.index("setdlm S=4")], timed[-1]
+    ratio = 1 / paired_ratio(bd, sd)          # step-time ratio SetDLM / BD3LM, paired by round
+    mask_ratio = 1 / paired_ratio(sd, per_order)
     print(_table(rows, ["model", "seconds_per_step", "target_tokens_per_s", "tokens_through_model", "bf16"]))
-    print(f"SetDLM / BD3LM step time (S=4): {ratio:.3f}")
-    print(f"SetDLM static mask {static:.3f} s/step vs per-order mask in original positions {per_order:.3f} s/step "
-          f"({per_order / static:.2f}x)")
-    del SetDLMModel
+    print(f"SetDLM / BD3LM step time (S=4, paired by round): {ratio:.3f}")
+    print(f"per-order mask / static mask step time (SetDLM S=4): {mask_ratio:.3f}")
     return {"benchmark": "train", "rows": rows, "setdlm_over_bd3lm_step_time": ratio,
-            "setdlm_static_mask_s": static, "setdlm_per_order_mask_s": per_order}
+            "per_order_over_static_mask_step_time": mask_ratio,
+            "per_order_mask_repeats": [r["seconds"] for r in per_order]}
 
 
 class _PerOrderMask:
