@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
 from functools import partial
@@ -30,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 import models
+from models.checkpoint import atomic_directory
 from tasks import TASKS, get_task
 
 from .configs import RunCell, TrainConfig
@@ -104,22 +104,11 @@ def checkpoint_payload(model_id: str, directory: Path) -> dict:
 
 def write_checkpoint(payload: dict, directory: Path) -> Path:
     """Atomically materialise a checkpoint payload as `directory` (same layout as models.checkpoint.save)."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    try:
+    with atomic_directory(directory) as tmp:
         for name, data in payload["files"].items():
             path = tmp / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            path.write_bytes(data)
     return directory
 
 

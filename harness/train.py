@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 import models
 from models import Batch
+from models.checkpoint import atomic_directory
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
 from .configs import TrainConfig, short_hash
@@ -75,13 +76,8 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
     if (directory / "tokenizer.json").is_file():
         return load_tokenizer(directory)
     tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
-    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    tok.save(tmp)
-    if directory.exists():
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, directory)
+    with atomic_directory(directory) as tmp:
+        tok.save(tmp)
     return load_tokenizer(directory)
 
 
@@ -160,9 +156,6 @@ def _state_dir(cfg: TrainConfig) -> Path:
 
 
 def _save_state(cfg, step, model, ema, opt, data_gen, elapsed) -> None:
-    directory = _state_dir(cfg)
-    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
     if ema is not None:
         tensors.update({f"ema.{k}": v.contiguous() for k, v in ema.items()})
@@ -172,13 +165,11 @@ def _save_state(cfg, step, model, ema, opt, data_gen, elapsed) -> None:
             tensors[f"opt.{pid}.{name}"] = value.contiguous() if torch.is_tensor(value) else torch.tensor(value)
     tensors["rng.torch"] = torch.get_rng_state()
     tensors["rng.data"] = data_gen.get_state()
-    save_file(tensors, str(tmp / "state.safetensors"))
     groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in opt_state["param_groups"]]
-    (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
-                                                "config": dataclasses.asdict(cfg)}))
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(tmp, directory)
+    with atomic_directory(_state_dir(cfg)) as tmp:
+        save_file(tensors, str(tmp / "state.safetensors"))
+        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
+                                                    "config": dataclasses.asdict(cfg)}))
 
 
 def _load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float]:

@@ -14,8 +14,9 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from safetensors import SafetensorError
@@ -34,29 +35,38 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded (missing files, corrupt, wrong paradigm or schema)."""
 
 
-def save(model: "ParadigmModel", directory: str | Path, tokenizer: "Tokenizer | None" = None,
-         extra: dict | None = None) -> Path:
-    """Atomically write model (and tokenizer) to `directory`; `extra` is stored in config.json."""
+@contextmanager
+def atomic_directory(directory: str | Path) -> Iterator[Path]:
+    """Yield a temporary sibling of `directory` to fill; on success its files are fsynced and it replaces
+    `directory` by a rename, on failure it is removed. Readers never see a half-written directory."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
-        state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        save_file(state, str(tmp / WEIGHTS_FILE))
-        meta = {"model": model.config.to_dict(), "schema_version": SCHEMA_VERSION, **(extra or {})}
-        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        if tokenizer is not None:
-            tokenizer.save(tmp)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return directory
+
+
+def save(model: "ParadigmModel", directory: str | Path, tokenizer: "Tokenizer | None" = None,
+         extra: dict | None = None) -> Path:
+    """Atomically write model (and tokenizer) to `directory`; `extra` is stored in config.json."""
+    with atomic_directory(directory) as tmp:
+        state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE))
+        meta = {"model": model.config.to_dict(), "schema_version": SCHEMA_VERSION, **(extra or {})}
+        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if tokenizer is not None:
+            tokenizer.save(tmp)
+    return Path(directory)
 
 
 def read_config(directory: str | Path) -> dict:

@@ -64,6 +64,14 @@ class Canvas:
         span[0, len(prefix):len(prefix) + n_masked] = True
         return cls(ids, positions, torch.ones_like(span), span)
 
+    def with_scratch_column(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, positions, span) with one extra column at index C: gathers of out-of-range columns are
+        clamped onto it and scatters of padding entries land on it, so loops need no bounds checks.
+        The caller copies ids[:, :C] back into the canvas at the end."""
+        return (torch.cat([self.ids, self.ids[:, :1]], dim=1),
+                torch.cat([self.positions, self.positions[:, -1:]], dim=1),
+                torch.cat([self.span, torch.zeros_like(self.span[:, :1])], dim=1))
+
     @property
     def max_position(self) -> int:
         return int(self.positions.max()) + 1

@@ -119,9 +119,7 @@ class SetDLMModel(ParadigmModel):
         W = decode.window or self.config.block_size
         B, C = canvas.ids.shape
         device = canvas.ids.device
-        ids = torch.cat([canvas.ids, canvas.ids[:, :1]], dim=1)  # trailing scratch column C
-        pos = torch.cat([canvas.positions, canvas.positions[:, -1:]], dim=1)
-        span = torch.cat([canvas.span, torch.zeros_like(canvas.span[:, :1])], dim=1)
+        ids, pos, span = canvas.with_scratch_column()
         mask_id, eos_id = self.mask_id, self.eos_id
         stop = stop_at_eos and eos_id is not None
         cols = torch.arange(C, device=device)

@@ -28,6 +28,7 @@ from harness import run
 from harness.launchers import RAY_INSTALL_HINT, checkpoint_payload, write_checkpoint
 from harness.presets import get_preset
 from harness.sweep import plan_sweep
+from result_rows import assert_same_rows
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -63,15 +64,6 @@ def read_rows(root: Path) -> tuple[dict, dict]:
             assert key not in examples, f"duplicate example row {key}"
             examples[key] = deterministic(row, VOLATILE_EXAMPLE_FIELDS)
     return runs, examples
-
-
-def assert_same_rows(expected: tuple[dict, dict], got: tuple[dict, dict]) -> None:
-    for want, have in zip(expected, got):
-        assert sorted(have) == sorted(want)
-        for key in want:
-            diff = {f: (want[key].get(f), have[key].get(f)) for f in set(want[key]) | set(have[key])
-                    if want[key].get(f) != have[key].get(f)}
-            assert not diff, f"{key}: {diff}"
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -53,6 +53,7 @@ from harness.store import ResultsStore, StoreError, append_jsonl, read_jsonl
 from harness.train import TrainingError, checkpoint_dir
 from models.tokenizers import train_bpe
 from tasks import get_task
+from result_rows import assert_same_rows
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -112,15 +113,6 @@ def read_rows(root: Path) -> tuple[dict, dict]:
             table[key] = deterministic(row, volatile)
     assert runs and examples
     return runs, examples
-
-
-def assert_same_rows(expected: tuple[dict, dict], got: tuple[dict, dict]) -> None:
-    for want, have in zip(expected, got):
-        assert sorted(have) == sorted(want)
-        for key in want:
-            diff = {f: (want[key].get(f), have[key].get(f)) for f in set(want[key]) | set(have[key])
-                    if want[key].get(f) != have[key].get(f)}
-            assert not diff, f"{key}: {diff}"
 
 
 def tree(root: Path) -> dict[str, bytes]:
