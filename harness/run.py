@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from models.base import PARADIGMS
 from tasks import TASKS, TaskError
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", help="a user data file for the (single) task, in its documented format")
     ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
     ap.add_argument("--out", default="results", help="results root (default results/)")
+    ap.add_argument("--plots", help="where the report puts figures (default: plots/ beside --out)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         from .report import build_report
 
-        build_report(args.out, presets=[plan.preset.name])
+        build_report(args.out, args.plots or Path(args.out).parent / "plots", presets=[plan.preset.name])
     return 0
 
 

@@ -323,7 +323,8 @@ def test_nll_is_per_sequence_and_finite():
         x = torch.randint(2, VOCAB - 1, (3, LENGTH))
         ctx = torch.zeros_like(x, dtype=torch.bool)
         ctx[:, :10] = True
-        nll = model.nll(Batch(x, context_mask=ctx))
+        with torch.no_grad():
+            nll = model.nll(Batch(x, context_mask=ctx))
         assert nll.shape == (3,) and bool(torch.isfinite(nll).all())
         per_token = float(nll.sum() / model.n_scored(Batch(x, context_mask=ctx)).sum())
         assert 0.5 * math.log(VOCAB) < per_token < 3 * math.log(VOCAB)
