@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from dataclasses import dataclass, field
 
 from models.base import PARADIGMS, DecodeConfig
@@ -185,10 +184,6 @@ def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return PRESETS[name]
-
-
-def with_overrides(preset: Preset, **changes) -> Preset:
-    return dataclasses.replace(preset, **changes)
 
 
 def main() -> None:

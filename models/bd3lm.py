@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from .base import Batch, DecodeConfig
-from .decoding import Canvas, TokenChooser, eos_stop, select_commits
+from .decoding import Canvas, TokenChooser, select_commits
 from .mdlm import MDLMModel
 from .paradigm import StepLog
 from .schedules import block_expected_budget, sample_t

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .backbone import Backbone, BackboneConfig
-from .base import ContextOverflowError, DecodeConfig, Generation, ModelConfig
+from .base import DecodeConfig, Generation, ModelConfig
 from .decoding import Canvas, Timer
 
 
@@ -95,7 +95,3 @@ class StepLog:
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.nfe, self.per_step[:self.steps]
 
-
-def check_context(n_positions: int, length: int) -> None:
-    if n_positions > length:
-        raise ContextOverflowError(f"{n_positions} positions exceed the model's context length {length}")

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 
 import torch

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import Batch, DecodeConfig
-from .decoding import Canvas, TokenChooser, eos_stop, left_aligned, select_commits
+from .decoding import Canvas, TokenChooser, left_aligned, select_commits
 from .paradigm import ParadigmModel, StepLog
 from .schedules import StaggeredSchedule
 
