@@ -126,7 +126,7 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
             r: InfillRequest = requests[index[0]]
             with Stopwatch(loaded.device) as sw:
                 gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
-        calls.append(CallTiming(sw.seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens)))
+        calls.append(CallTiming(sw.seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens), tuple(index)))
         for i, g in zip(index, gens):
             outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens)
     return outputs, calls
@@ -171,13 +171,12 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
         seed = cell.seed * SEED_STRIDE + c
         reqs = [request_of[ex.id] for ex in chunk]
         outputs: list[dict] = [{} for _ in chunk]
-        call_of_example = [None] * len(chunk)
-        calls: list[CallTiming] = []
+        served: dict[int, tuple[int, CallTiming, int]] = {}   # example -> (call index, call, its place in it)
         if timed:
             texts, calls = execute_decode(loaded, [r["decode"] for r in reqs], decode_base.replace(seed=seed))
             for i, text in enumerate(texts):
                 outputs[i]["decode"] = text
-            call_of_example = _call_index(reqs, calls)
+            served = {i: (k, call, j) for k, call in enumerate(calls) for j, i in enumerate(call.requests)}
         for key in sorted({k for r in reqs for k in r if k != "decode"}):
             scored = [(i, r[key]) for i, r in enumerate(reqs) if key in r]
             for (i, _), out in zip(scored, execute_nll(loaded, [r for _, r in scored], seed)):
@@ -187,12 +186,10 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
             scores = task.score(ex, outputs[i], judge)
             row = {"example_id": ex.id, "chunk": c, "metrics": {k: _finite(v) for k, v in scores.items()}}
             if timed:
-                call = calls[call_of_example[i]]
-                text = outputs[i]["decode"]
-                row.update(call=call_of_example[i], seconds=call.seconds, n_tokens=len(text.ids), text=text.text)
+                k, call, j = served[i]
+                row.update(call=k, seconds=call.seconds, n_tokens=call.tokens[j], nfe=call.nfe[j],
+                           text=outputs[i]["decode"].text)
             rows.append(row)
-        if timed:
-            _attach_nfe(rows, calls, call_of_example)
         write_examples(rows)
         for row in rows:
             have[row["example_id"]] = row
@@ -221,23 +218,6 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
          "judge": judge_name}
         for name, mv in metrics.items()
     ]
-
-
-def _call_index(reqs: list[dict], calls: list[CallTiming]) -> list[int]:
-    """Which decode call served each example (execute_decode groups in first-seen order)."""
-    keys, index = {}, []
-    for r in reqs:
-        d = r["decode"]
-        key = ("gen", d.max_new_tokens, d.stop_at_eos) if isinstance(d, GenerateRequest) else ("infill", len(index))
-        index.append(keys.setdefault(key, len(keys)))
-    return index
-
-
-def _attach_nfe(rows: list[dict], calls: list[CallTiming], call_of_example: list[int]) -> None:
-    position = [0] * len(calls)
-    for row, c in zip(rows, call_of_example):
-        row["nfe"] = calls[c].nfe[position[c]]
-        position[c] += 1
 
 
 def _calls_from_rows(rows: list[dict]) -> list[CallTiming]:

@@ -38,6 +38,7 @@ class CallTiming:
     seconds: float
     tokens: tuple[int, ...]
     nfe: tuple[int, ...]
+    requests: tuple[int, ...] = ()   # which requests of the batch this call served (same order as tokens)
 
     @property
     def tokens_per_s(self) -> float:
