@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from functools import partial
@@ -270,6 +271,17 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
             ray.shutdown()
 
 
+def warn_if_stale(plan: Plan, store: ResultsStore) -> None:
+    """Finished cells are keyed by their config, not by the code: say so when other code produced them."""
+    ids = {c.run_id for c in plan.cells}
+    here = git_sha().removesuffix("+dirty")
+    stale = {r["run_id"] for r in store.runs()
+             if r["run_id"] in ids and r.get("git_sha", "unknown").removesuffix("+dirty") not in (here, "unknown")}
+    if stale and here != "unknown":
+        print(f"note: {len(stale)} finished cells in {store.root} were measured by other code (git sha differs from "
+              f"{here}); they are kept and skipped — move that directory away to re-measure them", file=sys.stderr)
+
+
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
             progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1) -> ResultsStore:
     """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock."""
@@ -281,6 +293,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
     store.check_schema()                         # refuse another schema's results before creating anything
     with store.lock(wait=wait):
         store.check_schema()
+        warn_if_stale(plan, store)
         cells = pending_cells(plan, store)
         if cells:
             if launcher == "local":

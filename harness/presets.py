@@ -4,7 +4,8 @@
   each, a trimmed grid; a couple of minutes on 2 CPU cores. The tests and CI use it.
 * `cpu` (what `python -m harness.run --sweep` runs): 4 layers, d 128, L 256, a 4096-token
   BPE trained on the embedded corpus; AR, MDLM, BD3LM S in {4, 16}, SetDLM S in {4, 16}
-  (S_max = 2S) with W in {S, S_max}; tau in {none, 0.9, 0.7, 0.5} for the diffusion paradigms.
+  (S_max = 2S) with W in {S, S_max}; tau in {none, 0.9, 0.7, 0.5, 0.3, 0.1} for the diffusion
+  paradigms; the diffusion models are adapted from the trained AR model.
 * `paper`: the paper's scale (spec §9: L 1024, 12 layers, d 768, 12 heads, GPT-2 tokenizer,
   OpenWebText through `datasets`) for a user with GPUs; never run in CI.
 
@@ -31,7 +32,7 @@ class TaskSpec:
     """A task as a preset runs it: example limit, task options, decoding overrides."""
 
     name: str
-    limit: int
+    limit: int | None                            # examples per cell (None: all)
     options: dict = field(default_factory=dict)
     decode: dict = field(default_factory=dict)   # e.g. sampling / repetition penalty for this task
     thresholds: tuple | None = None              # restrict the preset's tau grid for this task
@@ -53,13 +54,15 @@ class Preset:
     adapt_from_ar: dict | None = None      # None: every model from scratch; else the diffusion models start
                                            # from the trained AR model, with these TrainConfig overrides
 
-    def train_configs(self, paradigms: tuple[str, ...] = PARADIGMS) -> list[TrainConfig]:
-        ar = self.base.replace(paradigm="ar", block_size=None, steps=self.steps["ar"])
+    def train_configs(self, paradigms: tuple[str, ...] = PARADIGMS, seed: int = 0) -> list[TrainConfig]:
+        """The models to train; `seed` applies to every model, the AR parent of adapted ones included."""
+        base = self.base.replace(seed=seed)
+        ar = base.replace(paradigm="ar", block_size=None, steps=self.steps["ar"])
         out = []
         for paradigm in paradigms:
             sizes = {"bd3lm": self.bd3lm_sizes, "setdlm": self.setdlm_sizes}.get(paradigm, (None,))
             for s in sizes:
-                cfg = self.base.replace(paradigm=paradigm, block_size=s, steps=self.steps[paradigm])
+                cfg = base.replace(paradigm=paradigm, block_size=s, steps=self.steps[paradigm])
                 if paradigm != "ar" and self.adapt_from_ar is not None:
                     cfg = cfg.replace(init_from=ar, **self.adapt_from_ar)
                 out.append(cfg)
@@ -157,18 +160,19 @@ _PAPER = Preset(
     description="the paper's scale (spec §9) for GPUs: L 1024, 12x768, GPT-2 tokenizer, OpenWebText from the hub",
     base=TrainConfig(paradigm="ar", length=1024, n_layers=12, d_model=768, n_heads=12, dropout=0.1,
                      tokenizer="gpt2", corpus="hf:openwebtext", batch_size=512, lr=3e-4, warmup_steps=2500,
-                     min_lr_ratio=1.0, weight_decay=0.0, beta2=0.999, ema=0.9999, bf16=True),
+                     min_lr_ratio=1.0, weight_decay=0.0, beta2=0.999, bf16=True),   # no EMA: the OWT BD3LM/SetDLM
+                                                                                    # checkpoints are evaluated without
     steps={"ar": 300_000, "mdlm": 300_000, "bd3lm": 300_000, "setdlm": 300_000},
     bd3lm_sizes=(4, 8, 16),
     setdlm_sizes=(4, 8, 16),
     thresholds=(None, 0.99, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6),
     mdlm_steps=(),
-    setdlm_windows="S",
+    setdlm_windows="S,Smax",   # W = S for most tasks in the paper, W = S_max for ROCStories (spec §12.4)
     tasks=(
-        TaskSpec("gsm8k", 200, {"max_new_tokens": 512, "source": "hf"}),
+        TaskSpec("gsm8k", 200, {"max_new_tokens": 512, "source": "hf"}, {"chunk_size": 32}),   # semi-AR MDLM
         TaskSpec("roc_infill1", 1000, {}, GREEDY_TEXT),
         TaskSpec("roc_infill3", 1000, {}, GREEDY_TEXT),
-        TaskSpec("cnndm", 1000, {"max_new_tokens": 180, "source": "hf"}, GREEDY_TEXT),
+        TaskSpec("cnndm", 1000, {"max_new_tokens": 180, "source": "hf"}, {**GREEDY_TEXT, "chunk_size": 32}),
         TaskSpec("ppl_owt", 1000, {"source": "hf"}),
         TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),
         TaskSpec("genppl", 1000, {"max_new_tokens": 1023, "prompted": False}, SAMPLED),

@@ -170,7 +170,9 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path) -> None:
     label = sub.iloc[0].get("metric_label") or metric
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     handles = {}
-    for ax, xcol, xlabel in ((axes[0], "tokens_per_s", "tokens / s (batch 1, mean of per-example rates)"),
+    batch = int(sub.iloc[0].get("batch_size", 1) or 1)
+    rate = "mean of per-example rates" if batch == 1 else "mean of per-call rates"
+    for ax, xcol, xlabel in ((axes[0], "tokens_per_s", f"tokens / s (batch {batch}, {rate})"),
                              (axes[1], "tokens_per_forward", "tokens per forward (hardware-independent)")):
         pts = sub[sub[xcol].notna()]
         colors = family_colors(pts)

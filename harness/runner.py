@@ -27,11 +27,11 @@ from tqdm.auto import tqdm
 import models
 from models import Batch, DecodeConfig
 from models.tokenizers import Tokenizer, load_tokenizer
-from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TextOutput
+from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
 from .configs import RunCell
 from .env import fingerprint
-from .timing import CallTiming, Stopwatch, summarize
+from .timing import CallTiming, summarize
 
 SEED_STRIDE = 1_000_003
 
@@ -119,14 +119,13 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
         groups.setdefault(key, []).append(i)
     for key, index in groups.items():
         if key[0] == "gen":
-            d = decode.replace(stop_at_eos=key[2])
-            with Stopwatch(loaded.device) as sw:
-                gens = model.generate([requests[i].prompt for i in index], key[1], d)
+            gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]))
         else:
             r: InfillRequest = requests[index[0]]
-            with Stopwatch(loaded.device) as sw:
-                gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
-        calls.append(CallTiming(sw.seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens), tuple(index)))
+            gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
+        # the model times its own call (models.decoding.Timer: prefill included, CUDA synchronised)
+        calls.append(CallTiming(gens[0].seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens),
+                                tuple(index)))
         for i, g in zip(index, gens):
             outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens)
     return outputs, calls
@@ -138,6 +137,23 @@ def cell_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> tup
     refuses (e.g. a prompt longer than the context) stops the cell before it writes a single row."""
     examples = task.select(task.examples(tok, length), limit=cell.limit)
     return examples, [task.requests(ex, tok, length) for ex in examples]
+
+
+def warmup_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> list:
+    """Decode requests for the warm-up calls: the examples right after the measured ones (never timed,
+    never scored); the first measured ones when the data has no more. Examples the task refuses are skipped."""
+    if not cell.warmup or task.decode_kind == "none":
+        return []
+    everything = task.examples(tok, length)
+    n = len(everything) if cell.limit is None else min(cell.limit, len(everything))
+    spare = everything[n:n + cell.warmup] or everything[:cell.warmup]
+    out = []
+    for ex in spare:
+        try:
+            out.append(task.requests(ex, tok, length)["decode"])
+        except TaskError:
+            continue
+    return out
 
 
 def _finite(value):
@@ -159,8 +175,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     decode_base = cell.decode
     timed = task.decode_kind != "none"
 
-    if todo and timed and cell.warmup:
-        warm = [r["decode"] for r in requests[:cell.warmup]]
+    if todo:
+        warm = warmup_requests(cell, task, tok, L)
         for start in range(0, len(warm), bs):
             execute_decode(loaded, warm[start:start + bs], decode_base)
 

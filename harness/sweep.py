@@ -11,7 +11,6 @@ this process only, through harness.store, whichever launcher ran the work.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,11 +18,11 @@ import torch
 
 import models
 from models.base import PARADIGMS, DecodeConfig, ModelConfig
-from models.schedules import StaggeredSchedule, block_expected_budget
+from models.schedules import expected_budget
 from tasks import TASKS, Task, TaskError, get_task
 
 from .configs import RunCell, TrainConfig, options_tuple
-from .presets import Preset
+from .presets import Preset, TaskSpec
 from .runner import cell_requests, load_model
 from .store import ResultsStore
 from .train import checkpoint_dir
@@ -48,17 +47,8 @@ class Plan:
         return checkpoint_dir(next(t for t in self.train if t.model_id == model_id))
 
 
-def expected_budget(cfg: TrainConfig | ModelConfig) -> float | None:
-    """Expected inference prediction budget of a model (spec §6): S/2 for BD3LM and SetDLM (S_max = 2S),
-    L/2 for MDLM (the whole sequence is one block), None for AR. Reads only paradigm, length, block_size
-    and max_block_size, which a TrainConfig and a checkpoint's ModelConfig both have."""
-    if cfg.paradigm == "bd3lm":
-        return block_expected_budget(cfg.block_size)
-    if cfg.paradigm == "setdlm":
-        return StaggeredSchedule(cfg.length, cfg.block_size, cfg.max_block_size).expected_budget()
-    if cfg.paradigm == "mdlm":
-        return cfg.length / 2
-    return None
+def budget_of(cfg: TrainConfig | ModelConfig) -> float | None:
+    return expected_budget(cfg.paradigm, cfg.length, cfg.block_size, cfg.max_block_size)
 
 
 def _split(value: str | None, valid, what: str) -> tuple[str, ...] | None:
@@ -119,7 +109,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
         try:
             spec = preset.task(name)
         except KeyError:
-            spec = dataclasses.replace(preset.tasks[0], name=name, options={}, decode={}, thresholds=None)
+            spec = TaskSpec(name, limit=None)  # a task the preset does not list: all examples unless --limit
         options = _task_options(spec.options, data, source)
         task = tasks[name] = _load_task(name, options)
         for model_id, cfg in targets:
@@ -135,14 +125,14 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 cells.append(RunCell(
                     preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,
-                    block_size=cfg.block_size, expected_budget=expected_budget(cfg), **cell_fields,
+                    block_size=cfg.block_size, expected_budget=budget_of(cfg), **cell_fields,
                 ))
     return cells, tasks
 
 
 def _judge(preset: Preset, cells: list[RunCell], seed: int) -> TrainConfig | None:
     if any(TASKS[c.task].needs_judge for c in cells):
-        return next(c for c in preset.train_configs(("ar",))).replace(seed=seed)
+        return next(c for c in preset.train_configs(("ar",), seed))
     return None
 
 
@@ -157,12 +147,11 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     chosen_tasks = _split(tasks, tuple(TASKS), "task") or preset_tasks
     _check_common(limit, batch_size, data, chosen_tasks)
 
-    train = [c for c in preset.train_configs(chosen_paradigms)
+    train = [c for c in preset.train_configs(chosen_paradigms, seed)
              if block_size is None or c.block_size in (None, block_size)]
     if block_size is not None and not any(c.block_size == block_size for c in train):
         sizes = sorted({c.block_size for c in preset.train_configs() if c.block_size})
         raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
-    train = [c.replace(seed=seed) for c in train]
     cells, _ = _cells(preset, chosen_tasks, [(c.model_id, c) for c in train], decode, data, source, limit,
                       batch_size=batch_size, device=device, seed=seed)
     judge = _judge(preset, cells, seed)

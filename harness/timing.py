@@ -2,9 +2,10 @@
 
 Rules (every runner, benchmark and the lm-eval bridge use this module):
   * warm-up: each cell first runs `warmup` decode calls whose results are thrown away;
-  * a timed call is the model's generate/infill call only: prefill and every denoising step
-    are inside, tokenisation, scoring and I/O are outside; CUDA is synchronised on both sides;
-    decoding runs under `torch.inference_mode`;
+  * a timed call is the model's generate/infill call only, timed by the model itself
+    (`Generation.seconds`, models.decoding.Timer): prefill and every denoising step are inside,
+    tokenisation, scoring and I/O are outside; CUDA is synchronised on both sides; decoding runs
+    under `torch.inference_mode`;
   * tokens are counted by `models.count_generated_tokens` (TOKEN_COUNTING_RULE): generated
     tokens only, up to and including the first EOS; infilled spans count every position;
   * per call: tokens/s = tokens / seconds (at batch size 1 a call is one example);

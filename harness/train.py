@@ -59,10 +59,32 @@ def resolve_device(device: str) -> torch.device:
 
 
 # -- data -------------------------------------------------------------------------------------------
+HUB_CORPORA = {"openwebtext": ("Skylion007/openwebtext", None, "train", "text")}   # name -> (path, config, split, field)
+HUB_VALIDATION_DOCS = 2_000
+
+
 def corpus_documents(name: str, split: str) -> list[str]:
+    """Documents of a training corpus: the embedded mixture (or one of its sources), or `hf:<name>`."""
+    if name.startswith("hf:"):
+        return hub_documents(name[3:], split)
     from tasks.corpus import training_documents, validation_documents
 
     return training_documents(name) if split == "train" else validation_documents(name)
+
+
+def hub_documents(name: str, split: str) -> list[str]:
+    """A corpus streamed from the Hugging Face hub (online users; the paper preset): the first
+    $HARNESS_HF_MAX_DOCS documents (default 200k) train, the next 2k validate. Never called for the
+    embedded corpora, so nothing here runs offline."""
+    import itertools
+
+    import datasets
+
+    path, config, hf_split, field = HUB_CORPORA.get(name, (name, None, "train", "text"))
+    limit = int(os.environ.get("HARNESS_HF_MAX_DOCS", "200000"))
+    stream = datasets.load_dataset(path, config, split=hf_split, streaming=True, trust_remote_code=False)
+    docs = [row[field] for row in itertools.islice(stream, limit + HUB_VALIDATION_DOCS)]
+    return docs[:limit] if split == "train" else docs[limit:]
 
 
 def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
@@ -272,11 +294,6 @@ def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True
     except models.CheckpointError:
         pass
     return train(cfg, device, progress=progress)
-
-
-def load_trained(directory: Path, device: str = "cpu") -> tuple[models.ParadigmModel, Tokenizer, dict]:
-    model = models.load(directory, device=device)
-    return model, load_tokenizer(directory), models.checkpoint.read_config(directory)
 
 
 def main(argv: list[str] | None = None) -> int:

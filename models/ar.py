@@ -73,12 +73,13 @@ class ARModel(ParadigmModel):
 
         for step in range(N):
             col = P + step  # canvas column being predicted
-            if cache is None:
-                keys = real[:, :col]
-                mask = (eye_cols[:col, None] >= eye_cols[None, :col]) & keys[:, None, :]
-                mask = mask | torch.eye(col, dtype=torch.bool, device=device)
-                h = self.backbone(ids[:, :col], pos[:, :col], attn_mask=mask[:, None] if padded else None,
-                                  is_causal=not padded, keep=slice(col - 1, col))
+            if cache is None:  # reference path: recompute the whole prefix every step
+                mask = None
+                if padded:
+                    mask = (eye_cols[:col, None] >= eye_cols[None, :col]) & real[:, None, :col]
+                    mask = (mask | torch.eye(col, dtype=torch.bool, device=device))[:, None]
+                h = self.backbone(ids[:, :col], pos[:, :col], attn_mask=mask, is_causal=not padded,
+                                  keep=slice(col - 1, col))
             elif step == 0:  # prefill: the whole prompt in one causal forward
                 mask = None
                 if padded:

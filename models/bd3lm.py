@@ -26,7 +26,7 @@ from .base import Batch, DecodeConfig
 from .decoding import Canvas, TokenChooser, select_commits
 from .mdlm import MDLMModel
 from .paradigm import StepLog
-from .schedules import block_expected_budget, sample_t
+from .schedules import sample_t
 
 
 def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Tensor:
@@ -40,14 +40,10 @@ def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Te
 
 class BD3LMModel(MDLMModel):
     paradigm = "bd3lm"
-    uses_cache = True
 
     @property
     def block_size(self) -> int:
         return self.config.block_size
-
-    def expected_budget(self) -> float:
-        return block_expected_budget(self.block_size)
 
     def check_decode(self, decode: DecodeConfig) -> None:
         if decode.window is not None and decode.window > self.config.length:
@@ -128,7 +124,9 @@ class BD3LMModel(MDLMModel):
         chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, canvas.real & ~canvas.span, device)
         log = StepLog(B, int(masked.sum(dim=1).max()) + 1, device)
         if decode.use_cache:
-            step = _CachedBlockStep(self.backbone, self.backbone.new_cache(B, C + 2 * S), S)
+            # rows of a batch complete blocks at different steps and leave invalid slots: give them room
+            capacity = C + 2 * S if B == 1 else 2 * C + 2 * S
+            step = _CachedBlockStep(self.backbone, self.backbone.new_cache(B, capacity), S)
         else:
             step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, canvas.span, pad + n_pre, S)
         forced, steps_in_block, masks_in_block = 1, None, None

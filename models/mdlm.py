@@ -7,7 +7,8 @@
 * `nll`: the NELBO (1/t weights) summed over target tokens, averaged over `nll_samples`
   Monte-Carlo draws of t: an upper bound on the true NLL.
 * Decoding: predict-and-noise with confidence (spec §3.3). No KV cache: every step is a full
-  bidirectional forward over the canvas (prompt + span). Each step commits the k_n most
+  bidirectional forward over the canvas, which is prompt + span (the official code pads to the
+  full length L, spec §12.6, so its MDLM steps cost more than ours for short spans). Each step commits the k_n most
   confident masked positions (k_n = 1 when steps >= masks) plus every position whose
   confidence is >= threshold. `steps` is the step budget for the whole span. With `chunk_size`
   the span is decoded semi-autoregressively in chunks that share the budget in proportion to
@@ -29,7 +30,6 @@ from .schedules import confidence_commit_counts, sample_t
 
 class MDLMModel(ParadigmModel):
     paradigm = "mdlm"
-    uses_cache = False
 
     # -- training / likelihood -----------------------------------------------------------------
     def _noise(self, batch: Batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,6 +77,25 @@ class MDLMModel(ParadigmModel):
         return batch.target_mask.sum(dim=1)
 
     # -- decoding ------------------------------------------------------------------------------
+    @staticmethod
+    def _share_steps(steps: int | None, sizes: list[int]) -> list[int | None]:
+        """Split the span's step budget over chunks in proportion to their sizes (largest remainder), so
+        the parts add up to exactly `steps`; every chunk needs at least one step."""
+        if steps is None:
+            return [None] * len(sizes)
+        if steps < len(sizes):
+            raise ValueError(f"steps={steps} is fewer than the {len(sizes)} chunks of the span; "
+                             f"use at least {len(sizes)} steps or a larger chunk_size")
+        total = sum(sizes)
+        exact = [steps * n / total for n in sizes]
+        parts = [max(1, int(e)) for e in exact]
+        while sum(parts) > steps:  # the 1-step floors overshot: take back from the most over-served chunk
+            parts[max((i for i in range(len(parts)) if parts[i] > 1), key=lambda i: parts[i] - exact[i])] -= 1
+        order = sorted(range(len(sizes)), key=lambda i: parts[i] - exact[i])
+        for i in order[:steps - sum(parts)]:
+            parts[i] += 1
+        return parts
+
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
         B, C = ids.shape
@@ -85,8 +104,7 @@ class MDLMModel(ParadigmModel):
         N = span_cols.numel()
         chunk = decode.chunk_size or N
         chunks = [span_cols[i:i + chunk] for i in range(0, N, chunk)]
-        # `steps` is the budget for the whole span, shared out over the chunks in proportion to their size
-        chunk_steps = [None if decode.steps is None else max(1, -(-decode.steps * len(c) // N)) for c in chunks]
+        chunk_steps = self._share_steps(decode.steps, [len(c) for c in chunks])
         max_steps = sum(len(confidence_commit_counts(len(c), s)) for c, s in zip(chunks, chunk_steps))
         attn_mask = None
         if not bool(real.all()):

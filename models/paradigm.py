@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from .backbone import Backbone, BackboneConfig
-from .base import DecodeConfig, Generation, ModelConfig
+from .base import Batch, DecodeConfig, Generation, ModelConfig
 from .decoding import Canvas, Timer
+from .schedules import expected_budget
 
 
 class ParadigmModel(nn.Module):
     paradigm: ClassVar[str]
-    uses_cache: ClassVar[bool] = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -44,9 +44,20 @@ class ParadigmModel(nn.Module):
     def eos_id(self) -> int | None:
         return self.config.eos_id
 
+    def loss(self, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def nll(self, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def n_scored(self, batch: Batch) -> torch.Tensor:
+        """[B] number of tokens `nll` scores per row (the denominator of every perplexity)."""
+        raise NotImplementedError
+
     def expected_budget(self) -> float | None:
-        """Expected inference prediction budget (spec §6); None where it does not apply."""
-        return None
+        """Expected inference prediction budget (spec §6; see schedules.expected_budget)."""
+        c = self.config
+        return expected_budget(c.paradigm, c.length, c.block_size, c.max_block_size)
 
     def check_decode(self, decode: DecodeConfig) -> None:
         """Raise ValueError for knob values this paradigm cannot honour."""
@@ -56,9 +67,9 @@ class ParadigmModel(nn.Module):
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                  decode: DecodeConfig = DecodeConfig()) -> list[Generation]:
         self.check_decode(decode)
-        canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
-        canvas.check_fits(self.config.length)
         with Timer(self.device) as timer:
+            canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
+            canvas.check_fits(self.config.length)
             nfe, per_step = self._decode(canvas, decode, decode.stop_at_eos)
         return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds)
 
@@ -66,9 +77,9 @@ class ParadigmModel(nn.Module):
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
                decode: DecodeConfig = DecodeConfig()) -> Generation:
         self.check_decode(decode)
-        canvas = Canvas.for_infill(prefix, n_masked, suffix, self.mask_id, self.device)
-        canvas.check_fits(self.config.length)
         with Timer(self.device) as timer:
+            canvas = Canvas.for_infill(prefix, n_masked, suffix, self.mask_id, self.device)
+            canvas.check_fits(self.config.length)
             nfe, per_step = self._decode(canvas, decode, stop_at_eos=False)
         return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds)[0]
 

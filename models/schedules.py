@@ -105,6 +105,20 @@ def block_expected_budget(block_size: int) -> float:
     return block_size / 2.0
 
 
+def expected_budget(paradigm: str, length: int, block_size: int | None = None,
+                    max_block_size: int | None = None) -> float | None:
+    """Expected inference prediction budget of a model (spec §6), recorded with every result: S/2 for BD3LM
+    with block S and for SetDLM with set size S (= L w k/(k+1), S_max = 2S), L/2 for MDLM (the whole
+    sequence is one block), None for AR (one prediction per step, no schedule)."""
+    if paradigm == "bd3lm":
+        return block_expected_budget(block_size)
+    if paradigm == "setdlm":
+        return StaggeredSchedule(length, block_size, max_block_size).expected_budget()
+    if paradigm == "mdlm":
+        return length / 2
+    return None
+
+
 def confidence_commit_counts(n_masked: int, steps: int | None) -> list[int]:
     """Tokens to commit per step when n_masked positions are decoded in `steps` steps (spec §3.3).
 

@@ -57,9 +57,6 @@ class SetDLMModel(ParadigmModel):
         c = self.config
         return StaggeredSchedule(c.length, c.block_size, c.max_block_size)
 
-    def expected_budget(self) -> float:
-        return self.schedule.expected_budget()
-
     def check_decode(self, decode: DecodeConfig) -> None:
         if decode.window is not None and decode.window > self.config.length:
             raise ValueError(f"SetDLM window W={decode.window} exceeds the context length {self.config.length}")
@@ -130,8 +127,9 @@ class SetDLMModel(ParadigmModel):
         if decode.commit_order == "first_hitting":
             L = self.config.length
             sched = StaggeredSchedule(L, min(W, L), min(2 * W, L))
-            reveal = sched.sample_reveal_times(B, torch.Generator(device=device).manual_seed(decode.seed), device)
-            order_key = reveal.gather(1, pos.clamp(max=L - 1))
+            # one draw over absolute positions, shared by every row: a row's order never depends on its batch
+            reveal = sched.sample_reveal_times(1, torch.Generator(device=device).manual_seed(decode.seed), device)
+            order_key = reveal.expand(B, -1).gather(1, pos.clamp(max=L - 1))
 
         # step 0 "accepted" set: every visible token (prompt, or prefix + suffix), left to right
         masked = canvas.span & (canvas.ids == mask_id)
@@ -147,8 +145,8 @@ class SetDLMModel(ParadigmModel):
         chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device)
         log = StepLog(B, int(remaining.max()) + 1, device)
         if decode.use_cache:
-            cache = self.backbone.new_cache(B, C + 2 * W)
-            step = _CachedSetStep(self.backbone, cache, C + 2 * W, device)
+            capacity = C + 2 * W if B == 1 else 2 * C + 2 * W   # rows committing different amounts leave gaps
+            step = _CachedSetStep(self.backbone, self.backbone.new_cache(B, capacity), capacity, device)
         else:
             step = _UncachedSetStep(self.backbone, ids, pos, pend_cols, pend_valid)
 

@@ -18,7 +18,6 @@ from harness.sweep import PlanError, plan_sweep
 from models.base import DecodeConfig
 
 REPO = Path(__file__).resolve().parent.parent
-TIMING = {"tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high", "latency_s_median", "timestamp"}
 
 
 def run_cli(args, env):
@@ -128,3 +127,28 @@ def test_results_rows_are_json_with_no_nan(smoke_sweep):
     assert "NaN" not in text and "Infinity" not in text
     for line in text.splitlines():
         json.loads(line)
+
+
+def test_seed_reaches_the_ar_parent_of_adapted_models():
+    cfgs = get_preset("cpu").train_configs(seed=3)
+    assert all(c.seed == 3 for c in cfgs) and all(c.init_from.seed == 3 for c in cfgs if c.init_from)
+    plan = plan_sweep(get_preset("cpu"), seed=3)
+    assert len({t.model_id for t in plan.train if t.paradigm == "ar"}) == 1   # one AR: baseline, parent, judge
+
+
+def test_hub_corpus_streams_through_datasets(monkeypatch):
+    import datasets
+
+    from harness.train import corpus_documents
+
+    calls = []
+
+    def fake_load_dataset(path, config, split, streaming, trust_remote_code):
+        calls.append((path, streaming, trust_remote_code))
+        return iter([{"text": f"doc {i}"} for i in range(10)])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setenv("HARNESS_HF_MAX_DOCS", "6")
+    assert corpus_documents("hf:openwebtext", "train") == [f"doc {i}" for i in range(6)]
+    assert corpus_documents("hf:openwebtext", "validation") == [f"doc {i}" for i in range(6, 10)]
+    assert calls[0] == ("Skylion007/openwebtext", True, False)

@@ -47,14 +47,33 @@ def test_cache_on_off_same_infill(paradigm):
     assert a.tokens == b.tokens and len(a.tokens) == 9
 
 
-def test_cache_compaction_keeps_results():
-    """Rows that commit different amounts leave invalid cache slots; compaction must not change tokens."""
-    model = tiny("setdlm", block_size=4)
+@pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
+def test_cache_compaction_keeps_results(paradigm, monkeypatch):
+    """Rows that commit different amounts leave invalid cache slots; with a cache too small to hold them
+    the decoder compacts it, which must not change any token."""
+    from models.backbone import KVCache
+
+    model = tiny(paradigm, block_size=4)
     prompts = random_prompts(4, 11)
-    with torch.no_grad():
-        ref = [model.generate([p], 20, DecodeConfig(threshold=0.3, stop_at_eos=False))[0].tokens for p in prompts]
-    batched = model.generate(prompts, 20, DecodeConfig(threshold=0.3, stop_at_eos=False))
+    decode = DecodeConfig(window=8 if paradigm == "setdlm" else None, threshold=0.7 if paradigm == "setdlm" else 0.3,
+                          stop_at_eos=False)   # thresholds at which these rows commit different amounts
+    ref = [model.generate([p], 36, decode)[0].tokens for p in prompts]
+    compactions, original_compact, original_new = [], KVCache.compact, model.backbone.new_cache
+    monkeypatch.setattr(KVCache, "compact", lambda self: (compactions.append(1), original_compact(self))[1])
+    tight = max(len(p) for p in prompts) + 36 + (8 if paradigm == "bd3lm" else 16)   # the batch-1 sizing
+    monkeypatch.setattr(model.backbone, "new_cache", lambda B, capacity: original_new(B, min(capacity, tight)))
+    batched = model.generate(prompts, 36, decode)
+    assert compactions, "the test must exercise compaction"
     assert [g.tokens for g in batched] == ref
+
+
+def test_first_hitting_commit_order_is_exact_and_batch_independent():
+    model = tiny("setdlm", block_size=4)
+    prompts = random_prompts(3, 8)
+    decode = DecodeConfig(window=8, threshold=0.3, commit_order="first_hitting", stop_at_eos=False, seed=5)
+    batched = [g.tokens for g in model.generate(prompts, 16, decode)]
+    assert batched == [model.generate([p], 16, decode)[0].tokens for p in prompts]
+    assert batched == [g.tokens for g in model.generate(prompts, 16, decode.replace(use_cache=False))]
 
 
 @pytest.mark.parametrize("paradigm", ["ar", "mdlm", "bd3lm", "setdlm"])
@@ -210,15 +229,31 @@ def test_mdlm_steps_bound_nfe():
             assert g.nfe <= steps and len(g.tokens) == 16
     chunked = model.generate([[3, 4]], 16, DecodeConfig(steps=8, chunk_size=4, stop_at_eos=False))[0]
     assert chunked.nfe == 8 and chunked.tokens_per_step == [2] * 8 and len(chunked.tokens) == 16
+    for steps, chunk, n in ((4, 3, 10), (16, 32, 40), (7, 5, 23)):   # chunks that do not divide the budget
+        g = model.generate([[3, 4]], n, DecodeConfig(steps=steps, chunk_size=chunk, stop_at_eos=False))[0]
+        assert g.nfe <= steps and len(g.tokens) == n
+    with pytest.raises(ValueError, match="fewer than"):
+        model.generate([[3]], 16, DecodeConfig(steps=2, chunk_size=4))
 
 
 def test_ar_nfe_and_eos_rule():
     model = tiny("ar")
     g = model.generate([[3, 4]], 10, DecodeConfig(stop_at_eos=False))[0]
     assert g.nfe == 10 and len(g.tokens) == 10
-    eos_first = model.generate([[3]], 10, DecodeConfig())[0]
-    if EOS in eos_first.tokens:
-        assert eos_first.tokens[-1] == EOS and eos_first.tokens.count(EOS) == 1
+    logits = model.backbone.logits
+    calls = []
+
+    def eos_on_fourth_step(h):   # the fourth forward's prediction is EOS
+        out = logits(h)
+        calls.append(1)
+        if len(calls) == 4:
+            out[..., EOS] = 1e4
+        return out
+
+    model.backbone.logits = eos_on_fourth_step
+    stopped = model.generate([[3]], 10, DecodeConfig())[0]
+    assert stopped.tokens[-1] == EOS and stopped.tokens.count(EOS) == 1
+    assert stopped.nfe == len(stopped.tokens) == 4
 
 
 @pytest.mark.parametrize("paradigm", ["ar", "mdlm", "bd3lm", "setdlm"])
