@@ -127,9 +127,14 @@ def summarize_runs(runs: list[dict]) -> dict:
     return out
 
 
+def round_ratios(a: list[dict], b: list[dict]) -> list[float]:
+    """rate(b) / rate(a) in every round; the round-robin pairing cancels slow drifts of the machine."""
+    return [(y["tokens"] / y["seconds"]) / (x["tokens"] / x["seconds"]) for x, y in zip(a, b)]
+
+
 def paired_ratio(a: list[dict], b: list[dict]) -> float:
-    """Median over rounds of rate(b) / rate(a): the round-robin pairing cancels drifts of the machine."""
-    return statistics.median((y["tokens"] / y["seconds"]) / (x["tokens"] / x["seconds"]) for x, y in zip(a, b))
+    """Median over rounds of rate(b) / rate(a)."""
+    return statistics.median(round_ratios(a, b))
 
 
 def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_tokens: int = NEW_TOKENS) -> dict:
@@ -209,11 +214,14 @@ def bench_matched(args) -> dict:
             rows.append({"S": S, "tau": tau, "weights": f"{w_bd}/{w_sd}", "budget": S / 2,
                          "bd3lm_tokens_per_s": a["tokens_per_s"], "setdlm_tokens_per_s": b["tokens_per_s"],
                          "ratio": paired_ratio(runs_bd, runs_sd),
+                         "ratio_min": min(round_ratios(runs_bd, runs_sd)),
+                         "ratio_max": max(round_ratios(runs_bd, runs_sd)),
                          "bd3lm_tokens_per_forward": a["tokens_per_forward"],
                          "setdlm_tokens_per_forward": b["tokens_per_forward"],
                          "bd3lm_ms_per_forward": a["ms_per_forward"], "setdlm_ms_per_forward": b["ms_per_forward"]})
     print("SetDLM (S_max = 2S, W = S) vs BD3LM (S), batch 1, expected budget S/2 for both")
-    print(_table(rows, ["S", "tau", "weights", "bd3lm_tokens_per_s", "setdlm_tokens_per_s", "ratio",
+    print(_table(rows, ["S", "tau", "weights", "bd3lm_tokens_per_s", "setdlm_tokens_per_s", "ratio", "ratio_min",
+                        "ratio_max",
                         "bd3lm_tokens_per_forward", "setdlm_tokens_per_forward", "bd3lm_ms_per_forward",
                         "setdlm_ms_per_forward"]))
     return {"benchmark": "matched", "rows": rows}
@@ -250,13 +258,13 @@ def bench_train(args) -> dict:
     rows = []
     for cfg, name, t in zip(configs, names, timed):
         step = statistics.median(r["seconds"] for r in t)
-        rows.append({"model": name, "seconds_per_step": step, "target_tokens_per_s": cfg.batch_size * cfg.length / step,
+        rows.append({"model": name, "seconds_per_step": step, "batch_tokens_per_s": cfg.batch_size * cfg.length / step,
                      "tokens_through_model": (2 if cfg.paradigm in ("bd3lm", "setdlm") else 1) * cfg.length,
                      "bf16": cfg.bf16, "repeats": [r["seconds"] for r in t]})
     bd, sd, per_order = timed[names.index("bd3lm S=4")], timed[names.index("setdlm S=4")], timed[-1]
     ratio = 1 / paired_ratio(bd, sd)          # step-time ratio SetDLM / BD3LM, paired by round
     mask_ratio = 1 / paired_ratio(sd, per_order)
-    print(_table(rows, ["model", "seconds_per_step", "target_tokens_per_s", "tokens_through_model", "bf16"]))
+    print(_table(rows, ["model", "seconds_per_step", "batch_tokens_per_s", "tokens_through_model", "bf16"]))
     print(f"SetDLM / BD3LM step time (S=4, paired by round): {ratio:.3f}")
     print(f"per-order mask / static mask step time (SetDLM S=4): {mask_ratio:.3f}")
     return {"benchmark": "train", "rows": rows, "setdlm_over_bd3lm_step_time": ratio,
