@@ -17,14 +17,23 @@ Protocol (spec §8.4, with an offline featuriser):
     subsets (NOT a confidence interval). Labelled "MAUVE (MiniLM features)" everywhere: mean-pooled
     sentence embeddings barely notice word order, so the numbers are not comparable with the
     gpt2-large-feature MAUVE of papers.
+  * MAUVE quantises the 2n features into about n/10 k-means clusters; with the few samples of
+    the CPU presets that is fewer points per cluster than faiss recommends (39), and faiss
+    says so on the C-level stderr once per call. Those lines are folded into one logged warning
+    per process; any other native output is passed through.
 
     python -c "from tasks.mauve_task import featurize; print(featurize(['Hello world.']).shape)"
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
+import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -34,7 +43,10 @@ from tasks.base import (
 from tasks.genppl import PROMPT_FIELDS, SampledText
 
 REFERENCE_FILE = "openwebtext/owt_eval_fragments_ctx100.jsonl"
+FAISS_FEW_POINTS_WARNING = "WARNING clustering"
+log = logging.getLogger(__name__)
 _featuriser: Any = None
+_warned_few_points = False
 _features: dict[str, np.ndarray] = {}
 
 
@@ -119,7 +131,36 @@ class Mauve(SampledText):
         for subset in range(self.n_subsets):
             chosen = np.random.default_rng(self.seed + subset).choice(len(references), size=len(texts), replace=False)
             p = featurize([references[i] for i in chosen])
-            result = mauve.compute_mauve(p_features=p, q_features=q, device_id=-1, verbose=False, seed=self.seed + subset)
+            with faiss_few_points_warning_folded():
+                result = mauve.compute_mauve(
+                    p_features=p, q_features=q, device_id=-1, verbose=False, seed=self.seed + subset)
             scores.append(float(result.mauve))
         mean, std = float(np.mean(scores)), float(np.std(scores))
         return {"mauve": MetricValue(mean, mean - std, mean + std)}
+
+
+@contextlib.contextmanager
+def faiss_few_points_warning_folded() -> Iterator[None]:
+    """Capture the C-level stderr (faiss writes there, not to sys.stderr) for the duration of the
+    block; re-emit every line except faiss's few-points-per-centroid warning, which is logged once."""
+    global _warned_few_points
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines()
+            few_points = [line for line in lines if line.startswith(FAISS_FEW_POINTS_WARNING)]
+            for line in lines:
+                if not line.startswith(FAISS_FEW_POINTS_WARNING):
+                    print(line, file=sys.stderr)
+            if few_points and not _warned_few_points:
+                _warned_few_points = True
+                log.warning("MAUVE: few samples per k-means cluster (faiss: %s); MAUVE from so few samples "
+                            "is noisy, read it with its spread over subsets", few_points[0].split(": ", 1)[-1])

@@ -364,6 +364,19 @@ def test_mauve_separates_same_and_shifted_distributions(monkeypatch):
         task.aggregate([{"text": str(i)} for i in range(1001)])
 
 
+def test_faiss_few_points_warning_folded_into_one_log_line(monkeypatch, capfd, caplog):
+    monkeypatch.setattr(mauve_task, "_warned_few_points", False)
+    with caplog.at_level("WARNING", logger=mauve_task.__name__):
+        for _ in range(3):
+            with mauve_task.faiss_few_points_warning_folded():
+                os.write(2, b"WARNING clustering 96 points to 5 centroids: please provide at least 195 training points\n")
+                os.write(2, b"native message that must survive\n")
+    err = capfd.readouterr().err
+    assert "WARNING clustering" not in err and err.count("native message that must survive") == 3
+    folded = [r for r in caplog.records if "few samples per k-means cluster" in r.getMessage()]
+    assert len(folded) == 1 and "195 training points" in folded[0].getMessage()
+
+
 @pytest.mark.slow
 def test_minilm_featuriser_offline():
     features = mauve_task.featurize(["The cat sat on the mat.", "Stocks fell sharply on Monday."])
