@@ -5,7 +5,8 @@ under results/bench/<name>.json).
     python -m harness.bench decode          # each paradigm, cpu-preset size, batch 1 and 8
     python -m harness.bench vs-hf           # our AR cached decoding vs transformers generate()
     python -m harness.bench matched         # SetDLM (S_max = 2S, W = S) vs BD3LM (S) at equal budget
-    python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks
+    python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks;
+                                            # two-stream attention split vs one masked call
     python -m harness.bench all
 
 Method (this machine is shared and noisy): every point is warmed up, then timed `--repeats`
@@ -28,6 +29,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
+from models.backbone import ClosedStream
 
 from .env import fingerprint
 from .presets import get_preset
@@ -255,6 +257,15 @@ def bench_train(args) -> dict:
     setdlm_cfg = configs[names.index("setdlm S=4")]
     runs.append(train_step_run(_PerOrderMask.wrap(cpu_model("setdlm", 4)[0]), setdlm_cfg))
     timed = interleaved(runs, args.repeats)   # round-robin over all models: drifts hit every model alike
+    # the closed-stream split vs two-stream attention as one call over the whole [2L, 2L] mask,
+    # each pair timed round-robin on its own
+    one_call_names = ["bd3lm S=4", "setdlm S=4"]
+    split, one_call = {}, {}
+    for name in one_call_names:
+        cfg = configs[names.index(name)]
+        pair = [train_step_run(cpu_model(cfg.paradigm, cfg.block_size)[0], cfg),
+                train_step_run(_one_call_attention(cpu_model(cfg.paradigm, cfg.block_size)[0]), cfg)]
+        split[name], one_call[name] = interleaved(pair, args.repeats)
     rows = []
     for cfg, name, t in zip(configs, names, timed):
         step = statistics.median(r["seconds"] for r in t)
@@ -267,14 +278,32 @@ def bench_train(args) -> dict:
     print(_table(rows, ["model", "seconds_per_step", "batch_tokens_per_s", "tokens_through_model", "bf16"]))
     print(f"SetDLM / BD3LM step time (S=4, paired by round): {ratio:.3f}")
     print(f"per-order mask / static mask step time (SetDLM S=4): {mask_ratio:.3f}")
+    split_gain = {name: 1 / paired_ratio(split[name], one_call[name]) for name in one_call_names}
+    for name, gain in split_gain.items():
+        print(f"one-call / split two-stream attention step time ({name}): {gain:.3f}")
     return {"benchmark": "train", "rows": rows, "setdlm_over_bd3lm_step_time": ratio,
             "per_order_over_static_mask_step_time": mask_ratio,
-            "per_order_mask_repeats": [r["seconds"] for r in per_order]}
+            "per_order_mask_repeats": [r["seconds"] for r in per_order],
+            "one_call_over_split_attention_step_time": split_gain,
+            "split_attention_repeats": {name: [r["seconds"] for r in t] for name, t in split.items()},
+            "one_call_attention_repeats": {name: [r["seconds"] for r in t] for name, t in one_call.items()}}
+
+
+def _one_call_attention(model):
+    """The model with its two-stream passes run as one SDPA call over the whole mask (no ClosedStream)."""
+    forward = model.backbone.forward
+
+    def without_split(*args, **kw):
+        kw.pop("closed", None)
+        return forward(*args, **kw)
+    model.backbone.forward = without_split
+    return model
 
 
 class _PerOrderMask:
     """The naive alternative to SetDLM's token-efficient layout: keep the original positions and build the
-    [2L, 2L] mask of every sampled order (a different mask per sequence), as a per-order set-causal mask."""
+    [2L, 2L] mask of every sampled order (a different mask per sequence), as a per-order set-causal mask.
+    Its clean stream is closed too, but only the static layout's is causal by index (`is_causal`)."""
 
     @staticmethod
     def wrap(model):
@@ -291,7 +320,8 @@ class _PerOrderMask:
             target = batch.target_mask
             queries = torch.where(target, model.mask_id, ids)
             pos = torch.arange(L, device=ids.device).expand(B, L)
-            h = model.backbone(torch.cat([ids, queries], 1), torch.cat([pos, pos], 1), attn_mask=mask, keep=slice(L, 2 * L))
+            h = model.backbone(torch.cat([ids, queries], 1), torch.cat([pos, pos], 1), attn_mask=mask,
+                               keep=slice(L, 2 * L), closed=ClosedStream(slice(0, L)))  # clean block: not causal by index
             logits = model.backbone.logits(h[target]).float()
             return torch.nn.functional.cross_entropy(logits, ids[target])
 

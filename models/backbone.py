@@ -11,6 +11,11 @@ Paradigms talk to it only through (input ids, position ids, attention mask, cach
     h = backbone(ids, pos, attn_mask=mask, cache=cache)   # [B, T, D]
     logits = backbone.logits(h[:, sel])                    # only where predictions are needed
 
+Two-stream training passes (BD3LM, SetDLM) also say which stream is closed (`closed=ClosedStream`:
+its rows attend only to its own keys); attention then runs as two calls, the closed stream over
+its own keys (`is_causal` when that block is plainly causal) and the other stream over all keys,
+instead of one call over the whole [2L, 2L] mask, half of which is False.
+
     python -c "from models.backbone import *; print(Backbone(BackboneConfig(vocab_size=100, length=16)))"
 """
 
@@ -44,6 +49,16 @@ class BackboneConfig:
             raise ValueError("the head dimension must be even for rotary embeddings")
         if self.suppress_mask_logit and self.mask_id is None:
             raise ValueError("suppress_mask_logit needs mask_id")
+
+
+@dataclass(frozen=True)
+class ClosedStream:
+    """Rows `rows` of the input attend only to keys `rows` (the clean stream of a two-stream pass):
+    causally among themselves if `causal`, else as attn_mask[..., rows, rows] says. The caller
+    guarantees that attn_mask is False from these rows to every other key; `rows` is the first
+    or the last part of the input."""
+    rows: slice
+    causal: bool = False
 
 
 class KVCache:
@@ -150,9 +165,10 @@ class Block(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x, cos, sin, attn_mask, is_causal, cache: KVCache | None, layer: int,
-                keep: slice | None = None):
+                keep: slice | None = None, closed: ClosedStream | None = None):
         """`keep` (last layer only): the input rows whose outputs are needed. Every row still
-        contributes keys/values, but queries, projection and MLP run on the kept rows only."""
+        contributes keys/values, but queries, projection and MLP run on the kept rows only.
+        `closed`: see ClosedStream (used only when every row is kept and there is no cache)."""
         B, T, D = x.shape
         qkv = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         qk = apply_rotary(qkv[:2], cos, sin)  # q and k rotated together: [2, B, H, T, head_dim]
@@ -171,7 +187,10 @@ class Block(nn.Module):
                 attn_mask = attn_mask[..., keep, :]
             q, x = q[:, :, keep], x[:, keep]
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal)
+        if closed is not None and keep is None and cache is None:
+            y = _two_stream_attention(q, k, v, attn_mask, closed, p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal)
         y = self.proj(y.transpose(1, 2).reshape(B, x.shape[1], D))
         if p:
             y = F.dropout(y, p, True)
@@ -180,6 +199,23 @@ class Block(nn.Module):
         if p:
             y = F.dropout(y, p, True)
         return x + y
+
+
+def _two_stream_attention(q, k, v, attn_mask, closed: ClosedStream, dropout_p: float) -> torch.Tensor:
+    """SDPA over [B, H, T, hd] as two calls: the closed stream over its own keys, the other rows
+    over all keys. Equal to one call with attn_mask (given ClosedStream's guarantee)."""
+    T = q.shape[2]
+    own = closed.rows
+    start, stop, _ = own.indices(T)
+    if start != 0 and stop != T:
+        raise ValueError(f"ClosedStream rows {own} must be the first or the last part of {T} rows")
+    other = slice(stop, T) if start == 0 else slice(0, start)
+    own_mask = None if closed.causal else attn_mask[..., own, own]
+    y_own = F.scaled_dot_product_attention(q[:, :, own], k[:, :, own], v[:, :, own], attn_mask=own_mask,
+                                           dropout_p=dropout_p, is_causal=closed.causal)
+    y_other = F.scaled_dot_product_attention(q[:, :, other], k, v, attn_mask=attn_mask[..., other, :],
+                                             dropout_p=dropout_p)
+    return torch.cat([y_own, y_other] if start == 0 else [y_other, y_own], dim=2)
 
 
 class Backbone(nn.Module):
@@ -209,13 +245,16 @@ class Backbone(nn.Module):
         return KVCache(cfg.n_layers, batch, cfg.n_heads, cfg.d_model // cfg.n_heads, capacity, p.dtype, p.device)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                is_causal: bool = False, cache: KVCache | None = None, keep: slice | None = None) -> torch.Tensor:
+                is_causal: bool = False, cache: KVCache | None = None, keep: slice | None = None,
+                closed: ClosedStream | None = None) -> torch.Tensor:
         """input_ids, position_ids [B, T] -> hidden states [B, T, D] (only the `keep` rows if given).
 
         attn_mask: bool, True = may attend, broadcastable to [B, H, T, S] where S = T without a
         cache and cache.length + T with one (keys = committed cache slots, then the T inputs).
         keep: the rows whose outputs the caller needs (e.g. the query stream of a two-stream
         pass, or the masks of a decode step); the last layer skips the work for the others.
+        closed: a stream of a two-stream pass that attends only to itself (ClosedStream); lets
+        attention skip the [closed rows x other keys] block, which is all False.
         """
         if cache is not None:
             cache.reserve(input_ids.shape[1])
@@ -223,7 +262,7 @@ class Backbone(nn.Module):
         cos, sin = self.rotary(position_ids, x.dtype)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, attn_mask, is_causal, cache, i, keep if i == last else None)
+            x = block(x, cos, sin, attn_mask, is_causal, cache, i, keep if i == last else None, closed)
         return self.ln_f(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

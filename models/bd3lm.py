@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from .backbone import ClosedStream
 from .base import Batch, DecodeConfig
 from .decoding import Canvas, TokenChooser, select_commits
 from .mdlm import MDLMModel
@@ -94,7 +95,7 @@ class BD3LMModel(MDLMModel):
             mask = (mask[None] & keys[:, None, :]) | torch.eye(2 * L, dtype=torch.bool, device=x0.device)
             mask = mask[:, None]
         return self.backbone(torch.cat([xt, x0], dim=1), torch.cat([pos, pos], dim=1), attn_mask=mask,
-                             keep=slice(0, L))
+                             keep=slice(0, L), closed=ClosedStream(slice(L, 2 * L)))
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):

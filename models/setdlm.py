@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .backbone import ClosedStream
 from .base import Batch, DecodeConfig
 from .decoding import Canvas, TokenChooser, left_aligned, select_commits
 from .paradigm import ParadigmModel, StepLog
@@ -87,7 +88,8 @@ class SetDLMModel(ParadigmModel):
         target = batch.target_mask.gather(1, sigma)
         queries = torch.where(target, self.mask_id, clean)
         h = self.backbone(torch.cat([clean, queries], dim=1), torch.cat([sigma, sigma], dim=1),
-                          attn_mask=self._training_mask(L, ids.device), keep=slice(L, 2 * L))
+                          attn_mask=self._training_mask(L, ids.device), keep=slice(L, 2 * L),
+                          closed=ClosedStream(slice(0, L), causal=True))
         if bool(target.all()):  # pretraining rows: every position is a target, no gather/scatter needed
             logits = self.backbone.logits(h.reshape(-1, h.shape[-1]))
             return F.cross_entropy(logits.float(), clean.reshape(-1), reduction="none").view(clean.shape), target

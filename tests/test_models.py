@@ -167,6 +167,49 @@ def test_bd3lm_single_block_equals_mdlm_loss():
         assert torch.allclose(a, b, atol=1e-4)
 
 
+@pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
+def test_two_stream_split_attention_equals_one_masked_call(paradigm, monkeypatch):
+    """The closed-stream split (two SDPA calls) gives the loss and gradients of one call over
+    the whole two-stream mask, with padding and context; a false ClosedStream claim does not."""
+    import models.backbone as backbone_module
+    model = tiny(paradigm, block_size=4, sharp=False).train()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(2, VOCAB - 1, (3, LENGTH), generator=g)
+    real = torch.ones_like(x, dtype=torch.bool)
+    real[1, LENGTH - 5:] = False                      # a padded row
+    context = torch.zeros_like(real)
+    context[2, :6] = True                             # a row with a prompt
+    batch = Batch(x, attention_mask=real, context_mask=context)
+    split_calls = []
+    real_split = backbone_module._two_stream_attention
+    monkeypatch.setattr(backbone_module, "_two_stream_attention",
+                        lambda *a: split_calls.append(1) or real_split(*a))
+
+    def loss_and_grads(closed_override=None, use_split=True):
+        model.zero_grad()
+        forward = type(model.backbone).forward
+
+        def patched(self, *args, **kw):
+            kw["closed"] = closed_override if closed_override is not None else (kw.get("closed") if use_split else None)
+            return forward(self, *args, **kw)
+        with monkeypatch.context() as m:
+            m.setattr(type(model.backbone), "forward", patched)
+            torch.manual_seed(0)
+            loss = model.loss(batch)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    one_call, one_call_grads = loss_and_grads(use_split=False)
+    assert not split_calls
+    split, split_grads = loss_and_grads()
+    assert split_calls                                # the split path really ran
+    assert torch.allclose(split, one_call, atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(split_grads, one_call_grads))
+    wrong_stream = backbone_module.ClosedStream(slice(0, LENGTH) if paradigm == "bd3lm" else slice(LENGTH, 2 * LENGTH))
+    wrong, _ = loss_and_grads(closed_override=wrong_stream)
+    assert not torch.allclose(wrong, one_call, atol=1e-3)
+
+
 def test_bd3lm_every_block_gets_a_mask():
     model = tiny("bd3lm", block_size=4)
     x = torch.randint(2, VOCAB - 1, (64, LENGTH))
