@@ -72,30 +72,28 @@ def ppl_file(tmp_path_factory) -> Path:
     return path
 
 
+def spy_on(monkeypatch, name: str) -> list:
+    """Record the requests that reach adapter.<name> (which still runs); the list fills as calls come."""
+    calls, real = [], getattr(adapter, name)
+
+    def spy(loaded, requests, *args, **kwargs):
+        calls.extend(requests)
+        return real(loaded, requests, *args, **kwargs)
+
+    monkeypatch.setattr(adapter, name, spy)
+    return calls
+
+
 @pytest.fixture
 def decode_calls(monkeypatch) -> list:
-    """Requests that reach harness.runner.execute_decode (which still runs)."""
-    calls, real = [], adapter.execute_decode
-
-    def spy(loaded, requests, decode):
-        calls.extend(requests)
-        return real(loaded, requests, decode)
-
-    monkeypatch.setattr(adapter, "execute_decode", spy)
-    return calls
+    """Requests that reach harness.runner.execute_decode."""
+    return spy_on(monkeypatch, "execute_decode")
 
 
 @pytest.fixture
 def nll_calls(monkeypatch) -> list:
-    """Requests that reach harness.runner.execute_nll (which still runs)."""
-    calls, real = [], adapter.execute_nll
-
-    def spy(loaded, requests, seed):
-        calls.extend(requests)
-        return real(loaded, requests, seed)
-
-    monkeypatch.setattr(adapter, "execute_nll", spy)
-    return calls
+    """Requests that reach harness.runner.execute_nll."""
+    return spy_on(monkeypatch, "execute_nll")
 
 
 def lm(checkpoints, paradigm: str, **args) -> adapter.HarnessLM:
