@@ -75,19 +75,15 @@ from tqdm.auto import tqdm
 import models
 from harness.runner import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig
+from models.base import PARADIGM_KNOBS
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
 
 logger = logging.getLogger("harness.lm_eval")
 
 INFILL_MARKER = "<|harness_infill|>"
 KNOBS = ("window", "threshold", "steps", "chunk_size", "repetition_penalty", "use_cache", "commit_order", "seed")
-# knobs that can change the output of generate_until / infill requests, per paradigm (models/*.py)
-DECODE_KNOBS = {
-    "ar": {"repetition_penalty", "use_cache", "seed"},
-    "mdlm": {"threshold", "steps", "chunk_size", "repetition_penalty", "seed"},
-    "bd3lm": {"window", "threshold", "steps", "repetition_penalty", "use_cache", "seed"},
-    "setdlm": {"window", "threshold", "repetition_penalty", "use_cache", "commit_order", "seed"},
-}
+# knobs that can change the output of generate_until / infill requests, per paradigm
+DECODE_KNOBS = {p: set(used) | {"repetition_penalty", "seed"} for p, used in PARADIGM_KNOBS.items()}
 # likelihoods use no decoding knob; the seed fixes the Monte-Carlo noise of the diffusion NELBO
 LIKELIHOOD_KNOBS = {"ar": set(), "mdlm": {"seed"}, "bd3lm": {"seed"}, "setdlm": {"seed"}}
 GREEDY_CHECK = DecodeConfig(threshold=1e-9)  # commits every visible masked position at once

@@ -61,11 +61,18 @@ def _split(value: str | None, valid, what: str) -> tuple[str, ...] | None:
     return names
 
 
-def validate_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig) -> None:
+def validate_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig, task: Task | None = None) -> None:
     if decode.window is not None and decode.window > cfg.length:
         raise PlanError(f"window {decode.window} is larger than the context length L={cfg.length}")
     if cfg.paradigm == "bd3lm" and decode.window is not None and cfg.length % decode.window:
         raise PlanError(f"BD3LM block size {decode.window} does not divide L={cfg.length}")
+    new_tokens = getattr(task, "max_new_tokens", None)
+    if cfg.paradigm == "mdlm" and decode.steps and decode.chunk_size and new_tokens:
+        chunks = -(-min(new_tokens, cfg.length) // decode.chunk_size)
+        if decode.steps < chunks:
+            raise PlanError(f"MDLM steps={decode.steps} is fewer than the {chunks} chunks of {decode.chunk_size} "
+                            f"tokens in {task.name}'s {new_tokens} new tokens; use steps >= {chunks} or a larger "
+                            f"chunk size")
 
 
 def _task_options(spec_options: dict, data: str | None, source: str | None) -> dict:
@@ -117,11 +124,11 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 grid = [DecodeConfig()]
             else:
                 grid = [DecodeConfig()] if decode is not None else preset.decode_grid(cfg, spec)
-                grid = [d.replace(**spec.decode).replace(**(decode or {})) for d in grid]
+                grid = [d.replace(**spec.decode).replace(**(decode or {})).for_paradigm(cfg.paradigm) for d in grid]
                 if cfg.paradigm in ("bd3lm", "setdlm"):
                     grid = [d if d.window is not None else d.replace(window=cfg.block_size) for d in grid]
             for d in grid:
-                validate_decode(cfg, d)
+                validate_decode(cfg, d, task)
                 cells.append(RunCell(
                     preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,

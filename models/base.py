@@ -21,6 +21,14 @@ import torch
 SCHEMA_VERSION = 1  # of checkpoints (config.json); bumped on incompatible changes
 
 PARADIGMS = ("ar", "mdlm", "bd3lm", "setdlm")
+# the paradigm-specific DecodeConfig knobs each paradigm reads; the sampling knobs, repetition_penalty,
+# seed and stop_at_eos are read by all four
+PARADIGM_KNOBS = {
+    "ar": frozenset({"use_cache"}),
+    "mdlm": frozenset({"threshold", "steps", "chunk_size"}),
+    "bd3lm": frozenset({"window", "threshold", "steps", "use_cache"}),
+    "setdlm": frozenset({"window", "threshold", "use_cache", "commit_order"}),
+}
 COMMIT_ORDERS = ("position", "first_hitting")
 
 TOKEN_COUNTING_RULE = (
@@ -97,6 +105,12 @@ class DecodeConfig:
 
     def replace(self, **changes) -> "DecodeConfig":
         return dataclasses.replace(self, **changes)
+
+    def for_paradigm(self, paradigm: str) -> "DecodeConfig":
+        """The same decoding with the knobs `paradigm` does not read back at their defaults, so that
+        a setting meant for another paradigm (e.g. an MDLM chunk size) never enters a run's identity."""
+        inert = set().union(*PARADIGM_KNOBS.values()) - PARADIGM_KNOBS[paradigm]
+        return dataclasses.replace(self, **{k: DecodeConfig.__dataclass_fields__[k].default for k in inert})
 
 
 @dataclass

@@ -15,6 +15,7 @@ from harness.presets import PRESETS, get_preset
 from harness.report import build_report, pareto_mask
 from harness.store import REQUIRED_KEYS, read_jsonl
 from harness.sweep import PlanError, plan_sweep
+from models.base import PARADIGMS
 from models.base import DecodeConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,6 +120,18 @@ def test_plan_rejects_bad_grid_values():
         plan_sweep(cpu, "bd3lm", "gsm8k", block_size=4, decode={"window": 3})
     with pytest.raises(PlanError, match="valid: ar, mdlm"):
         plan_sweep(cpu, "gpt", "gsm8k")
+    with pytest.raises(PlanError, match="steps=4 is fewer than the 12 chunks"):   # 96 new tokens / 8
+        plan_sweep(cpu, "mdlm", "gsm8k", decode={"steps": 4, "chunk_size": 8})
+    assert plan_sweep(cpu, "mdlm", "gsm8k", decode={"steps": 12, "chunk_size": 8}).cells
+
+
+def test_cells_carry_only_the_knobs_their_paradigm_reads():
+    paper = plan_sweep(get_preset("paper"), tasks="gsm8k")   # the preset's chunk_size is an MDLM setting
+    chunk = {p: {c.decode.chunk_size for c in paper.cells if c.paradigm == p} for p in PARADIGMS}
+    assert chunk == {"ar": {None}, "mdlm": {32}, "bd3lm": {None}, "setdlm": {None}}
+    cpu = plan_sweep(get_preset("cpu"), "ar,setdlm", "gsm8k", decode={"chunk_size": 8, "commit_order": "first_hitting"})
+    assert {(c.paradigm, c.decode.chunk_size, c.decode.commit_order) for c in cpu.cells} == {
+        ("ar", None, "position"), ("setdlm", None, "first_hitting")}
 
 
 def test_results_rows_are_json_with_no_nan(smoke_sweep):
@@ -152,3 +165,12 @@ def test_hub_corpus_streams_through_datasets(monkeypatch):
     assert corpus_documents("hf:openwebtext", "train") == [f"doc {i}" for i in range(6)]
     assert corpus_documents("hf:openwebtext", "validation") == [f"doc {i}" for i in range(6, 10)]
     assert calls[0] == ("Skylion007/openwebtext", True, False)
+
+
+def test_series_labels_from_rows():
+    from harness.report import family
+    row = {"paradigm": "setdlm", "model_id": "setdlm-smax8-222a1d24db", "block_size": 4, "window": 8}
+    assert family(row) == "SetDLM S_max=8 W=8"
+    assert family({**row, "model_id": "my-checkpoint"}) == "SetDLM S=4 W=8"   # a user's directory name
+    assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "window": 4}) == "BD3LM S=4"
+
