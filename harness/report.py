@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -45,11 +46,10 @@ def family(row: dict) -> str:
         return "AR"
     if p == "mdlm":
         return "MDLM"
-    model = row["model_id"].rsplit("-", 1)[0]
     if p == "bd3lm":
         return f"BD3LM S={row['block_size']}" + ("" if row["window"] == row["block_size"] else f" W={row['window']}")
-    smax = model.split("smax")[-1]
-    return f"SetDLM S_max={smax} W={row['window']}"
+    smax = re.search(r"-smax(\d+)-", row["model_id"])   # preset model ids name S_max; a user's checkpoint may not
+    return (f"SetDLM S_max={smax.group(1)}" if smax else f"SetDLM S={row['block_size']}") + f" W={row['window']}"
 
 
 def setting(row: dict) -> str:
