@@ -18,11 +18,9 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import tempfile
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from .env import REPO, git_sha
 from .runner import ARJudge, LoadedModel, evaluate_cell, load_model
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
-from .train import cache_dir, checkpoint_dir, ensure_trained, get_tokenizer, resolve_device
+from .train import checkpoint_dir, ensure_trained, get_tokenizer, resolve_device
 
 LAUNCHERS = ("local", "ray")
 RAY_INSTALL_HINT = '--launcher ray needs Ray: pip install -e ".[ray]"'
@@ -113,24 +111,12 @@ def write_checkpoint(payload: dict, directory: Path) -> Path:
     return directory
 
 
-@contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def ray_train_job(cfg: TrainConfig, device: str, parent: dict | None = None) -> dict:
     """Ray task: train cfg (or reuse the worker's cached checkpoint) and return the checkpoint as a payload.
     The worker's cache is its own (HARNESS_CACHE or .cache under its working directory); the tokenizer
-    shared by concurrent training tasks on one node is built under a lock. `parent` is the payload of
+    shared by concurrent training tasks on one node is built once (get_tokenizer locks). `parent` is the payload of
     cfg.init_from (the model it starts from), written into the worker's cache before training."""
-    with _file_lock(cache_dir() / "tokenizers" / ".lock"):
-        get_tokenizer(cfg.tokenizer, cfg.corpus)
+    get_tokenizer(cfg.tokenizer, cfg.corpus)
     if parent is not None and not is_cached(cfg.init_from):
         write_checkpoint(parent, checkpoint_dir(cfg.init_from))
     directory = ensure_trained(cfg, device, progress=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import hashlib
 import json
 import math
@@ -21,7 +22,9 @@ import os
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -95,12 +98,25 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
     docs = corpus_documents(corpus, "train")
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
     directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{corpus}-{digest}"
-    if (directory / "tokenizer.json").is_file():
-        return load_tokenizer(directory)
-    tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
-    with atomic_directory(directory) as tmp:
-        tok.save(tmp)
+    if not (directory / "tokenizer.json").is_file():
+        with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
+            if not (directory / "tokenizer.json").is_file():
+                tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
+                with atomic_directory(directory) as tmp:
+                    tok.save(tmp)
     return load_tokenizer(directory)
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if missing), held for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:

@@ -435,6 +435,33 @@ def tiny_corpus(tmp_path, monkeypatch):
     return tmp_path
 
 
+def test_concurrent_tokenizer_builds_train_once(tiny_corpus, monkeypatch):
+    """Two processes/threads sharing a cache: one trains the BPE, the other waits and loads it."""
+    import threading
+    import time
+    trained, real_train = [], train_mod.train_bpe
+
+    def slow_train(*args, **kwargs):
+        trained.append(1)
+        time.sleep(0.3)   # let the other caller arrive while the tokenizer is being built
+        return real_train(*args, **kwargs)
+    monkeypatch.setattr(train_mod, "train_bpe", slow_train)
+    results, errors = [], []
+
+    def build():
+        try:
+            results.append(train_mod.get_tokenizer("bpe:300", "mixture").vocab_size)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2 and results[0] == results[1]
+    assert len(trained) == 1
+
+
 @pytest.mark.parametrize("paradigm", models.PARADIGMS)
 def test_training_is_bit_identical_under_a_seed(paradigm, tiny_corpus, monkeypatch):
     def weights(seed: int, run_index: int) -> dict:
