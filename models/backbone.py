@@ -244,6 +244,12 @@ class Backbone(nn.Module):
         p = self.embed.weight
         return KVCache(cfg.n_layers, batch, cfg.n_heads, cfg.d_model // cfg.n_heads, capacity, p.dtype, p.device)
 
+    def new_step_cache(self, batch: int, canvas_len: int, step_len: int) -> KVCache:
+        """A cache for step-wise decoding of a canvas whose forwards feed up to `step_len` new inputs.
+        Rows of a batch commit different amounts and leave invalid slots, so batches get twice the
+        canvas as headroom (compaction, rarely needed, reclaims the rest)."""
+        return self.new_cache(batch, (canvas_len if batch == 1 else 2 * canvas_len) + 2 * step_len)
+
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 is_causal: bool = False, cache: KVCache | None = None, keep: slice | None = None,
                 closed: ClosedStream | None = None) -> torch.Tensor:

@@ -125,9 +125,7 @@ class BD3LMModel(MDLMModel):
         chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, canvas.real & ~canvas.span, device)
         log = StepLog(B, int(masked.sum(dim=1).max()) + 1, device)
         if decode.use_cache:
-            # rows of a batch complete blocks at different steps and leave invalid slots: give them room
-            capacity = C + 2 * S if B == 1 else 2 * C + 2 * S
-            step = _CachedBlockStep(self.backbone, self.backbone.new_cache(B, capacity), S)
+            step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S)
         else:
             step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, canvas.span, pad + n_pre, S)
         forced, steps_in_block, masks_in_block = 1, None, None

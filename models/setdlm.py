@@ -147,8 +147,7 @@ class SetDLMModel(ParadigmModel):
         chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device)
         log = StepLog(B, int(remaining.max()) + 1, device)
         if decode.use_cache:
-            capacity = C + 2 * W if B == 1 else 2 * C + 2 * W   # rows committing different amounts leave gaps
-            step = _CachedSetStep(self.backbone, self.backbone.new_cache(B, capacity), capacity, device)
+            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W))
         else:
             step = _UncachedSetStep(self.backbone, ids, pos, pend_cols, pend_valid)
 
@@ -207,10 +206,11 @@ class _CachedSetStep:
     call-wide templates instead of being assembled from pieces at every step.
     """
 
-    def __init__(self, backbone, cache, capacity: int, device):
+    def __init__(self, backbone, cache):
         self.backbone, self.cache = backbone, cache
-        self.causal = torch.ones(capacity, capacity, dtype=torch.bool, device=device).tril()
-        self.diag = torch.eye(capacity, dtype=torch.bool, device=device)
+        n, device = cache.capacity, cache.valid.device
+        self.causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        self.diag = torch.eye(n, dtype=torch.bool, device=device)
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         cache, T = self.cache, inp.shape[1]
