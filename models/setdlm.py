@@ -167,7 +167,7 @@ class SetDLMModel(ParadigmModel):
             h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
             tokens, conf = chooser(self.backbone.logits(h))
             chosen = select_commits(conf, candidate, 1, decode.threshold)
-            ids.scatter_(1, win_cols, torch.where(chosen & candidate, tokens, inp[:, Tp:]))
+            ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)
             n_chosen = chosen.sum(dim=1)
             log.record(active, n_chosen)
