@@ -34,7 +34,7 @@ from models.backbone import ClosedStream
 from .env import fingerprint
 from .presets import get_preset
 from .timing import Stopwatch
-from .train import checkpoint_dir, make_optimizer
+from .train import checkpoint_dir, is_cached, make_optimizer
 
 PROMPT_LEN, NEW_TOKENS = 32, 128
 
@@ -44,7 +44,7 @@ def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = Fals
     """The cpu preset's model of this paradigm: trained checkpoint if asked and cached, else random init."""
     preset = get_preset("cpu")
     cfg = next(c for c in preset.train_configs((paradigm,)) if c.block_size == block_size)
-    if trained and (checkpoint_dir(cfg) / "model.safetensors").is_file():
+    if trained and is_cached(cfg):
         return models.load(checkpoint_dir(cfg)).eval(), "trained"
     torch.manual_seed(seed)
     vocab = int(cfg.tokenizer.split(":")[1]) if cfg.tokenizer.startswith("bpe:") else 50258

@@ -36,7 +36,7 @@ from .env import REPO, git_sha
 from .runner import ARJudge, LoadedModel, evaluate_cell, load_model
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
-from .train import checkpoint_dir, ensure_trained, get_tokenizer, resolve_device
+from .train import checkpoint_dir, ensure_trained, get_tokenizer, is_cached, resolve_device
 
 LAUNCHERS = ("local", "ray")
 RAY_INSTALL_HINT = '--launcher ray needs Ray: pip install -e ".[ray]"'
@@ -83,16 +83,6 @@ def import_ray():
     except ImportError:
         raise LauncherError(RAY_INSTALL_HINT) from None
     return ray
-
-
-def is_cached(cfg: TrainConfig) -> bool:
-    """Whether this machine's checkpoint cache holds a usable checkpoint of cfg (ensure_trained's test)."""
-    directory = checkpoint_dir(cfg)
-    try:
-        meta = models.checkpoint.read_config(directory)
-    except models.CheckpointError:
-        return False
-    return meta.get("model_id") == cfg.model_id and (directory / models.checkpoint.WEIGHTS_FILE).is_file()
 
 
 def checkpoint_payload(model_id: str, directory: Path) -> dict:

@@ -300,16 +300,19 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     return out
 
 
+def is_cached(cfg: TrainConfig) -> bool:
+    """Whether this machine's checkpoint cache holds a usable checkpoint of cfg."""
+    directory = checkpoint_dir(cfg)
+    try:
+        meta = models.checkpoint.read_config(directory)
+    except models.CheckpointError:
+        return False
+    return meta.get("model_id") == cfg.model_id and (directory / models.checkpoint.WEIGHTS_FILE).is_file()
+
+
 def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True) -> Path:
     """The cached checkpoint of cfg, training it first if it is missing or unreadable."""
-    out = checkpoint_dir(cfg)
-    try:
-        meta = models.checkpoint.read_config(out)
-        if meta.get("model_id") == cfg.model_id and (out / models.checkpoint.WEIGHTS_FILE).is_file():
-            return out
-    except models.CheckpointError:
-        pass
-    return train(cfg, device, progress=progress)
+    return checkpoint_dir(cfg) if is_cached(cfg) else train(cfg, device, progress=progress)
 
 
 def main(argv: list[str] | None = None) -> int:
