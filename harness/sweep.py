@@ -25,7 +25,7 @@ from .configs import RunCell, TrainConfig, options_tuple
 from .presets import Preset, TaskSpec
 from .runner import cell_requests, load_model
 from .store import ResultsStore
-from .train import checkpoint_dir
+from .train import checkpoint_dir, resolve_device as train_device
 
 
 class PlanError(ValueError):
@@ -200,13 +200,13 @@ def plan_checkpoint(preset: Preset, directory: str | Path, task: str, paradigm: 
 
 
 def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise PlanError("--device cuda was requested but CUDA is not available; use --device cpu or auto")
-    if device not in ("cpu", "cuda"):
+    """harness.train.resolve_device, with the CLI's choices and a PlanError."""
+    if device not in ("auto", "cpu", "cuda"):
         raise PlanError(f"unknown device {device!r}; valid: auto, cpu, cuda")
-    return device
+    try:
+        return train_device(device).type
+    except ValueError as e:
+        raise PlanError(f"{e}; use --device cpu or auto") from None
 
 
 def pending_cells(plan: Plan, store: ResultsStore) -> list[RunCell]:
