@@ -6,7 +6,8 @@ under results/bench/<name>.json).
     python -m harness.bench vs-hf           # our AR cached decoding vs transformers generate()
     python -m harness.bench matched         # SetDLM (S_max = 2S, W = S) vs BD3LM (S) at equal budget
     python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks;
-                                            # two-stream attention split vs one masked call
+                                            # two-stream attention split vs one masked call; fp32 vs bf16
+    python -m harness.bench gradvar         # gradient variance: SetDLM's all-token loss vs naive masked
     python -m harness.bench all
 
 Method (this machine is shared and noisy): every point is warmed up, then timed `--repeats`
@@ -32,6 +33,7 @@ from models import Batch, DecodeConfig
 from models.backbone import ClosedStream
 
 from .env import fingerprint
+from .precision import explain as precision_explain, resolve_precision
 from .presets import get_preset
 from .timing import Stopwatch
 from .train import checkpoint_dir, is_cached, make_optimizer
@@ -238,7 +240,7 @@ def train_step_run(model, cfg):
 
     def run() -> dict:
         with Stopwatch(model.device) as sw:
-            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
                 loss = model.loss(Batch(x))
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -271,22 +273,34 @@ def bench_train(args) -> dict:
         step = statistics.median(r["seconds"] for r in t)
         rows.append({"model": name, "seconds_per_step": step, "batch_tokens_per_s": cfg.batch_size * cfg.length / step,
                      "tokens_through_model": (2 if cfg.paradigm in ("bd3lm", "setdlm") else 1) * cfg.length,
-                     "bf16": cfg.bf16, "repeats": [r["seconds"] for r in t]})
+                     "precision": cfg.precision, "repeats": [r["seconds"] for r in t]})
     bd, sd, per_order = timed[names.index("bd3lm S=4")], timed[names.index("setdlm S=4")], timed[-1]
     ratio = 1 / paired_ratio(bd, sd)          # step-time ratio SetDLM / BD3LM, paired by round
     mask_ratio = 1 / paired_ratio(sd, per_order)
-    print(_table(rows, ["model", "seconds_per_step", "batch_tokens_per_s", "tokens_through_model", "bf16"]))
+    print(_table(rows, ["model", "seconds_per_step", "batch_tokens_per_s", "tokens_through_model", "precision"]))
     print(f"SetDLM / BD3LM step time (S=4, paired by round): {ratio:.3f}")
     print(f"per-order mask / static mask step time (SetDLM S=4): {mask_ratio:.3f}")
     split_gain = {name: 1 / paired_ratio(split[name], one_call[name]) for name in one_call_names}
     for name, gain in split_gain.items():
         print(f"one-call / split two-stream attention step time ({name}): {gain:.3f}")
+    # what --precision auto avoids: bf16 autocast where this CPU has no bf16 units (the AR model, paired)
+    ar = configs[names.index("ar")]
+    fp32_runs, bf16_runs = interleaved([train_step_run(cpu_model("ar")[0], ar.replace(precision=p))
+                                        for p in ("fp32", "bf16")], args.precision_repeats)
+    precisions = {p: {"batch_tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in runs),
+                      "repeats": [r["seconds"] for r in runs]} for p, runs in (("fp32", fp32_runs), ("bf16", bf16_runs))}
+    bf16_over_fp32 = 1 / paired_ratio(fp32_runs, bf16_runs)
+    print(f"AR training tokens/s: fp32 {precisions['fp32']['batch_tokens_per_s']:,.0f}, bf16 autocast "
+          f"{precisions['bf16']['batch_tokens_per_s']:,.0f} (bf16 / fp32 step time {bf16_over_fp32:.2f}; "
+          f"{precision_explain('cpu')})")
     return {"benchmark": "train", "rows": rows, "setdlm_over_bd3lm_step_time": ratio,
             "per_order_over_static_mask_step_time": mask_ratio,
             "per_order_mask_repeats": [r["seconds"] for r in per_order],
             "one_call_over_split_attention_step_time": split_gain,
             "split_attention_repeats": {name: [r["seconds"] for r in t] for name, t in split.items()},
-            "one_call_attention_repeats": {name: [r["seconds"] for r in t] for name, t in one_call.items()}}
+            "one_call_attention_repeats": {name: [r["seconds"] for r in t] for name, t in one_call.items()},
+            "ar_precision": precisions, "ar_bf16_over_fp32_step_time": bf16_over_fp32,
+            "auto_precision": resolve_precision("auto", "cpu")}
 
 
 def _one_call_attention(model):
@@ -329,14 +343,68 @@ class _PerOrderMask:
         return model
 
 
-BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train}
+def bench_gradvar(args) -> dict:
+    """Gradient variance of SetDLM's token-efficient loss (every target of the sampled order, spec §5.3)
+    against naive masked training at the same batch: the same order loss on a random half of the targets
+    (each kept with probability 1/2 and weighted 2, so the estimate stays unbiased), i.e. what a
+    masked-diffusion step supervises (the ~L/2 masked tokens). Both estimators see the same K minibatches
+    of the cpu corpus; variance = mean squared distance of the K flattened gradients from their mean
+    (the trace of the gradient covariance). The ratio's CI is a bootstrap over the K minibatches."""
+    from .train import get_tokenizer, random_windows, token_stream
+
+    cfg = next(c for c in get_preset("cpu").train_configs(("setdlm",)) if c.block_size == 4)
+    model, weights = cpu_model("setdlm", 4, trained=args.trained)
+    model.train()
+    tok = get_tokenizer(cfg.tokenizer, cfg.corpus)
+    stream = token_stream(tok, cfg.corpus, "train")
+    gen = torch.Generator().manual_seed(0)
+    batches = [random_windows(stream, cfg.batch_size, cfg.length, gen) for _ in range(args.gradvar_batches)]
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def gradient(loss_fn, x, seed) -> torch.Tensor:
+        torch.manual_seed(seed)
+        model.zero_grad(set_to_none=True)
+        loss_fn(Batch(x)).backward()
+        return torch.cat([p.grad.reshape(-1) for p in params]).clone()
+
+    def naive_masked(batch: Batch) -> torch.Tensor:
+        nll, target = model._order_nll(batch)
+        kept = target & (torch.rand(target.shape) < 0.5)
+        per_seq = 2 * (nll * kept).sum(dim=1) / target.sum(dim=1).clamp(min=1)
+        return per_seq.mean()
+
+    grads = {"all_tokens": torch.stack([gradient(model.loss, x, k) for k, x in enumerate(batches)]),
+             "naive_masked": torch.stack([gradient(naive_masked, x, k) for k, x in enumerate(batches)])}
+    sq = {name: ((g - g.mean(0)) ** 2).sum(1) for name, g in grads.items()}   # per minibatch, [K]
+
+    def ratio(index) -> float:
+        return float(sq["naive_masked"][index].mean() / sq["all_tokens"][index].mean())
+
+    K = args.gradvar_batches
+    boot = torch.Generator().manual_seed(1)
+    resampled = sorted(ratio(torch.randint(0, K, (K,), generator=boot)) for _ in range(1000))
+    out = {"benchmark": "gradvar", "model": "setdlm S=4 (S_max 8)", "weights": weights, "batch": cfg.batch_size,
+           "length": cfg.length, "minibatches": K,
+           "variance": {name: float(v.mean()) for name, v in sq.items()},
+           "naive_over_all_tokens": ratio(torch.arange(K)),
+           "ci_low": resampled[25], "ci_high": resampled[974]}
+    print(f"gradient variance, SetDLM S=4 ({weights} weights), batch {cfg.batch_size} x {cfg.length}, {K} minibatches: "
+          f"naive masked / all tokens = {out['naive_over_all_tokens']:.2f} [{out['ci_low']:.2f}, {out['ci_high']:.2f}]")
+    return out
+
+
+BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
+              "gradvar": bench_gradvar}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("benchmark", choices=[*BENCHMARKS, "all"])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--precision-repeats", type=int, default=3,
+                    help="train: rounds of the fp32 vs bf16 step (emulated bf16 takes ~10 s a step)")
     ap.add_argument("--trained", action="store_true", help="use the cached trained cpu-preset checkpoints")
+    ap.add_argument("--gradvar-batches", type=int, default=16, help="gradvar: minibatches per estimator")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
     torch.set_grad_enabled(True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from models.base import PARADIGMS, DecodeConfig
 
+from .precision import PRECISIONS
+
 RESULTS_SCHEMA_VERSION = 1
 
 
@@ -60,7 +62,7 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0
     ema: float = 0.0                    # 0 = off; else decay of an exponential moving average of weights
-    bf16: bool = False                  # autocast (CPU bf16 needs AVX512-BF16 to pay off; CUDA always)
+    precision: str = "fp32"             # "fp32", or "bf16" autocast; resolved from "auto" by harness.precision
     train_on_nelbo: bool = False
     seed: int = 0
     init_from: "TrainConfig | None" = None  # start from this (trained) model's weights instead of random ones
@@ -74,6 +76,9 @@ class TrainConfig:
             raise ValueError(f"{self.paradigm} has no block size")
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"a TrainConfig's precision is {' or '.join(PRECISIONS)} (resolve 'auto' with "
+                             f"harness.precision.resolve_precision), got {self.precision!r}")
         if self.init_from is not None:
             shared = ("length", "n_layers", "d_model", "n_heads", "tokenizer", "corpus")
             differ = [f for f in shared if getattr(self, f) != getattr(self.init_from, f)]
@@ -86,13 +91,13 @@ class TrainConfig:
 
     @property
     def model_id(self) -> str:
-        """Readable and unique: paradigm, S / S_max, then the config hash."""
+        """Readable and unique: paradigm, S / S_max, precision, then the config hash."""
         tag = self.paradigm
         if self.paradigm == "bd3lm":
             tag += f"-s{self.block_size}"
         elif self.paradigm == "setdlm":
             tag += f"-smax{self.max_block_size or 2 * self.block_size}"
-        return f"{tag}-{short_hash(self, 10)}"
+        return f"{tag}-{self.precision}-{short_hash(self, 10)}"
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -112,8 +117,10 @@ class RunCell:
     warmup: int = 2
     batch_size: int = 1
     device: str = "cpu"
+    precision: str = "fp32"              # decoding precision (resolved; the model's training precision is in model_id)
     seed: int = 0
     block_size: int | None = None        # the model's S (for the report; part of model_id already)
+    max_block_size: int | None = None    # SetDLM's S_max (for the report, which never parses a model id)
     expected_budget: float | None = None
 
     @property
@@ -133,7 +140,7 @@ class RunCell:
     def label(self) -> str:
         """Short human description used by progress bars and the summary table."""
         d = self.decode
-        parts = [self.model_id.rsplit("-", 1)[0], self.task]
+        parts = [self.model_id.rsplit("-", 1)[0], self.task]   # model_id without its hash
         if self.paradigm in ("bd3lm", "setdlm"):
             parts.append(f"W={d.window}")
         if self.paradigm == "mdlm" and d.steps is not None:

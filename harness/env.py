@@ -1,4 +1,6 @@
-"""Environment fingerprint stored in every result row (device, dtype, versions, git sha).
+"""Environment fingerprint stored in every result row (device, dtype, CPU capability, machine, versions,
+git sha). `machine` is a short hash of the host name, CPU model and core count: it tells two machines
+apart without putting a host name in committed results.
 
     python -m harness.env
 """
@@ -6,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -59,11 +62,19 @@ def device_name(device_type: str) -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=None)
+def machine_id() -> str:
+    text = "|".join((platform.node(), device_name("cpu"), str(os.cpu_count())))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def fingerprint(device: torch.device | str, dtype: torch.dtype) -> dict:
     device_type = torch.device(device).type
     return {
         "device": device_type,
         "device_name": device_name(device_type),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": machine_id(),
         "dtype": str(dtype).replace("torch.", ""),
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 import models
 from models.checkpoint import atomic_directory
@@ -33,7 +33,9 @@ from tasks import TASKS, get_task
 
 from .configs import RunCell, TrainConfig
 from .env import REPO, git_sha
-from .runner import ARJudge, LoadedModel, evaluate_cell, load_model
+from .estimate import describe, estimate
+from .progress import format_duration, progress as progress_bar
+from .runner import SAVE_HINT, ARJudge, LoadedModel, evaluate_cell, load_model
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
 from .train import checkpoint_dir, ensure_trained, get_tokenizer, is_cached, resolve_device
@@ -55,12 +57,14 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
         ensure_trained(cfg, device, progress=progress)
     judge = None
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
-        judge = ARJudge(load_model(plan.checkpoint(plan.judge.model_id), dev, plan.judge.model_id))
+        judge = ARJudge(_load_planned(plan, plan.judge.model_id, dev,
+                                   precision=cells[0].precision))
     tasks = {}
-    bar = tqdm(total=len(cells), desc=f"sweep {plan.preset.name}", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(len(cells), f"sweep {plan.preset.name}", enabled=progress)
     done = 0
     for model_id in dict.fromkeys(c.model_id for c in cells):
-        loaded = load_model(plan.checkpoint(model_id), dev, model_id)
+        first = next(c for c in cells if c.model_id == model_id)
+        loaded = _load_planned(plan, model_id, dev, precision=first.precision)
         for cell in (c for c in cells if c.model_id == model_id):
             key = (cell.task, cell.task_options)
             if key not in tasks:
@@ -72,6 +76,20 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
             bar.update(1)
     bar.close()
     return done
+
+
+def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> LoadedModel:
+    """load_model of a plan's model; a cached checkpoint that cannot be loaded says how to retrain it (the
+    advice for a user's checkpoint, how to save one with models.save, does not apply to it)."""
+    directory = plan.checkpoint(model_id)
+    try:
+        return load_model(directory, dev, model_id, **kwargs)
+    except models.CheckpointError as e:
+        if model_id in plan.external:
+            raise
+        raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: "
+                                     f"{str(e).replace(SAVE_HINT, '')}; delete {directory} and rerun to retrain "
+                                     f"it") from None
 
 
 # -- ray ----------------------------------------------------------------------------------------------
@@ -92,7 +110,13 @@ def checkpoint_payload(model_id: str, directory: Path) -> dict:
 
 
 def write_checkpoint(payload: dict, directory: Path) -> Path:
-    """Atomically materialise a checkpoint payload as `directory` (same layout as models.checkpoint.save)."""
+    """Atomically materialise a checkpoint payload as `directory` (same layout as models.checkpoint.save).
+    Every file name must be a relative path inside it (no absolute path, no `..`; CheckpointError)."""
+    for name in payload["files"]:
+        parts = name.split("/") if isinstance(name, str) else [""]
+        if "\x00" in str(name) or any(part in ("", ".", "..") for part in parts):
+            raise models.CheckpointError(f"a checkpoint payload names the file {name!r}, which is not a relative "
+                                         f"path inside the checkpoint directory")
     with atomic_directory(directory) as tmp:
         for name, data in payload["files"].items():
             path = tmp / name
@@ -113,16 +137,17 @@ def ray_train_job(cfg: TrainConfig, device: str, parent: dict | None = None) -> 
     return checkpoint_payload(cfg.model_id, directory)
 
 
-_WORKER_MODELS: dict[tuple[str, str], LoadedModel] = {}   # per worker process: the model and the judge
+_WORKER_MODELS: dict[tuple[str, str, str], LoadedModel] = {}   # per worker process: the model and the judge
 _WORKER_TASKS: dict[tuple, object] = {}
 
 
-def _worker_model(payload: dict, device: torch.device) -> LoadedModel:
-    key = (payload["model_id"], str(device))
+def _worker_model(payload: dict, device: torch.device, precision: str) -> LoadedModel:
+    key = (payload["model_id"], str(device), precision)
     if key not in _WORKER_MODELS:
         with tempfile.TemporaryDirectory(prefix="harness-ckpt-") as tmp:
-            directory = write_checkpoint(payload, Path(tmp) / payload["model_id"])
-            loaded = load_model(directory, device, payload["model_id"])
+            # never a path named by the payload's model_id: it comes from a checkpoint's config.json
+            directory = write_checkpoint(payload, Path(tmp) / "checkpoint")
+            loaded = load_model(directory, device, payload["model_id"], precision=precision)
         while len(_WORKER_MODELS) >= 2:
             _WORKER_MODELS.pop(next(iter(_WORKER_MODELS)))
         _WORKER_MODELS[key] = loaded
@@ -133,8 +158,8 @@ def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, existing: list[
                  ) -> tuple[list[dict], list[dict]]:
     """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten."""
     dev = resolve_device(cell.device)
-    loaded = _worker_model(model, dev)
-    ar_judge = ARJudge(_worker_model(judge, dev)) if judge is not None else None
+    loaded = _worker_model(model, dev, cell.precision)
+    ar_judge = ARJudge(_worker_model(judge, dev, cell.precision)) if judge is not None else None
     key = (cell.task, cell.task_options)
     if key not in _WORKER_TASKS:
         _WORKER_TASKS[key] = get_task(cell.task, **cell.options)
@@ -203,8 +228,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
             ref = cell_task.remote(cell, payloads[cell.model_id], judge, store.example_rows(cell.run_id))
             pending[ref] = ("cell", cell)
         driver_sha = git_sha()
-        bar = tqdm(total=len(cells), desc=f"sweep {plan.preset.name} (ray)", disable=not progress,
-                   dynamic_ncols=True)
+        bar = progress_bar(len(cells), f"sweep {plan.preset.name} (ray)", enabled=progress)
         training = sum(kind == "train" for kind, _ in pending.values())
         if training:
             bar.set_postfix_str(f"training {training} model(s)")
@@ -258,9 +282,25 @@ def warn_if_stale(plan: Plan, store: ResultsStore) -> None:
               f"{here}); they are kept and skipped — move that directory away to re-measure them", file=sys.stderr)
 
 
+def preview(plan: Plan, cells: list[RunCell], device: str, with_estimate: bool = True) -> str:
+    """What running `cells` will train and evaluate, with a time estimate probed on this machine."""
+    needed = needed_models(plan, cells) if cells else []
+    to_train = [c for c in needed if not is_cached(c)]
+    cached = [c for c in needed if is_cached(c)]
+    runnable = device != "cuda" or torch.cuda.is_available()   # a Ray driver without the workers' GPUs
+    est = estimate(plan, cells, to_train, device) if with_estimate and cells and runnable else None
+    precisions = sorted({c.precision for c in plan.cells})
+    line = f"precision {'/'.join(precisions)} on {device}"
+    if device == "cpu" and torch.backends.cpu.get_cpu_capability():
+        line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
+    return describe(plan, cells, to_train, cached, line, est)
+
+
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
-            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1) -> ResultsStore:
-    """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock."""
+            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1,
+            with_estimate: bool = True) -> ResultsStore:
+    """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock; the plan
+    and its time estimate are printed first, the measured time last."""
     if launcher not in LAUNCHERS:
         raise LauncherError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
     if launcher == "ray":
@@ -271,9 +311,14 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         store.check_schema()
         warn_if_stale(plan, store)
         cells = pending_cells(plan, store)
+        print(preview(plan, cells, plan.cells[0].device if plan.cells else device, with_estimate),
+              file=sys.stderr, flush=True)
         if cells:
+            t0 = time.perf_counter()
             if launcher == "local":
                 run_local(plan, cells, store, device, progress)
             else:
                 run_ray(plan, cells, store, progress, ray_address, ray_cpus)
+            print(f"ran {len(cells)} cells in {format_duration(time.perf_counter() - t0)} (training included)",
+                  file=sys.stderr, flush=True)
     return store

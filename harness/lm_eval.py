@@ -16,9 +16,13 @@ and `harness` (any paradigm, read from the checkpoint). model_args:
   repetition_penalty, use_cache, commit_order, seed: the DecodeConfig knobs (models/base.py);
   device=auto|cpu|cuda[:N]   auto by default; on the command line use lm-eval's --device instead
                    (its default cuda:0 falls back to the CPU when CUDA is missing);
+  precision=auto|fp32|bf16   decoding precision; auto = bf16 where it is native (harness/precision.py);
   max_length       default and at most the model's context length;
   max_gen_toks     256 by default; a task's generation_kwargs override it.
 batch_size comes from lm-eval (--batch_size, an integer).
+Bad model_args (an unknown name, a value of the wrong type or range such as window=abc or
+threshold=5, the wrong paradigm for the model name, a checkpoint that is missing or cannot be
+loaded) stop `harness-lm-eval` with one `error:` line naming the problem, exit status 2.
 A knob that cannot change the result of a request type is reported once per knob by a warning
 (e.g. threshold/window/steps on loglikelihood requests, threshold/window for AR, steps for
 SetDLM; Fast-dLLM #38).
@@ -70,9 +74,10 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import model_registry
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-from tqdm.auto import tqdm
 
 import models
+from harness.precision import resolve_precision
+from harness.progress import progress
 from harness.runner import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig
 from models.base import PARADIGM_KNOBS
@@ -116,41 +121,107 @@ def cut_at_stop(text: str, until: list[str]) -> str:
     return text
 
 
+class ModelArgsError(ValueError):
+    """Bad --model_args (unknown name, a value of the wrong type or range, the wrong paradigm); with a
+    models.CheckpointError, reported by `main` as one `error:` line, exit status 2."""
+
+
+# the type of every decoding knob in model_args (lm-eval passes numbers as numbers, anything else as text)
+KNOB_TYPES = {"window": int, "threshold": float, "steps": int, "chunk_size": int, "repetition_penalty": float,
+              "use_cache": bool, "commit_order": str, "seed": int}
+
+
+def knob_value(name: str, value: Any) -> Any:
+    """A model_args knob as its DecodeConfig type (threshold: a float, or none/off); ModelArgsError naming it."""
+    kind = KNOB_TYPES[name]
+    text = str(value).strip().lower()
+    if name == "threshold" and text in ("none", "off"):
+        return None
+    try:
+        if kind is bool:
+            if isinstance(value, bool) or text in ("true", "false", "1", "0"):
+                return value if isinstance(value, bool) else text in ("true", "1")
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        want = {int: "a whole number", float: "a number", bool: "true or false"}[kind]
+        if name == "threshold":
+            want += " in (0, 1] or none"
+        raise ModelArgsError(f"model_args {name}={value!r}: expected {want}") from None
+
+
 class HarnessLM(LM):
     """An lm-eval model over a checkpoint of any paradigm (see the module docstring)."""
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "HarnessLM":
+        return cls._checked(super().create_from_arg_string, arg_string, additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "HarnessLM":
+        return cls._checked(super().create_from_arg_obj, arg_dict, additional_config)
+
+    @classmethod
+    def _checked(cls, create, args, additional_config):
+        """lm-eval's constructor call, any problem of the arguments raised as ModelArgsError / CheckpointError."""
+        try:
+            return create(args, additional_config)
+        except (ModelArgsError, models.CheckpointError):
+            raise
+        except (TypeError, ValueError, RuntimeError) as e:   # e.g. device=foo, max_length=abc, precision=x
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ModelArgsError(f"model {cls.paradigm_name or 'harness'!r}: bad model_args {args!r} ({first})"
+                                 ) from None
 
     paradigm_name: ClassVar[str | None] = None  # the paradigm a registered name demands (None: any)
 
     def __init__(self, checkpoint: str | Path | None = None, device: str | None = "auto",
                  max_length: int | None = None, max_gen_toks: int = 256, batch_size: int | str | None = 1,
-                 max_batch_size: int | None = None, **knobs: Any):  # max_batch_size: passed by lm-eval, unused
+                 max_batch_size: int | None = None, precision: str = "auto",
+                 **knobs: Any):  # max_batch_size: passed by lm-eval, unused
         super().__init__()
         name = self.paradigm_name or "harness"
         if checkpoint is None:
-            raise ValueError(f"model {name!r} needs model_args checkpoint=DIR (a directory written by models.save)")
+            raise ModelArgsError(f"model {name!r} needs model_args checkpoint=DIR (a directory written by models.save)")
         unknown = sorted(set(knobs) - set(KNOBS))
         if unknown:
-            raise ValueError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
-                             f"max_length, max_gen_toks, {', '.join(KNOBS)}")
+            raise ModelArgsError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
+                             f"max_length, max_gen_toks, precision, {', '.join(KNOBS)}")
+        self.knobs = {k: knob_value(k, v) for k, v in knobs.items() if v is not None}
+        try:
+            self.decode = DecodeConfig(**self.knobs)
+        except ValueError as e:
+            raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         self.checkpoint = Path(checkpoint).expanduser()
         stored = models.checkpoint.read_config(self.checkpoint)["model"]["paradigm"]
         if self.paradigm_name not in (None, stored):
-            raise ValueError(f"--model {self.paradigm_name} was given a checkpoint that holds a {stored!r} model "
+            raise ModelArgsError(f"--model {self.paradigm_name} was given a checkpoint that holds a {stored!r} model "
                              f"({self.checkpoint}); use --model {stored} or --model harness")
-        self.loaded = load_model(self.checkpoint, pick_device(device))
+        dev = pick_device(device)
+        self.loaded = load_model(self.checkpoint, dev, precision=resolve_precision(precision, dev.type))
         self.paradigm = stored
         self.tokenizer = self.loaded.tokenizer
         self.max_length = min(self.loaded.length, int(max_length or self.loaded.length))
         if self.max_length < 2:
-            raise ValueError(f"max_length must be >= 2, got {max_length}")
+            raise ModelArgsError(f"max_length must be >= 2, got {max_length}")
         self.max_gen_toks = int(max_gen_toks)
         try:
             self.batch_size = max(1, int(batch_size or 1))
         except ValueError:
-            raise ValueError(f"batch_size must be an integer, got {batch_size!r} ('auto' is not supported)") from None
-        self.knobs = {k: v for k, v in knobs.items() if v is not None}
-        self.decode = DecodeConfig(**self.knobs)
-        self.loaded.model.check_decode(self.decode)
+            raise ModelArgsError(f"batch_size must be an integer, got {batch_size!r} ('auto' is not supported)"
+                                 ) from None
+        try:
+            self.loaded.model.check_decode(self.decode)
+        except ValueError as e:
+            raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         self._warned: set[str] = set()
 
     # -- lm-eval's request types ----------------------------------------------------------------
@@ -162,7 +233,7 @@ class HarnessLM(LM):
         for i, (_, decode, _) in enumerate(prepared):
             groups.setdefault(decode, []).append(i)
         texts: list[str] = [""] * len(requests)
-        bar = tqdm(total=len(requests), desc=f"{self.paradigm} generate_until", disable=disable_tqdm)
+        bar = progress(len(requests), f"{self.paradigm} generate_until", enabled=not disable_tqdm)
         for decode, index in groups.items():
             for start in range(0, len(index), self.batch_size):
                 chunk = index[start:start + self.batch_size]
@@ -282,7 +353,7 @@ class HarnessLM(LM):
     def _score(self, requests: list[NllRequest], disable_tqdm: bool) -> list[NllOutput]:
         """execute_nll in batches; batch c seeds the Monte-Carlo noise with seed * SEED_STRIDE + c."""
         out: list[NllOutput] = []
-        bar = tqdm(total=len(requests), desc=f"{self.paradigm} scoring", disable=disable_tqdm)
+        bar = progress(len(requests), f"{self.paradigm} scoring", enabled=not disable_tqdm)
         for c, start in enumerate(range(0, len(requests), self.batch_size)):
             chunk = requests[start:start + self.batch_size]
             out += execute_nll(self.loaded, chunk, seed=self.decode.seed * SEED_STRIDE + c)
@@ -348,12 +419,24 @@ def register() -> None:
             model_registry.register(name, target=f"harness.lm_eval:{cls}")
 
 
-def main() -> None:
-    """The `harness-lm-eval` console script: lm-eval's CLI with our models registered."""
+def main(argv: list[str] | None = None) -> None:
+    """The `harness-lm-eval` console script: lm-eval's CLI with our models registered (`argv`: instead of
+    sys.argv[1:]). Bad --model_args or a checkpoint that cannot be loaded: one `error:` line, exit 2."""
+    import sys
+
     register()
     from lm_eval.__main__ import cli_evaluate
 
-    cli_evaluate()
+    saved = sys.argv
+    if argv is not None:
+        sys.argv = [saved[0], *argv]
+    try:
+        cli_evaluate()
+    except (ModelArgsError, models.CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    finally:
+        sys.argv = saved
 
 
 register()

@@ -11,9 +11,18 @@ For every preset directory under the results root:
 
 A point is Pareto-optimal when no other point of the same task is at least as good on both
 quality and speed and strictly better on one. Rerunning on the same results gives identical
-files.
+files. A row the report cannot draw (not a JSON object, an unknown paradigm, a value that is not a
+number, a task that is not a safe file name: harness.paths), a missing --results directory or a
+--preset without results is one `error:` line naming it, exit status 2. Every table and plot
+title says the precision the models were trained and decoded in.
 
-    python -m harness.report [--results results] [--plots plots] [--preset cpu]
+With `--reference DIR` (by default the committed `results/reference/`, when it exists and is not
+`--results` itself), each plot also draws the reference run of the same preset: the same colours
+with hollow markers and dotted lines, labelled with the machine it was measured on; the Pareto
+front is computed over your run only.
+
+    python -m harness.report [--results results] [--plots results/plots] [--preset cpu]
+    python -m harness.report --results results/reference --plots plots      # the README's figures
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -30,13 +40,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .store import read_jsonl  # noqa: E402
+from .env import REPO  # noqa: E402
+from .paths import safe_component  # noqa: E402
+from .store import REQUIRED_KEYS, StoreError, numbered_jsonl  # noqa: E402
 
 EXTRA_PLOTS = {"gsm8k": ("answer_nll_per_token",), "genppl": ("unigram_entropy",)}
+PER_MODEL_PLOTS = {"gsm8k"}   # tasks whose decoding-independent extra metric is drawn per model (bars)
 PARADIGM_ORDER = {"ar": 0, "mdlm": 1, "bd3lm": 2, "setdlm": 3}
 CMAPS = {"ar": "Greys", "mdlm": "Blues", "bd3lm": "Reds", "setdlm": "Greens"}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
+REFERENCE = REPO / "results" / "reference"
 
 
 def family(row: dict) -> str:
@@ -48,8 +63,11 @@ def family(row: dict) -> str:
         return "MDLM"
     if p == "bd3lm":
         return f"BD3LM S={row['block_size']}" + ("" if row["window"] == row["block_size"] else f" W={row['window']}")
-    smax = re.search(r"-smax(\d+)-", row["model_id"])   # preset model ids name S_max; a user's checkpoint may not
-    return (f"SetDLM S_max={smax.group(1)}" if smax else f"SetDLM S={row['block_size']}") + f" W={row['window']}"
+    smax = row.get("max_block_size")
+    if smax is None:   # rows written before S_max was recorded: preset model ids name it, a user's checkpoint may not
+        found = re.search(r"-smax(\d+)-", row["model_id"])
+        smax = found.group(1) if found else None
+    return (f"SetDLM S_max={smax}" if smax else f"SetDLM S={row['block_size']}") + f" W={row['window']}"
 
 
 def setting(row: dict) -> str:
@@ -76,8 +94,14 @@ def pareto_mask(quality: list[float], speed: list[float], higher_is_better: bool
     return out
 
 
+def precision_label(row: dict) -> str:
+    """'trained fp32, decoded fp32'; rows written before precision was recorded fall back to the decode dtype."""
+    decoded = row.get("decode_precision") or DTYPE_NAMES.get(row.get("dtype"), row.get("dtype") or "?")
+    return f"trained {row.get('train_precision') or '?'}, decoded {decoded}"
+
+
 def load_runs(preset_dir: Path) -> pd.DataFrame:
-    rows = read_jsonl(preset_dir / "runs.jsonl")
+    rows = checked_rows(preset_dir / "runs.jsonl")
     if not rows:
         return pd.DataFrame()
     seen, unique = set(), []
@@ -88,9 +112,62 @@ def load_runs(preset_dir: Path) -> pd.DataFrame:
             unique.append(r)
     df = pd.DataFrame(unique)
     df["family"] = [family(r) for r in unique]
+    df["precision"] = [precision_label(r) for r in unique]
     df["setting"] = [setting(r) for r in unique]
     df["order"] = df["paradigm"].map(PARADIGM_ORDER)
     return df.sort_values(["task", "order", "family", "setting", "metric"], kind="stable").reset_index(drop=True)
+
+
+class ReportError(StoreError):
+    """Results the report cannot draw (a row of the wrong shape, nothing found to report); exit status 2."""
+
+
+# what the report reads of a row, beyond harness.store.REQUIRED_KEYS (n_metrics aside: older rows lack it)
+REPORT_KEYS = tuple(k for k in REQUIRED_KEYS if k != "n_metrics") + ("primary", "higher_is_better", "steps")
+NUMBERS = ("value", "ci_low", "ci_high", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
+           "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward")
+WHOLE_NUMBERS = ("block_size", "window", "steps", "n_examples")
+
+
+def checked_rows(path: Path) -> list[dict]:
+    """The rows of a runs.jsonl, each checked for what the report reads (ReportError naming file and line):
+    a known paradigm, numbers where numbers are drawn, a task that is a safe file name (it names tables
+    and plots: harness.paths)."""
+    rows = []
+    for lineno, row in numbered_jsonl(path, ("run_id", "metric")):
+        where = f"{path}:{lineno}"
+        missing = [k for k in REPORT_KEYS if k not in row]
+        if missing:
+            raise ReportError(f"{where}: result row lacks {', '.join(missing[:5])}")
+        if row["paradigm"] not in PARADIGM_ORDER:
+            raise ReportError(f"{where}: unknown paradigm {row['paradigm']!r}; valid: {', '.join(PARADIGM_ORDER)}")
+        safe_component(row["task"], f"{where}: task", ReportError)
+        for key in ("model_id", "preset"):
+            if not isinstance(row[key], str):
+                raise ReportError(f"{where}: {key} {row[key]!r} is not a string")
+        for key in NUMBERS + WHOLE_NUMBERS:
+            value = row.get(key)
+            kinds = (int,) if key in WHOLE_NUMBERS else (int, float)
+            if (value is not None or key == "n_examples") and (isinstance(value, bool) or not isinstance(value, kinds)):
+                raise ReportError(f"{where}: {key} {value!r} is not a{' whole' if key in WHOLE_NUMBERS else ''} "
+                                  f"number")
+        rows.append(row)
+    return rows
+
+
+def check_selection(results: str | Path, presets: list[str] | None) -> None:
+    """ReportError unless `results` holds <preset>/runs.jsonl for every chosen preset (for the CLI: a report
+    that would write nothing says what it did not find)."""
+    results = Path(results)
+    if not results.is_dir():
+        raise ReportError(f"results directory {results} {'is not a directory' if results.exists() else 'not found'}")
+    found = sorted(p.name for p in results.iterdir() if (p / "runs.jsonl").is_file())
+    if not found:
+        raise ReportError(f"no results under {results}: no <preset>/runs.jsonl there")
+    missing = [p for p in presets or () if p not in found]
+    if missing:
+        raise ReportError(f"no results for preset {', '.join(map(repr, missing))} under {results}; found: "
+                          f"{', '.join(found)}")
 
 
 def _fmt(value, low=None, high=None, digits=4) -> str:
@@ -111,7 +188,7 @@ def task_table(df: pd.DataFrame, task: str) -> pd.DataFrame:
         row = {
             "family": first.family, "setting": first.setting, "paradigm": first.paradigm, "model_id": first.model_id,
             "S": first.block_size, "W": first.window, "tau": first.threshold, "steps": first.steps,
-            "expected_budget": first.expected_budget, "n": first.n_examples,
+            "expected_budget": first.expected_budget, "n": first.n_examples, "precision": first.precision,
         }
         for _, m in cell.iterrows():
             row[m.metric] = m.value
@@ -162,10 +239,37 @@ def family_colors(points: pd.DataFrame) -> dict[str, tuple]:
     return colors
 
 
-def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path) -> None:
-    sub = df[(df.task == task) & (df.metric == metric) & df.tokens_per_s.notna()]
+def _points(df: pd.DataFrame | None, task: str, metric: str) -> pd.DataFrame:
+    if df is None or df.empty:
+        return pd.DataFrame()
+    return df[(df.task == task) & (df.metric == metric) & df.tokens_per_s.notna()]
+
+
+def _machine(points: pd.DataFrame) -> str:
+    first = points.iloc[0]
+    name = first.get("device_name", first.device)
+    capability = first.get("cpu_capability")
+    return f"{name} ({capability})" if first.device == "cpu" and isinstance(capability, str) else str(name)
+
+
+def decoding_independent(rows: pd.DataFrame) -> bool:
+    """Whether decoding cannot change these rows' metric (rows say so; older rows: no speed was measured)."""
+    if "decoding_independent" in rows and rows.decoding_independent.notna().any():
+        return bool(rows.decoding_independent.fillna(False).astype(bool).all())
+    return bool(rows.tokens_per_s.isna().all())
+
+
+def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: pd.DataFrame | None = None
+              ) -> list[str]:
+    """Draw one task's quality/speed plot into `path`; returns the legend labels (nothing drawn: []). A metric
+    that decoding cannot change never gets a speed-quality front (see plot_per_model)."""
+    rows = df[(df.task == task) & (df.metric == metric)]
+    if rows.empty or decoding_independent(rows):
+        return []
+    sub = _points(df, task, metric)
     if sub.empty:
-        return
+        return []
+    ref = _points(reference, task, metric)
     hib = bool(sub.iloc[0].higher_is_better)
     label = sub.iloc[0].get("metric_label") or metric
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
@@ -175,8 +279,17 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path) -> None:
     for ax, xcol, xlabel in ((axes[0], "tokens_per_s", f"tokens / s (batch {batch}, {rate})"),
                              (axes[1], "tokens_per_forward", "tokens per forward (hardware-independent)")):
         pts = sub[sub[xcol].notna()]
-        colors = family_colors(pts)
-        for i, fam in enumerate(dict.fromkeys(pts.family)):
+        ref_pts = ref[ref[xcol].notna()] if not ref.empty else ref
+        colors = family_colors(pd.concat([pts, ref_pts]) if not ref_pts.empty else pts)
+        markers = {fam: MARKERS[i % len(MARKERS)] for i, fam in
+                   enumerate(dict.fromkeys(list(pts.family) + (list(ref_pts.family) if not ref_pts.empty else [])))}
+        if not ref_pts.empty:
+            for fam in dict.fromkeys(ref_pts.family):
+                f = ref_pts[ref_pts.family == fam].sort_values(xcol)
+                handle = ax.plot(f[xcol], f.value, color=colors[fam], marker=markers[fam], markerfacecolor="none",
+                                 linestyle=":", linewidth=1, markersize=5, alpha=0.6)[0]
+            handles[f"hollow, dotted: reference run on {_machine(ref_pts)}, {ref_pts.iloc[0].precision}"] = handle
+        for fam in dict.fromkeys(pts.family):
             f = pts[pts.family == fam].sort_values(xcol)
             yerr = [(f.value - f.ci_low).clip(lower=0).fillna(0), (f.ci_high - f.value).clip(lower=0).fillna(0)]
             xerr = None
@@ -184,7 +297,7 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path) -> None:
                 xerr = [(f.tokens_per_s - f.tokens_per_s_ci_low).clip(lower=0).fillna(0),
                         (f.tokens_per_s_ci_high - f.tokens_per_s).clip(lower=0).fillna(0)]
             handles[fam] = ax.errorbar(f[xcol], f.value, yerr=yerr, xerr=xerr, color=colors[fam],
-                                       marker=MARKERS[i % len(MARKERS)], linestyle="-", linewidth=1, markersize=5,
+                                       marker=markers[fam], linestyle="-", linewidth=1, markersize=5,
                                        capsize=2, alpha=0.85, label=fam)
         mask = pareto_mask(pts.value.astype(float).tolist(), pts[xcol].astype(float).tolist(), hib)
         front = pts[mask].sort_values(xcol)
@@ -200,12 +313,106 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path) -> None:
         ax.grid(True, which="both", alpha=0.25)
     first = sub.iloc[0]
     fig.suptitle(f"{label} vs speed: {task}, {first.preset} preset, n={int(first.n_examples)} per point, "
-                 f"{first.get('device_name', first.device)}", fontsize=10)
+                 f"{_machine(sub)}, {'; '.join(dict.fromkeys(sub.precision))}", fontsize=10)
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.83, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
+    return list(handles)
+
+
+def per_model(df: pd.DataFrame, task: str, metric: str) -> pd.DataFrame:
+    """One row per model of a decoding-independent metric (every decode setting of a model scores the same
+    given text): value and CI of the model's first cell."""
+    rows = df[(df.task == task) & (df.metric == metric)]
+    return rows.drop_duplicates("model_id").sort_values(["order", "model_id"], kind="stable")
+
+
+def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str], title: str, path: Path) -> bool:
+    """Bars with CIs per model (one group per task) for metrics that decoding cannot change; False if empty."""
+    groups = [(task, per_model(df, task, metric_of[task])) for task in tasks]
+    groups = [(task, g) for task, g in groups if not g.empty]
+    if not groups:
+        return False
+    models = list(dict.fromkeys(m for _, g in groups for m in g.model_id))
+    labels = {m: family(g[g.model_id == m].iloc[0].to_dict()).split(" W=")[0] for _, g in groups for m in g.model_id}
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) * max(1, len(models)) / 3), 4.2))
+    width = 0.8 / max(1, len(models))
+    colors = family_colors(pd.DataFrame({"paradigm": [m.split("-")[0] for m in models], "family": models}))
+    for i, model in enumerate(models):
+        xs, ys, lo, hi = [], [], [], []
+        for j, (task, g) in enumerate(groups):
+            row = g[g.model_id == model]
+            if row.empty:
+                continue
+            r = row.iloc[0]
+            xs.append(j + (i - (len(models) - 1) / 2) * width)
+            ys.append(r.value)
+            lo.append(max(0.0, r.value - r.ci_low) if pd.notna(r.ci_low) else 0.0)
+            hi.append(max(0.0, r.ci_high - r.value) if pd.notna(r.ci_high) else 0.0)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, color=colors[model], label=labels[model])
+    ax.set_xticks(range(len(groups)), [task for task, _ in groups])
+    first = groups[0][1].iloc[0]
+    hib = bool(first.higher_is_better)
+    ax.set_ylabel(f"{metric_of[groups[0][0]]} ({'higher' if hib else 'lower'} is better)")
+    ax.set_title(f"{title}, {first.preset} preset, {first.precision}: per model (decoding cannot change it)",
+                 fontsize=9)
+    ax.grid(True, axis="y", alpha=0.25)
+    fig.legend(loc="center right", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def claims_tables(preset_dir: Path, bench_dir: Path | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The claims summary and every paired comparison (harness.claims) of one preset's results."""
+    from .claims import evaluate
+
+    rows = checked_rows(preset_dir / "runs.jsonl")
+    for row in rows:   # rows written before S_max was recorded
+        if row["paradigm"] == "setdlm" and row.get("max_block_size") is None:
+            found = re.search(r"-smax(\d+)-", row["model_id"])
+            row["max_block_size"] = int(found.group(1)) if found else None
+    summary, details = evaluate(preset_dir, rows, bench_dir)
+    return pd.DataFrame(summary), pd.DataFrame(details)
+
+
+def claims_markdown(summary: pd.DataFrame, details: pd.DataFrame) -> str:
+    """claims.md: the verdict per claim, then every comparison with its paired CI."""
+    if summary.empty:
+        return ""
+    shown = details.assign(**{"A - B [95% CI]": [_fmt(v, lo, hi) for v, lo, hi in
+                                                   zip(details.difference, details.ci_low, details.ci_high)]})
+    shown = shown[["claim", "task", "a", "b", "metric", "test", "a_mean", "b_mean", "A - B [95% CI]", "verdict", "n"]]
+    return ("Claims of the paper tested on these results (harness/claims.py): paired bootstrap over matched "
+            "examples, verdict at 95%.\n\n" + summary.to_markdown(index=False) + "\n\nEvery comparison:\n\n"
+            + shown.to_markdown(index=False, floatfmt=".4g") + "\n")
+
+
+README_BEGIN = "<!-- generated by python -m harness.report --readme: claims of the {preset} results -->"
+README_END = "<!-- end of generated claims -->"
+
+
+def readme_section(summary: pd.DataFrame, details: pd.DataFrame, preset: str) -> str:
+    """The README's generated section: the claims summary, then every comparison folded away."""
+    body = claims_markdown(summary, details)
+    head, _, rest = body.partition("\n\nEvery comparison:\n\n")
+    return (f"{README_BEGIN.format(preset=preset)}\n{head}\n\n<details><summary>Every comparison "
+            f"(results/reference/{preset}/tables/claims.md)</summary>\n\n{rest}\n</details>\n{README_END}")
+
+
+def update_readme(path: Path, section: str, preset: str) -> bool:
+    """Replace the generated section of a README (between its markers); False if it has none."""
+    text = path.read_text()
+    begin = text.find(README_BEGIN.format(preset=preset))
+    end = text.find(README_END)
+    if begin < 0 or end < begin:
+        return False
+    path.write_text(text[:begin] + section + text[end + len(README_END):])
+    return True
 
 
 def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "") -> None:
@@ -217,10 +424,13 @@ def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "") -> N
     (directory / f"{name}.md").write_text((f"{note}\n\n" if note else "") + md + "\n")
 
 
-def build_report(results: str | Path = "results", plots: str | Path = "plots", presets: list[str] | None = None
-                 ) -> list[Path]:
-    """Rebuild every table and plot of the chosen presets (default: all under `results`)."""
+def build_report(results: str | Path = "results", plots: str | Path = "results/plots",
+                 presets: list[str] | None = None, reference: str | Path | None = None) -> list[Path]:
+    """Rebuild every table and plot of the chosen presets (default: all under `results`); plots also draw
+    the runs of the same preset under `reference` (skipped when it is `results` itself)."""
     results, plots = Path(results), Path(plots)
+    if reference is not None and (not Path(reference).is_dir() or Path(reference).resolve() == results.resolve()):
+        reference = None
     written = []
     dirs = sorted(p for p in results.iterdir() if (p / "runs.jsonl").is_file()) if results.is_dir() else []
     for preset_dir in dirs:
@@ -229,27 +439,76 @@ def build_report(results: str | Path = "results", plots: str | Path = "plots", p
         df = load_runs(preset_dir)
         if df.empty:
             continue
+        ref = load_runs(Path(reference) / preset_dir.name) if reference is not None else None
         tables = preset_dir / "tables"
         for task in dict.fromkeys(df.task):
             _write(task_table(df, task).drop(columns=["run_id"]), tables, task)
             primary = df[(df.task == task) & df.primary].metric
             for metric in list(dict.fromkeys(primary)) + list(EXTRA_PLOTS.get(task, ())):
                 name = f"{preset_dir.name}-{task}" + ("" if metric in set(primary) else f"-{metric}")
-                plot_task(df, task, metric, plots / f"{name}.png")
-                written.append(plots / f"{name}.png")
+                rows = df[(df.task == task) & (df.metric == metric)]
+                if rows.empty:
+                    continue
+                if decoding_independent(rows):
+                    if task in PER_MODEL_PLOTS and plot_per_model(df, [task], {task: metric},
+                                                                  rows.iloc[0].get("metric_label") or metric,
+                                                                  plots / f"{name}.png"):
+                        written.append(plots / f"{name}.png")
+                elif plot_task(df, task, metric, plots / f"{name}.png", ref):
+                    written.append(plots / f"{name}.png")
+        ppl_tasks = [t for t in dict.fromkeys(df.task) if (df[df.task == t].metric == "perplexity").any()]
+        if plot_per_model(df, ppl_tasks, {t: "perplexity" for t in ppl_tasks}, f"Perplexity ({UPPER_BOUND_NOTE})",
+                          plots / f"{preset_dir.name}-perplexity.png"):
+            written.append(plots / f"{preset_dir.name}-perplexity.png")
         _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).")
         _write(summary_table(df), tables, "summary", "Primary metric of every task per configuration.")
+        summary, details = claims_tables(preset_dir, bench_dir(results))
+        if not summary.empty:
+            (tables / "claims.md").write_text(claims_markdown(summary, details))
+            details.to_csv(tables / "claims.csv", index=False, float_format="%.6g")
         written.append(tables)
     return written
+
+
+def bench_dir(results: Path) -> Path | None:
+    """The benchmark results that belong to a results root: <root>/bench, or its parent's (results/reference
+    shares results/bench)."""
+    for candidate in (results / "bench", results.parent / "bench"):
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Rebuild tables and Pareto plots from results/ alone.")
     ap.add_argument("--results", default="results")
-    ap.add_argument("--plots", default="plots")
+    ap.add_argument("--plots", help="where figures go (default: <results>/plots)")
     ap.add_argument("--preset", action="append", help="only these presets (repeatable)")
+    ap.add_argument("--reference", default=str(REFERENCE),
+                    help="results drawn beside yours in the plots (default results/reference; 'none' to leave out)")
+    ap.add_argument("--readme", help="also rewrite this README's generated claims section from the results of "
+                                     "the (single) --preset, default cpu")
     args = ap.parse_args(argv)
-    for path in build_report(args.results, args.plots, args.preset):
+    plots = args.plots or Path(args.results) / "plots"
+    reference = None if args.reference.lower() == "none" else args.reference
+    try:
+        check_selection(args.results, args.preset)
+        written = build_report(args.results, plots, args.preset, reference)
+        if args.readme:
+            preset = (args.preset or ["cpu"])[0]
+            preset_dir = Path(args.results) / preset
+            summary, details = claims_tables(preset_dir, bench_dir(Path(args.results)))
+            if not update_readme(Path(args.readme), readme_section(summary, details, preset), preset):
+                raise ReportError(f"{args.readme} has no generated section for preset {preset} (the markers "
+                                  f"{README_BEGIN.format(preset=preset)!r} ... {README_END!r})")
+            written.append(Path(args.readme))
+    except (ReportError, StoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write the report: {e.strerror or e} ({e.filename or ''})", file=sys.stderr)
+        return 2
+    for path in written:
         print(path)
     return 0
 

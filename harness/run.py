@@ -5,10 +5,19 @@
     python -m harness.run --preset cpu --paradigm setdlm --block-size 4 --task roc_infill1 \\
         --window 8 --threshold 0.9 --limit 20               # a single cell
     python -m harness.run --checkpoint DIR --task gsm8k --limit 20   # a single cell of your own checkpoint
+    python -m harness.run --sweep --plan                   # what a sweep would train and run, and how long
+
+Before any work a sweep prints what it will train and run and a time estimate probed on this machine
+(harness/estimate.py); training and decoding run in bf16 only where it is native (harness/precision.py).
+Results go to <out>/<preset>/ (default results/cpu/); the committed reference results in
+results/reference/ are never read as a cache: they are drawn beside yours in the plots (<out>/plots/).
 
 Every input problem (unknown name, window > L, tau outside (0, 1], BD3LM block not dividing L,
---limit <= 0, a bad --data file or --checkpoint, ...) is reported before any work with exit status 2. A
-finished cell is never rerun; an interrupted cell resumes at its first missing example.
+--limit <= 0, a bad --data file or --checkpoint, a results directory that cannot be read or written, ...)
+is reported before any work with exit status 2 and one `error:` line (the full list: the bad-input table
+of tests/test_reliability.py). A decoding knob that a planned paradigm does not read (e.g. --window for
+AR) gets one `warning:` line. A finished cell is never rerun; an interrupted cell resumes at its first
+missing example; Ctrl-C exits 130 with one line saying so.
 """
 
 from __future__ import annotations
@@ -17,16 +26,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from models.base import PARADIGMS
+from models.base import PARADIGM_KNOBS, PARADIGMS
 from tasks import TASKS, TaskError
 
-from .launchers import LAUNCHERS, execute, import_ray
+from .env import REPO
+from .launchers import LAUNCHERS, execute, import_ray, preview
 from .presets import PRESETS, get_preset
-from .store import StoreError
-from .sweep import PlanError, plan_checkpoint, plan_sweep, resolve_device
+from .store import ResultsStore, StoreError
+from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
 from .train import TrainingError
 
 DECODE_KNOBS = ("window", "threshold", "steps", "chunk_size")
+REFERENCE = REPO / "results" / "reference"
 
 
 def positive_int(text: str) -> int:
@@ -77,8 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", help="a user data file for the (single) task, in its documented format")
     ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
     ap.add_argument("--out", default="results", help="results root (default results/)")
-    ap.add_argument("--plots", help="where the report puts figures (default: plots/ beside --out)")
+    ap.add_argument("--plots", help="where the report puts figures (default: <out>/plots)")
+    ap.add_argument("--reference", default=str(REFERENCE),
+                    help="committed results drawn beside yours in the plots (default results/reference; 'none' "
+                         "to leave them out)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--precision", default="auto",
+                    help="auto (bf16 only where it is native: CUDA, or a CPU with AVX512-BF16/AMX), fp32 or bf16")
+    ap.add_argument("--plan", action="store_true", help="print what would be trained and run, with a time estimate, "
+                                                        "and stop")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
     ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
@@ -102,7 +120,7 @@ def make_plan(args):
     # with Ray the GPUs may be on the workers only: --device cuda is not checked on the driver
     device = "cuda" if args.launcher == "ray" and args.device == "cuda" else resolve_device(args.device)
     common = dict(limit=args.limit, device=device, seed=args.seed, batch_size=args.batch_size, data=args.data,
-                  source=args.source)
+                  source=args.source, precision=args.precision)
     knobs = {k: getattr(args, k) for k in DECODE_KNOBS if getattr(args, k, None) is not None}
     if hasattr(args, "threshold"):
         knobs["threshold"] = args.threshold
@@ -140,11 +158,50 @@ def summary_table(rows: list[dict]) -> str:
     return df.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
+def warn_inert_knobs(args, plan) -> None:
+    """One `warning:` line per decoding knob given on the command line that a planned paradigm does not read
+    (e.g. --window for AR): the knob is dropped for those cells (DecodeConfig.for_paradigm)."""
+    given = {k for k in DECODE_KNOBS if getattr(args, k, None) is not None} | (
+        {"threshold"} if hasattr(args, "threshold") else set())
+    decoding = [c for c in plan.cells if TASKS[c.task].decode_kind != "none"]
+    for knob in sorted(given):
+        flag = f"--{knob.replace('_', '-')}"
+        if plan.cells and not decoding:
+            print(f"warning: {flag} has no effect: {', '.join(sorted({c.task for c in plan.cells}))} decode nothing",
+                  file=sys.stderr)
+            continue
+        inert = sorted({c.paradigm for c in decoding if knob not in PARADIGM_KNOBS[c.paradigm]})
+        if inert:
+            reads = "; ".join(f"{p} reads {', '.join(sorted(PARADIGM_KNOBS[p])) or 'none'}" for p in inert)
+            print(f"warning: {flag} has no effect on {', '.join(inert)} and is ignored for its cells ({reads})",
+                  file=sys.stderr)
+
+
+INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The CLI: exit 0, 2 with one `error:` line for any bad input, 130 on Ctrl-C (with one line saying how
+    to resume: finished cells and example chunks, and saved training state, are kept)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    except StoreError as e:                  # also harness.report.ReportError: results it cannot draw
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         plan = make_plan(args)
-        print(f"{len(plan.cells)} cells over {len(plan.train)} models (preset {plan.preset.name})", file=sys.stderr)
+        warn_inert_knobs(args, plan)
+        if args.plan:
+            store = ResultsStore(results_dir(args.out, plan.preset.name))
+            print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
+            return 0
         store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
                         args.ray_cpus)
     except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:
@@ -155,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         from .report import build_report
 
-        build_report(args.out, args.plots or Path(args.out).parent / "plots", presets=[plan.preset.name])
+        plots = Path(args.plots) if args.plots else Path(args.out) / "plots"
+        reference = None if args.reference.lower() == "none" else Path(args.reference)
+        build_report(args.out, plots, presets=[plan.preset.name], reference=reference)
+        print(f"tables in {results_dir(args.out, plan.preset.name) / 'tables'}, plots in {plots}", file=sys.stderr)
     return 0
 
 

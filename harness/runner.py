@@ -2,7 +2,8 @@
 
 The task turns examples into requests and outputs into metrics; this module executes the
 requests (timing only the decode call, per harness.timing), writes one per-example row per
-example as chunks finish (so an interrupted cell resumes at its first missing chunk), and
+example as chunks finish (so an interrupted cell resumes at its first missing chunk; a torn
+chunk is recomputed and only its missing examples are written), and
 aggregates the rows into one result row per metric with the environment fingerprint.
 
 Chunks of `batch_size` examples are aligned on example indices and every chunk seeds its own
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm.auto import tqdm
 
 import models
 from models import Batch, DecodeConfig
@@ -31,9 +31,14 @@ from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, T
 
 from .configs import RunCell
 from .env import fingerprint
+from .paths import safe_component
+from .precision import DTYPES, PRECISIONS
+from .progress import progress as progress_bar
 from .timing import CallTiming, summarize
 
 SEED_STRIDE = 1_000_003
+# advice for a user's checkpoint; harness.launchers gives a cached one its own (delete it to retrain)
+SAVE_HINT = " (save the tokenizer with it: models.save(model, directory, tokenizer=tok))"
 
 
 @dataclass
@@ -43,6 +48,7 @@ class LoadedModel:
     model_id: str
     device: torch.device
     dtype: torch.dtype
+    train_precision: str | None    # from the checkpoint's training config; None when it does not say
 
     @property
     def length(self) -> int:
@@ -50,21 +56,46 @@ class LoadedModel:
 
 
 def load_model(checkpoint: Path, device: torch.device, model_id: str | None = None,
-               paradigm: str | None = None) -> LoadedModel:
-    """Model and tokenizer of a checkpoint directory (models.CheckpointError if either cannot be loaded)."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+               paradigm: str | None = None, precision: str = "fp32") -> LoadedModel:
+    """Model and tokenizer of a checkpoint directory, cast to the decoding `precision` ("fp32"/"bf16");
+    models.CheckpointError if either cannot be loaded."""
+    dtype = DTYPES[precision]
     model = models.load(checkpoint, paradigm=paradigm, device=device).to(dtype)
     meta = models.checkpoint.read_config(checkpoint)
     missing = [f for f in ("tokenizer.json", "tokenizer_meta.json") if not (Path(checkpoint) / f).is_file()]
     if missing:
-        raise models.CheckpointError(f"checkpoint {checkpoint} has no {' or '.join(missing)} (save the tokenizer "
-                                     f"with it: models.save(model, directory, tokenizer=tok))")
+        raise models.CheckpointError(f"checkpoint {checkpoint} has no {' or '.join(missing)}{SAVE_HINT}")
     try:
         tokenizer = load_tokenizer(checkpoint)
     except Exception as e:  # bad JSON, a tokenizer.json that `tokenizers` cannot parse, missing special tokens
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise models.CheckpointError(f"checkpoint {checkpoint}: unreadable tokenizer files ({first})") from None
-    return LoadedModel(model, tokenizer, model_id or meta.get("model_id", checkpoint.name), device, dtype)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise models.CheckpointError(f"checkpoint {checkpoint}: its tokenizer has {tokenizer.vocab_size} tokens but "
+                                     f"the model's vocab_size is {model.config.vocab_size}: they do not belong "
+                                     f"together")
+    model_id = model_id or checkpoint_model_id(meta, Path(checkpoint))
+    return LoadedModel(model, tokenizer, model_id, device, dtype,
+                       training_precision(meta))
+
+
+def checkpoint_model_id(meta: dict, directory: Path) -> str:
+    """The `model_id` of a checkpoint's config.json (untrusted: it must be a safe name, see harness.paths),
+    else the directory's name."""
+    if meta.get("model_id") in (None, ""):
+        return directory.resolve().name
+    return safe_component(meta["model_id"], f"checkpoint {directory}: config.json model_id", models.CheckpointError)
+
+
+def training_precision(meta: dict) -> str | None:
+    """The precision a checkpoint was trained in, from its config.json (checkpoints written before the
+    precision field say `bf16: true/false`; a model saved outside harness.train says nothing)."""
+    train = meta.get("train") if isinstance(meta.get("train"), dict) else {}
+    if train.get("precision") in PRECISIONS:
+        return train["precision"]
+    if isinstance(train.get("bf16"), bool):
+        return "bf16" if train["bf16"] else "fp32"
+    return None
 
 
 class ARJudge:
@@ -180,8 +211,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
         for start in range(0, len(warm), bs):
             execute_decode(loaded, warm[start:start + bs], decode_base)
 
-    bar = tqdm(total=len(examples), initial=len(examples) - sum(len(chunks[c]) for c in todo),
-               desc=cell.label, leave=False, disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(len(examples), cell.label, initial=len(examples) - sum(len(chunks[c]) for c in todo),
+                       enabled=progress, transient=True)
     for c in todo:
         chunk = chunks[c]
         seed = cell.seed * SEED_STRIDE + c
@@ -206,9 +237,11 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
                 row.update(call=k, seconds=call.seconds, n_tokens=call.tokens[j], nfe=call.nfe[j],
                            text=outputs[i]["decode"].text)
             rows.append(row)
-        write_examples(rows)
+        # a torn chunk is recomputed whole (its examples share calls and seeds) but only its missing
+        # examples are written: one row per example_id
+        write_examples([row for row in rows if row["example_id"] not in have])
         for row in rows:
-            have[row["example_id"]] = row
+            have.setdefault(row["example_id"], row)
         bar.update(len(chunk))
     bar.close()
 
@@ -220,10 +253,12 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     base = {
         "run_id": cell.run_id, "preset": cell.preset, "paradigm": cell.paradigm, "model_id": cell.model_id,
         "task": cell.task, "n_examples": len(rows), "block_size": cell.block_size,
+        "max_block_size": cell.max_block_size,
         "window": d.window if cell.paradigm in ("bd3lm", "setdlm") else None,
         "threshold": d.threshold, "steps": d.steps, "expected_budget": cell.expected_budget,
         "decode": dataclasses.asdict(d), "task_options": cell.options, "limit": cell.limit,
         "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed,
+        "train_precision": loaded.train_precision, "decode_precision": cell.precision,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
     }
     judge_name = getattr(judge, "name", None) if task.needs_judge else None
@@ -231,7 +266,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
         {**base, "metric": name, "value": _finite(mv.value), "ci_low": _finite(mv.ci_low),
          "ci_high": _finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
          "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
-         "judge": judge_name}
+         "decoding_independent": task.decode_kind == "none" or name in task.decoding_independent,
+         "judge": judge_name, "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]
 

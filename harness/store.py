@@ -6,12 +6,19 @@ Layout (the contract `harness.report` and outside checks read; design.md "Result
     results/<preset>/.lock                      held by the sweep that is writing (flock)
 
 * Appends are single `os.write` calls of whole lines on an O_APPEND descriptor, followed by
-  fsync; all metric rows of a cell go in one write, so a killed process leaves either the
-  whole cell or none of it. A torn last line (a crash inside the write) is ignored by readers
-  and cut off by the next writer.
-* A cell is finished when its run_id is in runs.jsonl; a restarted sweep skips it. An
-  unfinished cell resumes at its first example chunk missing from examples/<run_id>.jsonl.
-* Every row carries `schema_version`; a directory written by another schema is refused.
+  fsync; all metric rows of a cell go in one write, and all example rows of a chunk. A torn
+  last line (a crash inside the write) is ignored by readers and cut off by the next writer.
+* A cell is finished when all its metric rows are in runs.jsonl: every row records
+  `n_metrics`, the number of rows of its cell, and the cell counts as finished only when that
+  many distinct metrics are present (rows written before `n_metrics` existed: any row). A
+  restarted sweep skips finished cells and appends only the missing metric rows of a torn one.
+  An unfinished cell resumes at its first example chunk missing from examples/<run_id>.jsonl;
+  of a torn chunk only the missing examples are appended, so every example_id has one row
+  (readers keep the first row of an id, runs readers the first row of a (run_id, metric)).
+* Every row carries `schema_version`; a directory written by another schema is refused, and
+  so is a line that is not a JSON object with its keys (`run_id` and `metric` in runs.jsonl,
+  `example_id` in examples), naming the file and line.
+* run ids become file names only through harness.paths.safe_component.
 
     python -c "from harness.store import ResultsStore; print(len(ResultsStore('results/cpu').runs()))"
 """
@@ -28,32 +35,58 @@ from typing import Iterator
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
+from .paths import safe_component
 
 REQUIRED_KEYS = (
     "run_id", "preset", "paradigm", "model_id", "task", "metric", "value", "ci_low", "ci_high", "n_examples",
     "block_size", "window", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
     "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward", "device", "dtype",
-    "torch_version", "git_sha", "seed", "timestamp",
+    "torch_version", "git_sha", "seed", "timestamp", "n_metrics",
 )
+RUN_ROW_KEYS = ("run_id", "metric")       # what a runs.jsonl line must hold to be read at all
+EXAMPLE_ROW_KEYS = ("example_id",)        # and an examples/<run_id>.jsonl line
 
 
 class StoreError(RuntimeError):
     """The results directory cannot be used (locked by another sweep, or another schema)."""
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Complete lines only: a torn (newline-less) last line is skipped."""
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
+    """Complete lines only: a torn (newline-less) last line is skipped. Every line must be a JSON
+    object holding the `required` keys (StoreError naming the file and line otherwise)."""
+    return [row for _, row in numbered_jsonl(path, required)]
+
+
+def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
+    """read_jsonl, with every row's line number."""
     if not path.is_file():
         return []
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise StoreError(f"cannot read {path} ({e.strerror or e})") from None
     rows = []
     end = data.rfind(b"\n")
     for lineno, line in enumerate(data[:end + 1].splitlines(), start=1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise StoreError(f"{path}:{lineno}: corrupt results line ({e.msg}); move the file away to start afresh") from None
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                why = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
+                raise StoreError(f"{path}:{lineno}: corrupt results line ({why}); move the file away to start "
+                                 f"afresh") from None
+            if not isinstance(row, dict):
+                raise StoreError(f"{path}:{lineno}: corrupt results line (a JSON {type(row).__name__}, not an "
+                                 f"object); move the file away to start afresh")
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise StoreError(f"{path}:{lineno}: corrupt results line (no {', '.join(map(repr, missing))}); "
+                                 f"move the file away to start afresh")
+            odd = [k for k in required if isinstance(row[k], bool) or not isinstance(row[k], (str, int))]
+            if odd:
+                raise StoreError(f"{path}:{lineno}: corrupt results line ({odd[0]!r} is a "
+                                 f"{type(row[odd[0]]).__name__}, not a string); move the file away to start afresh")
+            rows.append((lineno, row))
     return rows
 
 
@@ -97,6 +130,7 @@ class ResultsStore:
 
     # -- schema ----------------------------------------------------------------------------------
     def check_schema(self) -> None:
+        """Refuse (StoreError) a directory of another schema, or one with a line that is not a result row."""
         for row in self.runs()[:1] + self._first_example_rows():
             version = row.get("schema_version")
             if version != RESULTS_SCHEMA_VERSION:
@@ -108,18 +142,25 @@ class ResultsStore:
     def _first_example_rows(self) -> list[dict]:
         if not self.examples_dir.is_dir():
             return []
-        for path in sorted(self.examples_dir.glob("*.jsonl")):
-            rows = read_jsonl(path)
-            if rows:
-                return rows[:1]
-        return []
+        first = []
+        for path in sorted(self.examples_dir.glob("*.jsonl")):   # every file is read: its lines are checked
+            rows = read_jsonl(path, EXAMPLE_ROW_KEYS)
+            first = first or rows[:1]
+        return first
 
     # -- locking ---------------------------------------------------------------------------------
     @contextmanager
     def lock(self, wait: bool = False) -> Iterator[None]:
-        """Exclusive writer lock; a second sweep on the same directory waits (wait=True) or is refused."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        """Exclusive writer lock; a second sweep on the same directory waits (wait=True) or is refused.
+        A directory that cannot be written (read-only, or a file in the way) is a StoreError."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            blocker = next((p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir()), None)
+            why = f"{blocker} is a file, not a directory" if blocker else (e.strerror or str(e)).lower()
+            raise StoreError(f"cannot write results to {self.root} ({why}; the lock file {self.root / '.lock'} must "
+                             f"be created even for finished cells); use another --out") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -139,24 +180,42 @@ class ResultsStore:
 
     # -- cells -----------------------------------------------------------------------------------
     def runs(self) -> list[dict]:
-        return read_jsonl(self.runs_path)
+        return read_jsonl(self.runs_path, RUN_ROW_KEYS)
 
     def finished_run_ids(self) -> set[str]:
-        return {row["run_id"] for row in self.runs()}
+        """Cells with all their metric rows: as many distinct metrics as their rows' n_metrics (a row
+        without n_metrics, written by older code, finishes its cell on its own)."""
+        metrics: dict[str, set] = {}
+        expected: dict[str, int] = {}
+        for lineno, row in numbered_jsonl(self.runs_path, RUN_ROW_KEYS):
+            n = row.get("n_metrics", 0)
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise StoreError(f"{self.runs_path}:{lineno}: corrupt results line (n_metrics {n!r} is not a "
+                                 f"whole number); move the file away to start afresh")
+            metrics.setdefault(row["run_id"], set()).add(row["metric"])
+            expected[row["run_id"]] = max(expected.get(row["run_id"], 0), n)
+        return {run_id for run_id, names in metrics.items() if len(names) >= expected[run_id]}
 
     def append_runs(self, rows: list[dict]) -> None:
+        """Append a cell's metric rows in one write; rows already present (a torn cell's) are not repeated."""
         missing = [k for k in REQUIRED_KEYS for r in rows if k not in r]
         if missing:
             raise ValueError(f"result rows lack required keys: {sorted(set(missing))}")
-        append_jsonl(self.runs_path, [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows])
+        present = {(r["run_id"], r["metric"]) for r in self.runs()}
+        append_jsonl(self.runs_path, [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows
+                                      if (r["run_id"], r["metric"]) not in present])
         kill_point("after_cell")
 
     # -- examples --------------------------------------------------------------------------------
     def example_path(self, run_id: str) -> Path:
-        return self.examples_dir / f"{run_id}.jsonl"
+        return self.examples_dir / f"{safe_component(run_id, 'run id', StoreError)}.jsonl"
 
     def example_rows(self, run_id: str) -> list[dict]:
-        return read_jsonl(self.example_path(run_id))
+        """One row per example_id (the first, should a file ever hold two)."""
+        rows: dict = {}
+        for row in read_jsonl(self.example_path(run_id), EXAMPLE_ROW_KEYS):
+            rows.setdefault(row["example_id"], row)
+        return list(rows.values())
 
     def append_examples(self, run_id: str, rows: list[dict]) -> None:
         append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows])

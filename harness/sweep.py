@@ -22,8 +22,9 @@ from models.schedules import expected_budget
 from tasks import TASKS, Task, TaskError, get_task
 
 from .configs import RunCell, TrainConfig, options_tuple
+from .precision import resolve_precision
 from .presets import Preset, TaskSpec
-from .runner import cell_requests, load_model
+from .runner import cell_requests, checkpoint_model_id, load_model
 from .store import ResultsStore
 from .train import checkpoint_dir, resolve_device as train_device
 
@@ -45,6 +46,13 @@ class Plan:
         if model_id in self.external:
             return self.external[model_id]
         return checkpoint_dir(next(t for t in self.train if t.model_id == model_id))
+
+
+def max_block_size(cfg: TrainConfig | ModelConfig) -> int | None:
+    """SetDLM's S_max (2S unless the config sets it); None for the other paradigms."""
+    if cfg.paradigm != "setdlm":
+        return None
+    return cfg.max_block_size or 2 * cfg.block_size
 
 
 def budget_of(cfg: TrainConfig | ModelConfig) -> float | None:
@@ -132,36 +140,39 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 cells.append(RunCell(
                     preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,
-                    block_size=cfg.block_size, expected_budget=budget_of(cfg), **cell_fields,
+                    block_size=cfg.block_size, max_block_size=max_block_size(cfg), expected_budget=budget_of(cfg),
+                    **cell_fields,
                 ))
     return cells, tasks
 
 
-def _judge(preset: Preset, cells: list[RunCell], seed: int) -> TrainConfig | None:
+def _judge(preset: Preset, cells: list[RunCell], seed: int, precision: str, device: str) -> TrainConfig | None:
     if any(TASKS[c.task].needs_judge for c in cells):
-        return next(c for c in preset.train_configs(("ar",), seed))
+        return next(c for c in preset.train_configs(("ar",), seed, precision, device))
     return None
 
 
 def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
                device: str = "cpu", seed: int = 0, batch_size: int = 1, data: str | None = None,
-               source: str | None = None, decode: dict | None = None, block_size: int | None = None
-               ) -> Plan:
+               source: str | None = None, decode: dict | None = None, block_size: int | None = None,
+               precision: str = "auto") -> Plan:
     """Every (model, decode setting, task) cell of a preset; `decode` (knob -> value) narrows the grid
-    to one setting, whose knobs win over the preset's per-task decoding overrides."""
+    to one setting, whose knobs win over the preset's per-task decoding overrides. `precision` (auto,
+    fp32, bf16) is resolved for `device` and applies to training and decoding alike."""
     chosen_paradigms = _split(paradigms, PARADIGMS, "paradigm") or PARADIGMS
     preset_tasks = tuple(t.name for t in preset.tasks)
     chosen_tasks = _split(tasks, tuple(TASKS), "task") or preset_tasks
     _check_common(limit, batch_size, data, chosen_tasks)
 
-    train = [c for c in preset.train_configs(chosen_paradigms, seed)
+    precision = _precision(precision, device)
+    train = [c for c in preset.train_configs(chosen_paradigms, seed, precision, device)
              if block_size is None or c.block_size in (None, block_size)]
     if block_size is not None and not any(c.block_size == block_size for c in train):
         sizes = sorted({c.block_size for c in preset.train_configs() if c.block_size})
         raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
     cells, _ = _cells(preset, chosen_tasks, [(c.model_id, c) for c in train], decode, data, source, limit,
-                      batch_size=batch_size, device=device, seed=seed)
-    judge = _judge(preset, cells, seed)
+                      batch_size=batch_size, device=device, seed=seed, precision=precision)
+    judge = _judge(preset, cells, seed, precision, device)
     if judge is not None and judge not in train:
         train.append(judge)
     return Plan(preset, tuple(train), tuple(cells), judge)
@@ -170,12 +181,14 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
 def plan_checkpoint(preset: Preset, directory: str | Path, task: str, paradigm: str | None = None,
                     block_size: int | None = None, limit: int | None = None, device: str = "cpu", seed: int = 0,
                     batch_size: int = 1, data: str | None = None, source: str | None = None,
-                    decode: dict | None = None) -> Plan:
+                    decode: dict | None = None, precision: str = "auto") -> Plan:
     """One cell of a user's checkpoint (a directory written by models.save, e.g. by harness.train) on one
     task. The checkpoint is loaded and every selected example turned into requests now, so a bad checkpoint
     or a prompt that does not fit its context is reported before any work. model_id: the config's
-    `model_id`, else the directory name; paradigm, block size and budget: its model config."""
+    `model_id`, else the directory name; paradigm, block size and budget: its model config. `precision` is
+    the decoding precision (the checkpoint was trained in whatever its config.json says)."""
     directory = Path(directory)
+    precision = _precision(precision, device)
     if paradigm is not None and paradigm not in PARADIGMS:
         raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(PARADIGMS)}")
     chosen_tasks = _split(task, tuple(TASKS), "task")
@@ -183,20 +196,27 @@ def plan_checkpoint(preset: Preset, directory: str | Path, task: str, paradigm: 
         raise PlanError("--checkpoint evaluates one task: give --task NAME")
     _check_common(limit, batch_size, data, chosen_tasks)
     meta = models.checkpoint.read_config(directory)                   # CheckpointError: exit 2
-    loaded = load_model(directory, torch.device("cpu"), meta.get("model_id") or directory.resolve().name, paradigm)
+    loaded = load_model(directory, torch.device("cpu"), checkpoint_model_id(meta, directory), paradigm)
     config = loaded.model.config
     if block_size is not None and block_size != config.block_size:
         raise PlanError(f"--block-size {block_size} does not match the checkpoint's block size {config.block_size} "
                         f"({directory}); leave --block-size out")
     cells, tasks = _cells(preset, chosen_tasks, [(loaded.model_id, config)], decode or {}, data, source, limit,
-                          batch_size=batch_size, device=device, seed=seed)
+                          batch_size=batch_size, device=device, seed=seed, precision=precision)
     for cell in cells[:1]:   # requests do not depend on the decode setting
         try:
             cell_requests(cell, tasks[cell.task], loaded.tokenizer, config.length)
         except TaskError as e:
             raise PlanError(f"{e} (checkpoint {directory})") from None
-    judge = _judge(preset, cells, seed)
+    judge = _judge(preset, cells, seed, precision, device)
     return Plan(preset, (judge,) if judge else (), tuple(cells), judge, {loaded.model_id: directory})
+
+
+def _precision(requested: str, device: str) -> str:
+    try:
+        return resolve_precision(requested, device)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
 
 
 def resolve_device(device: str) -> str:

@@ -1,7 +1,7 @@
 """Training loop for all four paradigms, with checkpoints cached by the hash of their TrainConfig.
 
 AdamW with linear warm-up and cosine decay, gradient clipping, optional EMA of the weights and
-bf16 autocast; random length-L windows of the tokenised corpus (documents joined by EOS);
+bf16 autocast (`--precision auto` = bf16 only where it is native: harness/precision.py); random length-L windows of the tokenised corpus (documents joined by EOS);
 deterministic under a seed; resumable (the training state is saved every `--save-every` steps
 and picked up by a rerun with the same config); stops with a clear message on a non-finite
 loss instead of writing a poisoned checkpoint.
@@ -28,7 +28,6 @@ from typing import Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 
 import models
 from models import Batch
@@ -37,6 +36,9 @@ from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
 from .configs import TrainConfig, short_hash
 from .env import kill_point
+from .paths import hashed_component
+from .precision import CHOICES, resolve_precision
+from .progress import progress as progress_bar
 
 VAL_ROWS = 32
 
@@ -97,7 +99,7 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
     vocab = int(spec.split(":", 1)[1])
     docs = corpus_documents(corpus, "train")
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
-    directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{corpus}-{digest}"
+    directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{hashed_component(corpus)}-{digest}"
     if not (directory / "tokenizer.json").is_file():
         with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
             if not (directory / "tokenizer.json").is_file():
@@ -122,7 +124,7 @@ def file_lock(path: Path) -> Iterator[None]:
 def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
     """All documents of a split, tokenised and joined with EOS (cached as safetensors)."""
     key = short_hash({"tok": tok.backend.to_str(), "corpus": corpus, "split": split})
-    path = cache_dir() / "tokens" / f"{corpus}-{split}-{key}.safetensors"
+    path = cache_dir() / "tokens" / f"{hashed_component(corpus)}-{split}-{key}.safetensors"   # hf:user/name
     if path.is_file():
         return load_file(str(path))["ids"]
     docs = corpus_documents(corpus, split)
@@ -254,10 +256,9 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.ema > 0 else None
     data_gen = torch.Generator().manual_seed(cfg.seed)
     start, elapsed = _load_state(cfg, model, ema, opt, data_gen)
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16)
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
     tokens_per_step = cfg.batch_size * cfg.length
-    bar = tqdm(total=cfg.steps, initial=start, desc=f"train {cfg.model_id}", disable=not progress,
-               dynamic_ncols=True, file=sys.stderr)
+    bar = progress_bar(cfg.steps, f"train {cfg.model_id}", initial=start, enabled=progress)
     t0 = time.perf_counter() - elapsed
     for step in range(start, cfg.steps):
         for group in opt.param_groups:
@@ -315,40 +316,66 @@ def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True
     return checkpoint_dir(cfg) if is_cached(cfg) else train(cfg, device, progress=progress)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: one line, exit 2 (as python -m harness.run)
+        self.exit(2, f"error: {message}\n(see python -m harness.train --help)\n")
+
+
+def _number(kind: type, low: float, high: float | None = None, strict: bool = False):
+    """An argparse type: a `kind` number >= low (> low if strict) and < high; out of range is a usage error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
+                                             ) from None
+        if value < low or (strict and value == low) or (high is not None and value >= high):
+            bound = f"{'>' if strict else '>='} {low}" + (f" and < {high}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Train one model (cached by its config hash).")
+    ap = _Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
     ap.add_argument("--preset", help="take the architecture/budget of this preset's model of --paradigm")
     ap.add_argument("--paradigm", required=True, choices=models.PARADIGMS)
-    ap.add_argument("--block-size", type=int)
-    ap.add_argument("--max-block-size", type=int)
-    for name, typ in (("length", int), ("n-layers", int), ("d-model", int), ("n-heads", int), ("steps", int),
-                      ("batch-size", int), ("lr", float), ("warmup-steps", int), ("ema", float), ("seed", int),
-                      ("dropout", float)):
+    ap.add_argument("--block-size", type=_number(int, 1))
+    ap.add_argument("--max-block-size", type=_number(int, 1))
+    for name, typ in (("length", _number(int, 2)), ("n-layers", _number(int, 1)), ("d-model", _number(int, 1)),
+                      ("n-heads", _number(int, 1)), ("steps", _number(int, 1)), ("batch-size", _number(int, 1)),
+                      ("lr", _number(float, 0.0, strict=True)), ("warmup-steps", _number(int, 0)),
+                      ("ema", _number(float, 0.0, 1.0)), ("seed", int), ("dropout", _number(float, 0.0, 1.0))):
         ap.add_argument(f"--{name}", type=typ)
     ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2 or bert-base-uncased")
     ap.add_argument("--corpus")
-    ap.add_argument("--bf16", action="store_true", default=None)
+    ap.add_argument("--precision", choices=CHOICES, default="auto",
+                    help="fp32, bf16 (autocast), or auto: bf16 only where it is native (default)")
     ap.add_argument("--train-on-nelbo", action="store_true", default=None)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    ap.add_argument("--save-every", type=int, default=100)
+    ap.add_argument("--save-every", type=_number(int, 0), default=100)
     args = ap.parse_args(argv)
     try:
-        cfg = TrainConfig(paradigm=args.paradigm, block_size=args.block_size)
+        precision = resolve_precision(args.precision, resolve_device(args.device).type)
+        cfg = TrainConfig(paradigm=args.paradigm, block_size=args.block_size, precision=precision)
         if args.preset:
             from .presets import get_preset
 
-            matches = [c for c in get_preset(args.preset).train_configs()
+            matches = [c for c in get_preset(args.preset).train_configs(precision=precision)
                        if c.paradigm == args.paradigm and (args.block_size is None or c.block_size == args.block_size)]
             if not matches:
                 raise ValueError(f"preset {args.preset!r} has no {args.paradigm} model with block size {args.block_size}")
             cfg = matches[0]
         overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                     if f.name != "paradigm" and getattr(args, f.name, None) is not None}
+                     if f.name not in ("paradigm", "precision") and getattr(args, f.name, None) is not None}
         cfg = cfg.replace(**overrides)
         path = train(cfg, args.device, save_every=args.save_every)
     except (ValueError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:                # the state of the last --save-every step is on disk
+        print("interrupted; finished work is kept — rerun the same command to resume", file=sys.stderr)
+        return 130
     meta = models.checkpoint.read_config(path)
     print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")
     return 0

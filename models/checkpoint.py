@@ -1,7 +1,8 @@
 """Checkpoints as `config.json` + `model.safetensors` (+ the tokenizer), never pickle.
 
-`save` writes into a temporary sibling directory and renames it into place, so a process killed
-mid-save never leaves a directory that `load` would accept. `load` checks the schema version,
+`save` writes into a temporary sibling directory and renames it into place (swapping it with an
+existing checkpoint in one atomic rename, see `atomic_directory`), so a process killed mid-save
+never leaves a directory that `load` would accept, nor a moment with no checkpoint at all. `load` checks the schema version,
 the paradigm (when the caller expects one) and that the tensors match the config, and raises
 `CheckpointError` with one clear message otherwise.
 
@@ -10,9 +11,13 @@ the paradigm (when the caller expects one) and that the tensors match the config
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
 import json
 import os
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,22 +43,122 @@ class CheckpointError(ValueError):
 @contextmanager
 def atomic_directory(directory: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling of `directory` to fill; on success its files are fsynced and it replaces
-    `directory` by a rename, on failure it is removed. Readers never see a half-written directory."""
+    `directory`, on failure it is removed. Readers never see a half-written directory, nor a moment
+    without one: an existing `directory` is swapped with the new one in one atomic rename (Linux
+    renameat2 RENAME_EXCHANGE; elsewhere it is renamed aside, the new one renamed in, then the aside
+    copy deleted), and two writers of one directory both succeed (the last one wins). Hidden
+    leftovers of saves interrupted on this host (`.<name>.tmp-*`, `.<name>.old-*` of dead processes)
+    are removed first; an aside copy with no `directory` beside it is put back."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    _clean_leftovers(directory)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_hidden(directory, 'tmp')}", dir=directory.parent))
     try:
         yield tmp
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
+        old = _swap_into_place(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _hidden(directory: Path, kind: str) -> str:
+    """The name prefix of a hidden sibling of `directory` made by this process (host and pid in it)."""
+    return f".{directory.name}.{kind}-{socket.gethostname()}-{os.getpid()}-"
+
+
+def _swap_into_place(tmp: Path, directory: Path) -> Path | None:
+    """Put `tmp` at `directory`; returns where the previous directory now is (to delete), or None."""
+    for _ in range(100):
+        if not directory.exists():
+            try:
+                os.rename(tmp, directory)            # nothing there: a plain atomic rename
+                return None
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                continue                             # another writer got there first: swap with it
+        if _exchange(tmp, directory):
+            return tmp                               # tmp now holds the previous directory
+        aside = Path(tempfile.mkdtemp(prefix=_hidden(directory, "old"), dir=directory.parent))
+        try:
+            os.replace(directory, aside)             # onto the empty aside directory
+        except FileNotFoundError:                    # another writer moved it: try again
+            os.rmdir(aside)
+            continue
+        except BaseException:
+            shutil.rmtree(aside, ignore_errors=True)
+            raise
+        try:
+            os.rename(tmp, directory)
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                os.replace(aside, directory)         # put the previous one back
+                raise
+            shutil.rmtree(aside, ignore_errors=True)
+            continue
+        return aside
+    raise OSError(errno.EBUSY, f"could not replace {directory}: too many concurrent writers")
+
+
+_RENAME_EXCHANGE = 2
+_renameat2 = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two existing paths (Linux renameat2); False where the platform cannot."""
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _renameat2 = libc.renameat2
+            _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        except (AttributeError, OSError):
+            _renameat2 = False
+    if not _renameat2:
+        return False
+    at_fdcwd = -100
+    if _renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EXDEV, errno.ENOENT):
+        return False                                 # no support (or `b` vanished): the caller falls back
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_leftovers(directory: Path) -> None:
+    """Remove hidden temp/aside siblings of `directory` left by dead processes of this host; an aside copy
+    with no `directory` (a crash between the two renames of the fallback) is put back first."""
+    host = socket.gethostname()
+    for kind in ("old", "tmp"):                      # old first: it may restore `directory`
+        for path in sorted(directory.parent.glob(f".{glob.escape(directory.name)}.{kind}-*")):
+            rest = path.name[len(f".{directory.name}.{kind}-"):]
+            owner, _, tail = rest.rpartition("-")   # <host>-<pid>-<random>
+            owner_host, _, pid = owner.rpartition("-")
+            if owner_host != host or not pid.isdigit() or _pid_alive(int(pid)):
+                continue                             # another host's, or a live writer's
+            if kind == "old" and not directory.exists():
+                try:
+                    os.rename(path, directory)
+                    continue
+                except OSError:
+                    pass
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def save(model: "ParadigmModel", directory: str | Path, tokenizer: "Tokenizer | None" = None,
@@ -78,12 +183,14 @@ def read_config(directory: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {directory} has no {CONFIG_FILE}")
     try:
         meta = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(meta).__name__}, not an object (a checkpoint's config)")
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise CheckpointError(f"{path} has schema version {version}, this code reads version {SCHEMA_VERSION}")
-    if "model" not in meta:
+    if not isinstance(meta.get("model"), dict):
         raise CheckpointError(f"{path} lacks the 'model' section")
     return meta
 
@@ -111,7 +218,9 @@ def load(directory: str | Path, paradigm: str | None = None, device: str | torch
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:
-        raise CheckpointError(f"{weights} does not match its config ({str(e).splitlines()[0]})") from None
+        # the first line only says "Error(s) in loading state_dict for ...:"; name the first tensor
+        details = [line.strip() for line in str(e).splitlines()[1:] if line.strip()] or [str(e)]
+        raise CheckpointError(f"{weights} does not match its config ({details[0]})") from None
     if missing or unexpected:
         raise CheckpointError(f"{weights} does not match its config: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.eval()

@@ -282,6 +282,9 @@ class Task(abc.ABC):
     needs_judge: ClassVar[bool] = False
     string_fields: ClassVar[tuple[str, ...]] = ()
     metric_labels: ClassVar[dict[str, str]] = {}
+    # metrics that decoding settings cannot change (scores of given text, e.g. a reference answer's NLL):
+    # reported per model, never drawn as a speed-quality front. Every metric of a decode_kind "none" task is.
+    decoding_independent: ClassVar[frozenset[str]] = frozenset()
     data_format: ClassVar[str] = ""  # what --data accepts, for docs and error messages
     embedded_file: ClassVar[str] = ""  # path under tasks/data
     hf_default: ClassVar[tuple[str, str | None, str] | None] = None  # (path, config, split); None = no hub source

@@ -87,6 +87,7 @@ class GSM8K(Task):
     primary_metric = "exact_match"
     higher_is_better = {"exact_match": True, "answer_nll_per_token": False}
     decode_kind = "generate"
+    decoding_independent = frozenset({"answer_nll_per_token"})   # the reference answer's score
     metric_labels = {
         "exact_match": "GSM8K exact match",
         "answer_nll_per_token": "GSM8K answer NLL/token (NELBO bound for diffusion)",

@@ -109,7 +109,7 @@ def test_presets_are_valid_and_budget_matched():
     windows = {c.decode.window for c in cpu.cells if c.paradigm == "setdlm" and not c.task.startswith("ppl")}
     assert windows == {4, 8, 16, 32}
     taus = {c.decode.threshold for c in cpu.cells if c.paradigm == "bd3lm" and c.task == "gsm8k"}
-    assert taus == {None, 0.9, 0.7, 0.5, 0.3, 0.1}
+    assert taus == {None, 0.9, 0.3, 0.1}
 
 
 def test_plan_rejects_bad_grid_values():
@@ -169,7 +169,7 @@ def test_hub_corpus_streams_through_datasets(monkeypatch):
 
 def test_series_labels_from_rows():
     from harness.report import family
-    row = {"paradigm": "setdlm", "model_id": "setdlm-smax8-222a1d24db", "block_size": 4, "window": 8}
+    row = {"paradigm": "setdlm", "model_id": "setdlm-smax8-fp32-222a1d24db", "block_size": 4, "window": 8}
     assert family(row) == "SetDLM S_max=8 W=8"
     assert family({**row, "model_id": "my-checkpoint"}) == "SetDLM S=4 W=8"   # a user's directory name
     assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "window": 4}) == "BD3LM S=4"

@@ -14,7 +14,14 @@ training corpus):
   * determinism on CPU: the same seed gives bit-identical weights for every paradigm (another seed
     does not) and the same cell twice gives identical rows;
   * safe loading: no pickle / torch.load / trust_remote_code=True in the project, every Hugging Face
-    load passes trust_remote_code=False, results rows and checkpoints carry a schema version.
+    load passes trust_remote_code=False, results rows and checkpoints carry a schema version;
+  * issue 19 (section 7, plus the in-process rows of the bad-input table for harness.run, harness.report,
+    harness.train and harness.lm_eval): no string read from a file chooses a path (a checkpoint's
+    model_id, a row's task or run id, a payload's file names); a torn cell keeps every metric and a torn
+    chunk duplicates no example; a fuzz of crashes at random bytes of the store's appends reruns to the
+    uninterrupted rows; checkpoints are replaced with no moment missing, by concurrent writers too, and
+    leftovers of interrupted saves are cleaned; Ctrl-C in a cell or in training is one line, exit 130, and
+    resumes; a knob a paradigm does not read is warned about; a broken cached checkpoint says how to retrain.
 Slow (`-m slow`, about 80 s): the `smoke` sweep (ar, setdlm x gsm8k, ppl_owt) killed during
 training, between cells and mid-cell, then rerun, has exactly the rows of an uninterrupted sweep;
 a prompt too long for a preset model is refused after training without writing a row; a
@@ -29,14 +36,18 @@ n-th time it passes <point> (harness/env.py kill_point). Subprocesses run with o
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import inspect
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +60,7 @@ import models
 from harness import run
 from harness.configs import RESULTS_SCHEMA_VERSION, TrainConfig
 from harness.env import KILL_ENV
-from harness.store import ResultsStore, StoreError, append_jsonl, read_jsonl
+from harness.store import REQUIRED_KEYS, ResultsStore, StoreError, append_jsonl, read_jsonl
 from harness.train import TrainingError, checkpoint_dir
 from models.tokenizers import train_bpe
 from tasks import get_task
@@ -270,7 +281,13 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
     raise KeyError(name)
 
 
+# THE list of what the CLIs refuse: every entry exits 2 with exactly one `error:` line containing the text
+# its case gives, no traceback, nothing on stdout, nothing written (no results, no cache entries, no report
+# files). The first group runs `python -m harness.run` as a subprocess (the CLI as users run it); the rest
+# (IN_PROCESS, below) run the named tool's main() in this process, which is faster and still fails on a
+# traceback (an exception would escape the test).
 BAD_INPUTS = [
+    # harness.run: data files, names, decoding knobs, checkpoints, results directories
     "malformed_jsonl", "missing_field", "empty_dataset", "data_wrong_format_txt", "data_wrong_extension",
     "data_missing_file", "unknown_paradigm", "unknown_task", "unknown_preset", "window_larger_than_context",
     "tau_above_one", "tau_zero", "bd3lm_block_not_dividing_L", "limit_zero", "limit_negative",
@@ -278,10 +295,36 @@ BAD_INPUTS = [
     "checkpoint_without_config", "checkpoint_without_weights", "checkpoint_without_tokenizer",
     "checkpoint_corrupt_tokenizer", "checkpoint_corrupt_safetensors", "checkpoint_of_another_paradigm",
     "checkpoint_schema_version", "results_of_another_schema", "results_with_a_corrupt_line",
+    # in-process, harness.run (issue 19): rows of the wrong shape, a config.json list, an unsafe model_id,
+    # a tokenizer that does not fit the model, a results directory that cannot be written
+    "results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
+    "example_row_without_example_id", "checkpoint_config_a_json_list", "checkpoint_model_id_a_path",
+    "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
+    "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
+    # harness.report
+    "report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
+    "report_non_numeric_value", "report_task_names_a_path_outside",
+    # harness.train
+    "train_length_zero", "train_lr_not_a_number",
+    # harness.lm_eval (lm-eval's CLI with our models): every --model_args error
+    "lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint", "lm_eval_threshold_5",
+    "lm_eval_window_abc",
 ]
+IN_PROCESS = {name: tool for tool, names in {
+    "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
+            "example_row_without_example_id", "checkpoint_config_a_json_list", "checkpoint_model_id_a_path",
+            "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
+            "results_directory_read_only_for_a_finished_cell", "out_is_a_file"],
+    "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
+               "report_non_numeric_value", "report_task_names_a_path_outside"],
+    "train": ["train_length_zero", "train_lr_not_a_number"],
+    "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
+                "lm_eval_threshold_5", "lm_eval_window_abc"],
+}.items() for name in names}
+assert set(IN_PROCESS) <= set(BAD_INPUTS)
 
 
-@pytest.mark.parametrize("case", BAD_INPUTS)
+@pytest.mark.parametrize("case", [c for c in BAD_INPUTS if c not in IN_PROCESS])
 def test_bad_input_is_one_clear_error_and_writes_nothing(case, tmp_path, checkpoints, questions):
     args, expected = _case(case, tmp_path, checkpoints, questions)
     out = tmp_path / "out"
@@ -294,6 +337,162 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(case, tmp_path, checkpo
     assert proc.stdout == ""
     assert not (tmp_path / "cache").exists()                        # nothing trained, tokenised or cached
     assert (tree(out) if out.exists() else None) == before         # no results dir, or the old one untouched
+
+
+def _config_edit(directory: Path, **changes) -> None:
+    meta = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**meta, **changes}))
+
+
+def report_row(**changes) -> dict:
+    """A runs.jsonl row the report can draw (every key it reads), with `changes`."""
+    row = {k: None for k in REQUIRED_KEYS}
+    row.update(run_id="r1", preset="cpu", paradigm="ar", model_id="ar-x", task="gsm8k", metric="exact_match",
+               value=0.5, n_examples=4, primary=True, higher_is_better=True, steps=None, n_metrics=1, device="cpu",
+               schema_version=RESULTS_SCHEMA_VERSION)
+    return {**row, **changes}
+
+
+def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) -> tuple[list[str], str]:
+    """(arguments of the tool IN_PROCESS[name], the text its error line must contain) of one bad input."""
+    out, v = tmp / "out", RESULTS_SCHEMA_VERSION
+    cell = ["--preset", "smoke", "--checkpoint", str(ck["ar"]), "--task", "gsm8k", "--data", str(q)]
+    if name in ("results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id"):
+        line, why = {"results_row_a_bare_number": ("5", "a JSON int, not an object"),
+                     "results_row_a_list": ("[1, 2]", "a JSON list, not an object"),
+                     "results_row_without_run_id": (json.dumps({"metric": "m", "schema_version": v}), "no 'run_id'")
+                     }[name]
+        (out / "smoke").mkdir(parents=True)
+        (out / "smoke" / "runs.jsonl").write_text(line + "\n")
+        return cell, f"runs.jsonl:1: corrupt results line ({why})"
+    if name == "example_row_without_example_id":
+        (out / "smoke" / "examples").mkdir(parents=True)
+        write_jsonl(out / "smoke" / "examples" / "0123456789abcdef.jsonl",
+                    [{"example_id": "0", "metrics": {}, "schema_version": v}, {"metrics": {}, "schema_version": v}])
+        return cell, "0123456789abcdef.jsonl:2: corrupt results line (no 'example_id')"
+    if name == "checkpoint_config_a_json_list":
+        d = _broken_copy(ck["ar"], tmp / "listconfig", lambda d: (d / "config.json").write_text("[1, 2]\n"))
+        return [*cell, "--checkpoint", str(d)], "config.json holds a JSON list, not an object"
+    if name == "checkpoint_model_id_a_path":
+        d = _broken_copy(ck["ar"], tmp / "evil", lambda d: _config_edit(d, model_id="../../../../victim"))
+        return [*cell, "--checkpoint", str(d)], "config.json model_id '../../../../victim' is not a safe name"
+    if name in ("checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model"):
+        vocab = tok.vocab_size + (-8 if name.endswith("larger_than_model") else 8)
+        torch.manual_seed(0)
+        model = models.build("ar", vocab_size=vocab, length=128, n_layers=1, d_model=32, n_heads=2,
+                             mask_id=tok.mask_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
+        d = models.save(model, tmp / "mismatch", tokenizer=tok)
+        return ([*cell, "--checkpoint", str(d)],
+                f"its tokenizer has {tok.vocab_size} tokens but the model's vocab_size is {vocab}")
+    if name == "results_directory_read_only_for_a_finished_cell":
+        assert run.main([*cell, "--limit", "1", "--out", str(out), "--quiet", "--no-report"]) == 0   # finished
+        real_open = os.open
+
+        def read_only(path, flags, *args, **kwargs):   # as root, chmod does not stop writes: refuse them here
+            if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and str(path).startswith(str(out)):
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return real_open(path, flags, *args, **kwargs)
+        monkeypatch.setattr(os, "open", read_only)
+        return [*cell, "--limit", "1"], f"cannot write results to {out / 'smoke'} (permission denied"
+    if name == "out_is_a_file":
+        (tmp / "afile").write_text("not a directory\n")
+        return [*cell, "--out", str(tmp / "afile")], f"{tmp / 'afile'} is a file, not a directory"
+    # harness.report
+    report = ["--results", str(out), "--plots", str(tmp / "plots"), "--reference", "none"]
+    rows = {"report_unknown_preset": report_row(), "report_unknown_paradigm": report_row(paradigm="gpt"),
+            "report_non_numeric_value": report_row(value="high"),
+            "report_task_names_a_path_outside": report_row(task="../../../outside/x")}
+    if name in rows:
+        (out / "cpu").mkdir(parents=True)
+        write_jsonl(out / "cpu" / "runs.jsonl", [rows[name]])
+    if name == "report_results_missing":
+        return [*report[:1], str(tmp / "nowhere"), *report[2:]], f"results directory {tmp / 'nowhere'} not found"
+    if name == "report_unknown_preset":
+        return [*report, "--preset", "cpux"], f"no results for preset 'cpux' under {out}; found: cpu"
+    if name == "report_row_a_list":
+        (out / "cpu").mkdir(parents=True)
+        (out / "cpu" / "runs.jsonl").write_text("[1]\n")
+        return report, "runs.jsonl:1: corrupt results line (a JSON list, not an object)"
+    if name == "report_unknown_paradigm":
+        return report, "runs.jsonl:1: unknown paradigm 'gpt'"
+    if name == "report_non_numeric_value":
+        return report, "runs.jsonl:1: value 'high' is not a number"
+    if name == "report_task_names_a_path_outside":   # it would have written tmp/outside/x.md, x.csv
+        return report, "task '../../../outside/x' is not a safe name"
+    # harness.train
+    if name == "train_length_zero":
+        return ["--paradigm", "ar", "--length", "0"], "argument --length: must be >= 2, got 0"
+    if name == "train_lr_not_a_number":
+        return ["--paradigm", "ar", "--lr", "fast"], "argument --lr: expected a number, got 'fast'"
+    # harness.lm_eval
+    lm = ["run", "--tasks", "harness_gsm8k", "--include_path", str(REPO / "tasks" / "lm_eval"), "--model"]
+    if name == "lm_eval_unknown_knob":
+        return [*lm, "ar", "--model_args", f"checkpoint={ck['ar']},temprature=0.5"], "unknown model_args temprature"
+    if name == "lm_eval_wrong_paradigm":
+        return ([*lm, "setdlm", "--model_args", f"checkpoint={ck['ar']}"],
+                "--model setdlm was given a checkpoint that holds a 'ar' model")
+    if name == "lm_eval_missing_checkpoint":
+        return [*lm, "ar", "--model_args", f"checkpoint={tmp / 'nope'}"], f"{tmp / 'nope'} does not exist"
+    if name == "lm_eval_threshold_5":
+        return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},threshold=5"], "threshold must be in (0, 1]"
+    if name == "lm_eval_window_abc":
+        return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},window=abc"], "window='abc': expected a whole"
+    raise KeyError(name)
+
+
+def _invoke(tool: str, args: list[str], out: Path, monkeypatch) -> int:
+    """The exit status of `python -m harness.<tool> ARGS`, run in this process."""
+    try:
+        if tool == "run":
+            return run.main(["--out", str(out), *args, "--quiet", "--no-report"])
+        if tool == "report":
+            from harness import report
+            return report.main(args)
+        if tool == "train":
+            return train_mod.main(args)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+        import lm_eval.__main__
+        from lm_eval.api.registry import get_model
+
+        import harness.lm_eval as adapter
+
+        def cli_evaluate():   # what lm-eval's CLI does with --model/--model_args (its task indexing takes ~10 s)
+            flags = dict(zip(sys.argv[2::2], sys.argv[3::2]))
+            get_model(flags["--model"]).create_from_arg_string(flags["--model_args"], {"batch_size": 1,
+                                                                                        "device": "cpu"})
+        monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", cli_evaluate)
+        adapter.main(args)
+        return 0
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.mark.parametrize("case", list(IN_PROCESS))
+def test_bad_input_in_process_is_one_clear_error_and_writes_nothing(case, tmp_path, monkeypatch, capsys, tok,
+                                                                    checkpoints, questions):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    args, expected = _in_process_case(case, tmp_path, checkpoints, questions, tok, monkeypatch)
+    capsys.readouterr()
+    before, paths = tree(tmp_path), sorted(tmp_path.rglob("*"))
+    status = _invoke(IN_PROCESS[case], args, tmp_path / "out", monkeypatch)
+    stdout, stderr = capsys.readouterr()
+    assert status == 2, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], stderr
+    assert stdout == ""
+    assert tree(tmp_path) == before and sorted(tmp_path.rglob("*")) == paths   # not a file, not a directory
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_well_formed_row_is_reported(tmp_path, capsys):
+    """The control of the report's bad inputs: the same row, well formed, gives a table (exit 0)."""
+    from harness import report
+    (tmp_path / "out" / "cpu").mkdir(parents=True)
+    write_jsonl(tmp_path / "out" / "cpu" / "runs.jsonl", [report_row()])
+    assert report.main(["--results", str(tmp_path / "out"), "--plots", str(tmp_path / "plots"),
+                        "--reference", "none"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out" / "cpu" / "tables" / "gsm8k.md").is_file()
 
 
 # -- 2. interrupted runs -----------------------------------------------------------------------------
@@ -576,6 +775,303 @@ def test_nan_loss_stops_training_with_the_step_and_writes_no_checkpoint(tiny_cor
         train_mod.train(cfg, "cpu", save_every=0, progress=False)
     checkpoints = tiny_corpus / "cache" / "checkpoints"
     assert not checkpoint_dir(cfg).exists() and not (checkpoints.exists() and any(checkpoints.iterdir()))
+
+
+# -- 7. issue 19: path safety, torn cells and chunks, atomic replacement, interrupts --------------------------
+def test_a_model_id_never_chooses_where_the_ray_worker_writes(tmp_path, monkeypatch, checkpoints):
+    """A payload whose model_id climbs out of the worker's temporary directory deletes nothing there."""
+    from harness import launchers
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    victim = tmp_path / "tmp" / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me\n")
+    payload = launchers.checkpoint_payload("../victim", checkpoints["ar"])
+    precision = {"precision": "fp32"} if "precision" in inspect.signature(launchers._worker_model).parameters else {}
+    launchers._WORKER_MODELS.clear()
+    try:
+        loaded = launchers._worker_model(payload, torch.device("cpu"), **precision)
+    finally:
+        launchers._WORKER_MODELS.clear()
+    assert loaded.model.paradigm == "ar"
+    assert [p.name for p in victim.iterdir()] == ["precious.txt"] and sorted(os.listdir(tmp_path / "tmp")) == ["victim"]
+    for name in ("../x", "/etc/x", "a/../../x", "", "./x"):                # a payload's file names stay inside
+        with pytest.raises(models.CheckpointError, match="not a relative path inside"):
+            launchers.write_checkpoint({"model_id": "m", "files": {name: b""}}, tmp_path / "ck")
+    assert not (tmp_path / "ck").exists() and not (tmp_path / "x").exists()
+
+
+def test_every_string_read_from_a_file_is_checked_before_it_names_a_path(tmp_path, checkpoints):
+    """harness.paths at each place a read string becomes a path component (besides the table above)."""
+    from harness.paths import hashed_component, safe_component
+    from harness.runner import checkpoint_model_id
+    for bad in ("../x", "a/b", ".hidden", "..", "", "x" * 200, 5, None, "a\x00b", "C:\\x"):
+        with pytest.raises(ValueError, match="is not a safe name"):
+            safe_component(bad, "name")
+    assert safe_component("ar-0123_v1.2+x=y", "name") == "ar-0123_v1.2+x=y"
+    with pytest.raises(StoreError, match="run id '../../x' is not a safe name"):          # store: run_id -> file
+        ResultsStore(tmp_path / "r").example_path("../../x")
+    with pytest.raises(models.CheckpointError, match="model_id"):                        # config.json model_id
+        checkpoint_model_id({"model_id": "../up"}, tmp_path)
+    assert checkpoint_model_id({}, checkpoints["ar"]) == checkpoints["ar"].name
+    for corpus in ("hf:user/data", "hf:../../../x", "../x"):                            # the cache's file names
+        name = hashed_component(corpus)
+        assert "/" not in name and not name.startswith(".") and name == hashed_component(corpus)
+    assert hashed_component("mixture") == "mixture"                                     # existing caches keep names
+
+
+def _cell_args(checkpoint: Path, questions: Path, out: Path, *extra: str) -> list[str]:
+    return ["--preset", "smoke", "--checkpoint", str(checkpoint), "--task", "gsm8k", "--data", str(questions),
+            "--limit", "4", "--batch-size", "2", "--out", str(out), "--quiet", "--no-report", *extra]
+
+
+@pytest.fixture(scope="module")
+def two_cells(checkpoints, questions, tmp_path_factory):
+    """Two GSM8K cells (two metric rows each, two example chunks of 2) run once without interruption, with
+    every append the store made, in order: (file relative to the results root, bytes)."""
+    import harness.store as store_mod
+    root = tmp_path_factory.mktemp("two_cells")
+    appends, real = [], store_mod.append_jsonl
+
+    def recording(path, rows):
+        real(path, rows)
+        if rows:
+            appends.append((str(Path(path).relative_to(root / "a")),
+                            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()))
+    commands = [_cell_args(checkpoints["ar"], questions, root / "a"),
+                _cell_args(checkpoints["setdlm"], questions, root / "a", "--threshold", "0.5")]
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("HARNESS_CACHE", str(root / "cache"))
+        m.setattr(store_mod, "append_jsonl", recording)
+        for args in commands:
+            assert run.main(args) == 0
+    assert [Path(f).name == "runs.jsonl" for f, _ in appends] == [False, False, True] * 2
+    return root, commands, appends, read_rows(root / "a")
+
+
+def _rerun(commands: list[list[str]], out: Path, monkeypatch, capsys) -> None:
+    for args in commands:
+        args = [*args[:args.index("--out") + 1], str(out), *args[args.index("--out") + 2:]]
+        assert run.main(args) == 0, capsys.readouterr().err
+
+
+def test_a_torn_cell_write_keeps_every_metric(two_cells, tmp_path, monkeypatch, capsys):
+    root, commands, _, expected = two_cells
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    shutil.copytree(root / "a", tmp_path / "b")
+    runs = tmp_path / "b" / "smoke" / "runs.jsonl"
+    data = runs.read_bytes()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1                       # exact_match whole, the NLL row torn
+    runs.write_bytes(data[:last + (len(data) - last) // 2])
+    assert {r["metric"] for r in read_jsonl(runs)} == {"exact_match", "answer_nll_per_token"}   # cell 1 only
+    _rerun(commands, tmp_path / "b", monkeypatch, capsys)
+    assert_same_rows(expected, read_rows(tmp_path / "b"))            # every metric, each once
+
+
+def test_a_torn_chunk_is_resumed_without_duplicate_examples(two_cells, tmp_path, monkeypatch, capsys):
+    root, commands, _, expected = two_cells
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    shutil.copytree(root / "a", tmp_path / "b")
+    (tmp_path / "b" / "smoke" / "runs.jsonl").unlink()
+    for path in (tmp_path / "b" / "smoke" / "examples").glob("*.jsonl"):
+        data = path.read_bytes()                                     # ids 0, 1, 2 whole, 3 torn (chunk 1 half)
+        path.write_bytes(data[:data.rstrip(b"\n").rfind(b"\n") + 10])
+        assert [r["example_id"] for r in read_jsonl(path)] == ["0", "1", "2"]
+    _rerun(commands, tmp_path / "b", monkeypatch, capsys)
+    for path in (tmp_path / "b" / "smoke" / "examples").glob("*.jsonl"):
+        assert [r["example_id"] for r in read_jsonl(path)] == ["0", "1", "2", "3"]
+    assert_same_rows(expected, read_rows(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzz_crashed_results_store_reruns_to_the_uninterrupted_rows(seed, two_cells, tmp_path, monkeypatch, capsys):
+    """A crash after any number of the store's appends, the next one torn at a random byte (then maybe
+    garbage without a newline, as a crashed filesystem leaves), and independently a runs.jsonl cut anywhere:
+    the rerun has exactly the uninterrupted rows, every metric, no duplicates. Garbage inside a line is
+    refused (one StoreError naming the file and line), never read as a row."""
+    import random
+    rng = random.Random(seed)
+    root, commands, appends, expected = two_cells
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "b"
+    files: dict[str, bytes] = {}
+    crash = rng.randrange(len(appends))
+    for name, payload in appends[:crash]:
+        files[name] = files.get(name, b"") + payload
+    name, payload = appends[crash]
+    tail = payload[:rng.randrange(len(payload))] + rng.choice([b"", b"\x00" * rng.randrange(1, 64), b"{\"tor"])
+    files[name] = files.get(name, b"") + tail
+    if rng.random() < 0.5 and files.get("smoke/runs.jsonl"):        # and a runs.jsonl cut at any byte
+        files["smoke/runs.jsonl"] = files["smoke/runs.jsonl"][:rng.randrange(len(files["smoke/runs.jsonl"]))]
+    for name, data in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    _rerun(commands, out, monkeypatch, capsys)
+    assert_same_rows(expected, read_rows(out))
+    runs = read_jsonl(out / "smoke" / "runs.jsonl")
+    assert len(runs) == len({(r["run_id"], r["metric"]) for r in runs}) == 4 and all(r["n_metrics"] == 2 for r in runs)
+    # garbage in the middle of a file is refused with its line, not skipped nor read
+    path = out / "smoke" / "runs.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    k = rng.randrange(len(lines))
+    path.write_bytes(b"".join(lines[:k] + [rng.choice([b"\x00\x00\n", b"[1]\n", b"{\"run_id\": \"x\"}\n"])] + lines[k:]))
+    with pytest.raises(StoreError, match=rf"runs.jsonl:{k + 1}: corrupt results line"):
+        ResultsStore(out / "smoke").check_schema()
+
+
+def test_old_rows_without_n_metrics_count_as_finished(tmp_path):
+    store = ResultsStore(tmp_path)
+    write_jsonl(store.runs_path, [{"run_id": "old", "metric": "m", "schema_version": RESULTS_SCHEMA_VERSION},
+                                  {"run_id": "new", "metric": "a", "n_metrics": 2, "schema_version": 1}])
+    assert store.finished_run_ids() == {"old"}
+
+
+def test_atomic_directory_is_never_missing_and_takes_concurrent_writers(tmp_path, monkeypatch):
+    import threading
+    torch.manual_seed(0)
+    target = tmp_path / "ckpts" / "m"
+    model = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
+    models.save(model, target)
+    saved = tree(target)
+
+    def crash(*args, **kwargs):
+        raise OSError("killed between two renames (simulated)")
+    for name in ("replace", "rename"):                               # a crash at any rename of the swap
+        with monkeypatch.context() as m:
+            m.setattr(models.checkpoint.os, name, crash)
+            m.setattr(models.checkpoint, "_exchange", lambda a, b: False)   # the fallback path
+            try:
+                models.save(model, target)
+            except OSError:
+                pass
+        assert tree(target) == saved                                 # the old checkpoint, never nothing
+    errors = []
+
+    def writer():
+        try:
+            for _ in range(8):
+                models.save(model, target)
+                assert models.load(target).config.vocab_size == 40
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=writer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert tree(target) == saved and [p.name for p in target.parent.iterdir()] == ["m"]
+
+
+def test_leftovers_of_interrupted_saves_are_cleaned_on_the_next_run(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    target = tmp_path / "m"
+    model = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
+    models.save(model, target)
+    saved = tree(target)
+    shutil.rmtree(target)                                            # killed between the fallback's renames:
+    aside = tmp_path / f".m.old-{host}-{dead.pid}-abc123"            # the old one aside, the new one in tmp
+    models.save(model, aside)
+    (tmp_path / f".m.tmp-{host}-{dead.pid}-zzz999").mkdir()
+    (tmp_path / f".m.tmp-{host}-{os.getpid()}-live00").mkdir()       # a live writer's: left alone
+    models.checkpoint._clean_leftovers(target)
+    assert tree(target) == saved                                     # the aside copy was put back
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".m.tmp-{host}-{os.getpid()}-live00", "m"]
+
+
+def test_checkpoint_not_matching_its_config_names_the_tensor(tmp_path):
+    model = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
+    directory = models.save(model, tmp_path / "m")
+    meta = json.loads((directory / "config.json").read_text())
+    meta["model"]["vocab_size"] = 48
+    (directory / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(models.CheckpointError, match=r"does not match its config \(size mismatch for [\w.]+weight"):
+        models.load(directory)
+
+
+def test_a_cached_checkpoint_that_fails_to_load_says_how_to_retrain(tmp_path, monkeypatch, capsys):
+    from harness.presets import get_preset
+    from harness.sweep import plan_sweep
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    (cfg,) = plan_sweep(get_preset("smoke"), "ar", "gsm8k", limit=1).train
+    model = models.build("ar", vocab_size=40, length=cfg.length, n_layers=1, d_model=16, n_heads=2)
+    models.save(model, checkpoint_dir(cfg), extra={"model_id": cfg.model_id})   # no tokenizer
+    args = ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k", "--limit", "1", "--out",
+            str(tmp_path / "out"), "--quiet", "--no-report"]
+    assert run.main(args) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert f"the cached checkpoint of {cfg.model_id} cannot be loaded" in error and "has no tokenizer.json" in error
+    assert f"delete {checkpoint_dir(cfg)} and rerun to retrain it" in error and "models.save" not in error
+
+
+def test_a_knob_the_paradigm_does_not_read_is_warned_about(tmp_path, monkeypatch, capsys, checkpoints, questions):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    args = ["--preset", "smoke", "--checkpoint", str(checkpoints["ar"]), "--task", "gsm8k", "--data", str(questions),
+            "--limit", "1", "--out", str(tmp_path / "out"), "--quiet", "--no-report"]
+    assert run.main([*args, "--window", "8", "--steps", "4"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and all(" has no effect on ar " in w for w in warnings), warnings
+    assert warnings[0].startswith("warning: --steps") and warnings[1].startswith("warning: --window")
+    assert run.main(args) == 0                                       # no knob, no warning
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+
+
+def test_ctrl_c_during_a_cell_is_one_line_and_resumes(tmp_path, monkeypatch, capsys, checkpoints, questions):
+    from harness import launchers
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    args = _cell_args(checkpoints["ar"], questions, tmp_path / "out")
+    real, calls = launchers.evaluate_cell, []
+
+    def interrupted(cell, loaded, task, existing, write_examples, *rest, **kwargs):
+        def write(rows):                                             # Ctrl-C right after the first chunk
+            write_examples(rows)
+            calls.append(1)
+            raise KeyboardInterrupt
+        return real(cell, loaded, task, existing, write, *rest, **kwargs)
+    monkeypatch.setattr(launchers, "evaluate_cell", interrupted)
+    assert run.main(args) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and [line for line in err.splitlines() if "interrupted" in line] == [run.INTERRUPTED]
+    monkeypatch.setattr(launchers, "evaluate_cell", real)
+    assert run.main(args) == 0                                       # the lock was released; chunk 0 is kept
+    (examples,) = (tmp_path / "out" / "smoke" / "examples").glob("*.jsonl")
+    assert [r["example_id"] for r in read_jsonl(examples)] == ["0", "1", "2", "3"]
+
+
+def test_ctrl_c_during_training_is_one_line_and_resumes(tiny_corpus, monkeypatch, capsys):
+    args = ["--paradigm", "ar", "--length", "32", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
+            "--tokenizer", "bpe:300", "--steps", "6", "--batch-size", "4", "--warmup-steps", "2", "--save-every", "2",
+            "--device", "cpu", "--precision", "fp32"]
+    steps = []
+
+    def ctrl_c(name):
+        steps.append(name)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(train_mod, "kill_point", ctrl_c)
+    assert train_mod.main(args) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and [line for line in err.splitlines() if "interrupted" in line] == [run.INTERRUPTED]
+    (state,) = (tiny_corpus / "cache" / "train_state").iterdir()
+    assert json.loads((state / "state.json").read_text())["step"] == 2
+    monkeypatch.setattr(train_mod, "kill_point", lambda name: steps.append(name))
+    assert train_mod.main(args) == 0
+    assert len(steps) == 3 + 4                                       # resumed at step 2: four more steps
+
+
+@pytest.mark.slow
+def test_lm_eval_cli_model_args_error_is_one_line(tmp_path, checkpoints):
+    """The real lm-eval CLI (it indexes its tasks first, ~10 s): a bad knob is one error line, exit 2."""
+    env = {**cli_env(tmp_path), "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, "-m", "harness.lm_eval", "run", "--model", "setdlm", "--model_args",
+                           f"checkpoint={checkpoints['setdlm']},window=abc", "--tasks", "harness_gsm8k",
+                           "--include_path", str(REPO / "tasks" / "lm_eval"), "--limit", "1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "model_args window='abc': expected a whole number" in error
 
 
 # -- slow: the smoke sweep killed at three points -------------------------------------------------------

@@ -1,0 +1,172 @@
+"""Before a sweep does any work: what it will train and run, and roughly how long that takes here.
+
+The estimate comes from a probe on this machine, at this precision, with randomly initialised
+models of the plan's architectures (speed does not depend on the weights):
+  * training: one warm-up and the faster of two timed optimiser steps per paradigm (the model's
+    batch, or `PROBE_MAX_ROWS` rows scaled up to it); times its number of steps;
+  * evaluation: per paradigm, the time of one decoding forward (from a short generation at
+    batch 1) and of scoring one full-length row; a cell costs (examples + warm-up) x its
+    forwards (one per new token, or MDLM's step budget) plus one scoring pass per example, times
+    `EVAL_OVERHEAD` for what the probe does not see (metrics, MAUVE features, the judge,
+    Python between calls), calibrated on a measured cold `cpu` sweep (README).
+It is a rough guide, printed so that a wrong precision or an oversized grid shows up before
+the hours are spent; the sweep prints the measured time at the end.
+
+    python -m harness.run --sweep --preset smoke --plan     # print the plan and estimate, run nothing
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+import models
+from models import Batch, DecodeConfig
+from tasks import TASKS
+
+from .configs import RunCell, TrainConfig
+from .precision import DTYPES
+from .progress import format_duration
+
+PROBE_MAX_ROWS = 16         # the probe step runs at most this many rows and scales to the batch
+PROBE_PROMPT, PROBE_NEW = 8, 8
+INFILL_TOKENS = 40          # a typical ROCStories span (1 sentence ~ 15 tokens, 3 sentences ~ 50)
+EVAL_OVERHEAD = 1.5
+
+
+@dataclass(frozen=True)
+class Estimate:
+    train_seconds: dict        # model_id -> seconds (only the models this run trains)
+    eval_seconds: float
+    probe_seconds: float
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.train_seconds.values()) + self.eval_seconds
+
+
+def _vocab_size(tokenizer: str) -> int:
+    if tokenizer.startswith("bpe:"):
+        return int(tokenizer.split(":", 1)[1])
+    from models.tokenizers import load_tokenizer
+
+    return load_tokenizer(tokenizer).vocab_size
+
+
+def _probe_model(model_config: dict, device: torch.device) -> models.ParadigmModel:
+    torch.manual_seed(0)
+    return models.from_config(models.ModelConfig.from_dict(model_config)).to(device)
+
+
+def _model_config(cfg: TrainConfig) -> dict:
+    return {"paradigm": cfg.paradigm, "vocab_size": _vocab_size(cfg.tokenizer), "length": cfg.length,
+            "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads, "eos_id": 0,
+            "block_size": cfg.block_size, "max_block_size": cfg.max_block_size}
+
+
+def _timed(fn) -> float:
+    fn()                                    # warm-up
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def probe_train_step(cfg: TrainConfig, device: torch.device) -> float:
+    """Seconds per optimiser step of cfg's model at its batch size (from PROBE_ROWS rows)."""
+    from .train import make_optimizer
+
+    model = _probe_model(_model_config(cfg), device).train()
+    opt = make_optimizer(model, cfg)
+    rows = min(PROBE_MAX_ROWS, cfg.batch_size)
+    x = torch.randint(3, model.config.vocab_size, (rows, cfg.length), generator=torch.Generator().manual_seed(0))
+
+    def step(n_rows: int):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            loss = model.loss(Batch(x[:n_rows].to(device)))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    step(rows)                              # warm-up
+    times = []
+    for _ in range(2):                      # the faster of two: a shared machine's hiccups inflate single steps
+        t0 = time.perf_counter()
+        step(rows)
+        times.append(time.perf_counter() - t0)
+    return min(times) * cfg.batch_size / rows
+
+
+@torch.inference_mode()
+def probe_eval(model_config: dict, device: torch.device, precision: str) -> tuple[float, float]:
+    """(seconds per decoding forward at batch 1, seconds to score one full-length row)."""
+    model = _probe_model(model_config, device).to(DTYPES[precision]).eval()
+    prompt = list(range(3, 3 + PROBE_PROMPT))
+    decode = DecodeConfig(window=model.config.block_size, stop_at_eos=False).for_paradigm(model.paradigm)
+    forward = _timed(lambda: model.generate([prompt], PROBE_NEW, decode)) / PROBE_NEW
+    row = torch.randint(3, model.config.vocab_size, (1, model.config.length), generator=torch.Generator().manual_seed(0))
+    score = _timed(lambda: model.nll(Batch(row.to(device))))
+    return forward, score
+
+
+def _cell_forwards(cell: RunCell, length: int) -> tuple[int, int]:
+    """(decoding forwards, scoring passes) of one cell, warm-up included."""
+    task_cls = TASKS[cell.task]
+    n = cell.limit or 100
+    if task_cls.decode_kind == "none":
+        return 0, n
+    new = cell.options.get("max_new_tokens") or (INFILL_TOKENS if task_cls.decode_kind == "infill" else 64)
+    new = min(int(new), length)
+    forwards = min(cell.decode.steps, new) if cell.paradigm == "mdlm" and cell.decode.steps else new
+    return (n + cell.warmup) * forwards, n
+
+
+def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: str) -> Estimate:
+    """The estimate for running `cells` after training `to_train` (see the module docstring)."""
+    t0 = time.perf_counter()
+    dev = torch.device(device)
+    step_time: dict[tuple, float] = {}
+    train_seconds = {}
+    for cfg in to_train:
+        key = (cfg.paradigm, cfg.block_size, cfg.length, cfg.n_layers, cfg.d_model, cfg.batch_size, cfg.precision)
+        if key not in step_time:
+            step_time[key] = probe_train_step(cfg, dev)
+        train_seconds[cfg.model_id] = step_time[key] * cfg.steps
+    configs = {t.model_id: _model_config(t) for t in plan.train}
+    for model_id, directory in plan.external.items():
+        configs[model_id] = models.checkpoint.read_config(directory)["model"]
+    eval_time: dict[tuple, tuple[float, float]] = {}
+    eval_seconds = 0.0
+    for cell in cells:
+        config = configs[cell.model_id]
+        key = (cell.model_id, cell.precision)
+        if key not in eval_time:
+            eval_time[key] = probe_eval(config, dev, cell.precision)
+        forward, score = eval_time[key]
+        forwards, scored = _cell_forwards(cell, config["length"])
+        eval_seconds += EVAL_OVERHEAD * (forwards * forward + scored * score)
+    return Estimate(train_seconds, eval_seconds, time.perf_counter() - t0)
+
+
+def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: list[TrainConfig],
+             precision_line: str, est: Estimate | None) -> str:
+    """The plan in a few lines, with the estimate (printed before any work)."""
+    lines = [f"plan: preset {plan.preset.name}, {len(cells)} of {len(plan.cells)} cells to run "
+             f"({len(plan.cells) - len(cells)} already finished), {precision_line}"]
+    for cfg in to_train:
+        took = f", ~{format_duration(est.train_seconds[cfg.model_id])}" if est else ""
+        parent = f" from {cfg.init_from.model_id}" if cfg.init_from is not None else ""
+        lines.append(f"  train {cfg.model_id}: {cfg.steps} steps x {cfg.batch_size} x {cfg.length} tokens"
+                     f"{parent}{took}")
+    if cached:
+        lines.append(f"  reuse {len(cached)} cached model(s): {', '.join(c.model_id for c in cached)}")
+    per_task: dict[str, int] = {}
+    for cell in cells:
+        per_task[cell.task] = per_task.get(cell.task, 0) + 1
+    if per_task:
+        lines.append("  cells: " + ", ".join(f"{task} {n}" for task, n in per_task.items()))
+    if est is not None:
+        lines.append(f"estimate: ~{format_duration(est.total_seconds)} on this machine (training "
+                     f"~{format_duration(sum(est.train_seconds.values()))}, evaluation ~{format_duration(est.eval_seconds)}; "
+                     f"rough, from a {est.probe_seconds:.1f} s probe)")
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""The claims table (issue 17): paired bootstrap coverage, verdicts that can fail, honest plots, and the
+README's generated section equal to what the report makes of the committed results.
+
+    pytest tests/test_claims.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.claims import Results, overall, paired, verdict
+from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, load_runs,
+                            plot_task, readme_section)
+from tasks.base import mean_ci
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "results" / "reference"
+
+
+def test_paired_bootstrap_covers_the_true_difference():
+    rng = np.random.default_rng(0)
+    true = 0.3
+    hits = 0
+    draws = 300
+    for _ in range(draws):
+        a = rng.normal(1.0, 1.0, 60)
+        b = a - true + rng.normal(0.0, 0.5, 60)       # paired: B shares A's per-example difficulty
+        ci = mean_ci(a - b)
+        hits += ci.ci_low <= true <= ci.ci_high
+    assert 0.90 <= hits / draws <= 0.985
+
+
+def _cell(run_id: str, paradigm: str, block_size: int | None = None, **extra) -> dict:
+    return {"run_id": run_id, "task": "gsm8k", "paradigm": paradigm, "metric": "exact_match", "primary": True,
+            "higher_is_better": True, "model_id": f"{paradigm}-x", "block_size": block_size, "window": block_size,
+            "threshold": None, "steps": None, "max_block_size": 2 * block_size if paradigm == "setdlm" else None,
+            "value": 0.0, "ci_low": 0.0, "ci_high": 0.0, "n_examples": 50, **extra}
+
+
+def _results(tmp_path: Path, scores: dict[str, list[float]]) -> tuple[Results, dict]:
+    """Two cells, SetDLM 'a' and BD3LM 'b', with per-example scores."""
+    (tmp_path / "examples").mkdir()
+    for run_id, values in scores.items():
+        rows = [{"example_id": str(i), "metrics": {"score": v}, "n_tokens": 10, "seconds": 0.1} for i, v in
+                enumerate(values)]
+        (tmp_path / "examples" / f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = [_cell("a", "setdlm", 4), _cell("b", "bd3lm", 4)]
+    results = Results(tmp_path, runs, None)
+    return results, {c["run_id"]: c for c in results.cells}
+
+
+@pytest.mark.parametrize("shift, expected", [(0.5, "holds"), (0.0, "inconclusive"), (-0.5, "fails")])
+def test_verdicts_follow_the_paired_difference(tmp_path, shift, expected):
+    rng = np.random.default_rng(1)
+    base = rng.normal(0.0, 1.0, 80)
+    noise = rng.normal(0.0, 0.3, 80)
+    noise -= noise.mean()                             # exactly no difference for shift 0
+    results, cells = _results(tmp_path, {"a": list(base + shift + noise), "b": list(base)})
+    [row] = paired(results, 1, cells["a"], cells["b"], "score", True)
+    assert row["verdict"] == expected and row["n"] == 80
+    assert row["difference"] == pytest.approx(shift, abs=1e-9)
+    [lower] = paired(results, 1, cells["a"], cells["b"], "score", False)   # lower is better: reversed
+    assert lower["verdict"] == {"holds": "fails", "fails": "holds"}.get(expected, expected)
+
+
+def test_noninferiority_and_overall_verdicts():
+    assert verdict(-0.01, 0.01, True, "noninferior", 0.02) == "holds"
+    assert verdict(-0.05, -0.03, True, "noninferior", 0.02) == "fails"
+    assert verdict(-0.05, 0.01, True, "noninferior", 0.02) == "inconclusive"
+    assert verdict(0.0, 0.0, True) == "inconclusive"                   # identical outputs prove nothing
+    assert overall([{"verdict": "holds"}, {"verdict": "holds"}]) == "holds"
+    assert overall([{"verdict": "holds"}, {"verdict": "fails"}]) == "fails"
+    assert overall([{"verdict": "holds"}, {"verdict": "inconclusive"}]) == "inconclusive"
+    assert overall([]).startswith("not tested")
+
+
+def test_a_decoding_independent_metric_never_gets_a_front(tmp_path):
+    df = load_runs(REFERENCE / "cpu")
+    df = df.assign(decoding_independent=df.metric == "answer_nll_per_token")
+    assert plot_task(df, "gsm8k", "answer_nll_per_token", tmp_path / "front.png") == []
+    assert not (tmp_path / "front.png").exists()
+    assert plot_task(df, "gsm8k", "exact_match", tmp_path / "em.png")      # a decoding-dependent one does
+
+
+def test_claims_tables_are_a_pure_function_of_results():
+    first, second = (claims_tables(REFERENCE / "cpu", bench_dir(REFERENCE)) for _ in range(2))
+    assert claims_markdown(*first) == claims_markdown(*second) and claims_markdown(*first)
+    summary, details = first
+    assert set(details.claim) >= {1, 2, 3, 5, 8}
+    assert set(details.verdict) <= {"holds", "fails", "inconclusive"} | {v for v in details.verdict if "not measured" in v}
+    assert set(summary.claim) == set(range(1, 9))
+
+
+def test_readme_section_is_generated_from_the_committed_results():
+    readme = (REPO / "README.md").read_text()
+    begin, end = readme.find(README_BEGIN.format(preset="cpu")), readme.find(README_END)
+    assert 0 <= begin < end, "README has no generated claims section"
+    summary, details = claims_tables(REFERENCE / "cpu", bench_dir(REFERENCE))
+    assert readme[begin:end + len(README_END)] == readme_section(summary, details, "cpu"), \
+        "README is stale: python -m harness.report --results results/reference --plots plots --readme README.md"
+
+
+def test_results_rows_say_what_the_report_needs():
+    rows = [json.loads(line) for line in (REFERENCE / "cpu" / "runs.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert "max_block_size" in row and "decoding_independent" in row and "train_precision" in row
+        if row["paradigm"] == "setdlm":
+            assert re.search(rf"-smax{row['max_block_size']}-", row["model_id"])

@@ -1,0 +1,171 @@
+"""The first run on a new machine (issue 12): precision that fits the hardware, the main job measuring on
+this machine (never reusing the committed reference results), plain progress lines in a log, and the
+reference drawn beside a user's run.
+
+    pytest tests/test_first_run.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import harness.precision as precision
+from harness.configs import TrainConfig
+from harness.env import machine_id
+from harness.presets import get_preset
+from harness.progress import LineProgress, progress
+from harness.report import build_report, load_runs, plot_task
+from harness.runner import training_precision
+from harness.store import read_jsonl
+from harness.sweep import PlanError, plan_sweep
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "results" / "reference"
+
+
+# -- precision -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("native, expected", [(False, "fp32"), (True, "bf16")])
+def test_auto_precision_follows_native_bf16(monkeypatch, native, expected):
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    assert precision.resolve_precision("auto", "cpu") == expected
+    assert precision.resolve_precision("fp32", "cpu") == "fp32"      # a user can force either
+    assert precision.resolve_precision("bf16", "cpu") == "bf16"
+    plan = plan_sweep(get_preset("smoke"), "ar,setdlm", "gsm8k", precision="auto")
+    assert {t.precision for t in plan.train} == {expected}
+    assert all(f"-{expected}-" in t.model_id for t in plan.train)
+    assert {c.precision for c in plan.cells} == {expected}
+
+
+def test_precision_is_part_of_the_model_and_run_identity(monkeypatch):
+    fp32, bf16 = TrainConfig("ar", precision="fp32"), TrainConfig("ar", precision="bf16")
+    assert fp32.model_id != bf16.model_id
+    assert "-fp32-" in fp32.model_id and "-bf16-" in bf16.model_id
+    cells = {p: plan_sweep(get_preset("smoke"), "ar", "gsm8k", precision=p).cells for p in ("fp32", "bf16")}
+    assert cells["fp32"][0].model_id != cells["bf16"][0].model_id
+    assert cells["fp32"][0].run_id != cells["bf16"][0].run_id
+    with pytest.raises(ValueError, match="resolve 'auto'"):
+        TrainConfig("ar", precision="auto")            # only a resolved precision names a checkpoint
+    with pytest.raises(PlanError, match="unknown precision"):
+        plan_sweep(get_preset("smoke"), "ar", "gsm8k", precision="fp16")
+
+
+def test_training_precision_of_old_and_new_checkpoints():
+    assert training_precision({"train": {"precision": "bf16"}}) == "bf16"
+    assert training_precision({"train": {"bf16": True}}) == "bf16"       # written before the precision field
+    assert training_precision({"train": {"bf16": False}}) == "fp32"
+    assert training_precision({}) is None                                # saved outside harness.train
+
+
+def test_this_machine_explains_its_choice():
+    line = precision.explain("cpu")
+    assert line.startswith(f"precision auto -> {precision.resolve_precision('auto', 'cpu')} on cpu")
+
+
+# -- progress in a log -----------------------------------------------------------------------------
+def test_line_progress_has_no_carriage_returns():
+    out = io.StringIO()
+    bar = LineProgress(200, "train m", file=out, interval=1e9)
+    for _ in range(200):
+        bar.set_postfix(loss="1.0")
+        bar.update(1)
+    bar.close()
+    text = out.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert 10 <= len(lines) <= 12                     # the start, each 10%, the end: not one per update
+    assert lines[-1].endswith("done, loss=1.0") and "200/200 (100%)" in lines[-1]
+
+
+def test_progress_style_follows_the_stream(monkeypatch):
+    monkeypatch.delenv("HARNESS_PROGRESS", raising=False)
+    assert isinstance(progress(5, "x", file=io.StringIO()), LineProgress)          # not a terminal
+    transient = progress(5, "x", file=io.StringIO(), transient=True)               # a cell's bar in a log
+    assert not isinstance(transient, LineProgress) and transient.disable
+    monkeypatch.setenv("HARNESS_PROGRESS", "off")
+    assert progress(5, "x", file=io.StringIO()).disable
+
+
+# -- the main job on a fresh clone -----------------------------------------------------------------
+def _fresh_clone(dest: Path) -> str:
+    """A clone of this checkout holding exactly its working tree (committed in the clone); returns its sha."""
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(dest)], check=True)
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+        elif not source.exists() and (dest / name).exists():
+            (dest / name).unlink()                     # deleted in the working tree
+    git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "--quiet", "--allow-empty", "-m", "working tree"], check=True)
+    return subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_fresh_clone_measures_on_this_machine(tmp_path):
+    clone = tmp_path / "clone"
+    sha = _fresh_clone(clone)
+    assert (clone / "results" / "reference" / "cpu" / "runs.jsonl").is_file()   # the reference travels along
+    reference_before = (clone / "results" / "reference" / "cpu" / "runs.jsonl").read_bytes()
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_CACHE", "HARNESS_PROGRESS")}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    # the default output (results/), stderr a pipe as in a log or CI
+    proc = subprocess.run([sys.executable, "-m", "harness.run", "--sweep", "--preset", "smoke", "--paradigms", "ar",
+                           "--tasks", "gsm8k"], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_jsonl(clone / "results" / "smoke" / "runs.jsonl")
+    assert rows, "nothing was measured"
+    assert {r["git_sha"] for r in rows} == {sha}                       # measured by the clone's code ...
+    assert {r["machine"] for r in rows} == {machine_id()}              # ... on this machine
+    assert {r["train_precision"] for r in rows} == {precision.resolve_precision("auto", "cpu")}
+    assert (clone / ".cache" / "checkpoints").is_dir()                 # it trained here
+    assert (clone / "results" / "reference" / "cpu" / "runs.jsonl").read_bytes() == reference_before
+    assert "\r" not in proc.stderr                                     # plain lines, no tqdm refreshes
+    assert "plan: preset smoke, 1 of 1 cells to run" in proc.stderr and "estimate: ~" in proc.stderr
+    assert "train ar-" in proc.stderr and "done" in proc.stderr
+    assert (clone / "results" / "plots" / "smoke-gsm8k.png").is_file()  # figures beside the user's results
+    assert not (clone / "plots" / "smoke-gsm8k.png").exists()          # never among the committed ones
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == ""                                         # the user's run dirties nothing tracked
+
+
+def test_plan_only_prints_the_estimate(tmp_path):
+    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "harness.run", "--sweep", "--preset", "smoke", "--plan",
+                           "--out", str(tmp_path / "results")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "train ar-fp32-" in proc.stdout or "train ar-bf16-" in proc.stdout
+    assert "estimate: ~" in proc.stdout
+    assert not (tmp_path / "results").exists() and not (tmp_path / "cache" / "checkpoints").exists()
+
+
+# -- the reference beside the user's run -------------------------------------------------------------
+def test_report_draws_the_reference_beside_a_users_run(tmp_path):
+    reference_rows = read_jsonl(REFERENCE / "cpu" / "runs.jsonl")
+    mine = tmp_path / "results" / "cpu"
+    mine.mkdir(parents=True)
+    gsm8k = [r for r in reference_rows if r["task"] == "gsm8k"]
+    (mine / "runs.jsonl").write_text("".join(json.dumps({**r, "device_name": "my machine"}) + "\n" for r in gsm8k))
+    df, ref = load_runs(mine), load_runs(REFERENCE / "cpu")
+    labels = plot_task(df, "gsm8k", "exact_match", tmp_path / "with.png", ref)
+    reference_labels = [label for label in labels if label.startswith("hollow, dotted: reference run on")]
+    assert len(reference_labels) == 1 and "trained" in reference_labels[0]
+    alone = plot_task(df, "gsm8k", "exact_match", tmp_path / "alone.png")
+    assert not any(label.startswith("hollow") for label in alone)
+    written = build_report(tmp_path / "results", tmp_path / "plots", reference=REFERENCE)
+    assert (tmp_path / "plots" / "cpu-gsm8k.png").is_file() and written
+    table = pd.read_csv(mine / "tables" / "gsm8k.csv")
+    assert table["precision"].str.startswith("trained").all()
