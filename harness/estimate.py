@@ -4,11 +4,12 @@ The estimate comes from a probe on this machine, at this precision, with randoml
 models of the plan's architectures (speed does not depend on the weights):
   * training: one warm-up and the faster of two timed optimiser steps per paradigm (the model's
     batch, or `PROBE_MAX_ROWS` rows scaled up to it); times its number of steps;
-  * evaluation: per paradigm, the time of one decoding forward (from a short generation at
-    batch 1) and of scoring one full-length row; a cell costs (examples + warm-up) x its
-    forwards (one per new token, or MDLM's step budget) plus one scoring pass per example, times
-    `EVAL_OVERHEAD` for what the probe does not see (metrics, MAUVE features, the judge,
-    Python between calls), calibrated on a measured cold `cpu` sweep (README).
+  * evaluation: per model, the time of one decoding forward (from a short generation at
+    batch 1) and of scoring one full-length row; a cell costs `EVAL_SCALE` x ((examples +
+    warm-up) x its forwards (one per new token, or MDLM's step budget) + one scoring pass per
+    example) + `CELL_SECONDS` for what the probe does not see (loading data, metrics, MAUVE
+    features, the judge). Both constants were fitted to two measured cold sweeps on 2 AVX2
+    cores: `cpu` (evaluation 9.6 min for 183 cells) and `smoke` (18 s for 51 cells).
 It is a rough guide, printed so that a wrong precision or an oversized grid shows up before
 the hours are spent; the sweep prints the measured time at the end.
 
@@ -33,7 +34,8 @@ from .progress import format_duration
 PROBE_MAX_ROWS = 16         # the probe step runs at most this many rows and scales to the batch
 PROBE_PROMPT, PROBE_NEW = 8, 8
 INFILL_TOKENS = 40          # a typical ROCStories span (1 sentence ~ 15 tokens, 3 sentences ~ 50)
-EVAL_OVERHEAD = 1.5
+EVAL_SCALE = 0.7          # the probe's forwards run warmer and emptier than a sweep's (EOS stops, thresholds)
+CELL_SECONDS = 0.3
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: st
             eval_time[key] = probe_eval(config, dev, cell.precision)
         forward, score = eval_time[key]
         forwards, scored = _cell_forwards(cell, config["length"])
-        eval_seconds += EVAL_OVERHEAD * (forwards * forward + scored * score)
+        eval_seconds += EVAL_SCALE * (forwards * forward + scored * score) + CELL_SECONDS
     return Estimate(train_seconds, eval_seconds, time.perf_counter() - t0)
 
 

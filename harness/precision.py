@@ -2,7 +2,8 @@
 
 bf16 autocast pays off on CUDA GPUs with bf16 support and on CPUs with bf16 instructions
 (AVX512-BF16 or AMX). Elsewhere, e.g. on a CPU whose torch reports capability `AVX2`, torch
-emulates bf16 in software and a training step is about 16x slower than in fp32. `auto` therefore
+emulates bf16 in software and a training step is 11-15x slower than in fp32 (`python -m harness.bench
+train`, two runs on 2 AMD EPYC cores). `auto` therefore
 resolves, by a capability check (no timing probe, so the choice never flips between runs of
 one machine):
 
@@ -72,7 +73,7 @@ def explain(device_type: str) -> str:
     else:
         capability = torch.backends.cpu.get_cpu_capability()
         why = (f"CPU has bf16 instructions (capability {capability})" if chosen == "bf16" else
-               f"CPU capability {capability}, no AVX512-BF16/AMX: bf16 would be emulated, about 16x slower")
+               f"CPU capability {capability}, no AVX512-BF16/AMX: bf16 would be emulated, over 10x slower")
     return f"precision auto -> {chosen} on {device_type} ({why})"
 
 

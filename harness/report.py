@@ -62,12 +62,14 @@ def family(row: dict) -> str:
     if p == "mdlm":
         return "MDLM"
     if p == "bd3lm":
-        return f"BD3LM S={row['block_size']}" + ("" if row["window"] == row["block_size"] else f" W={row['window']}")
+        same = row.get("window") in (None, row["block_size"])   # likelihood cells (None) decode nothing
+        return f"BD3LM S={row['block_size']}" + ("" if same else f" W={row['window']}")
     smax = row.get("max_block_size")
     if smax is None:   # rows written before S_max was recorded: preset model ids name it, a user's checkpoint may not
         found = re.search(r"-smax(\d+)-", row["model_id"])
         smax = found.group(1) if found else None
-    return (f"SetDLM S_max={smax}" if smax else f"SetDLM S={row['block_size']}") + f" W={row['window']}"
+    window = f" W={row['window']}" if row.get("window") is not None else ""
+    return (f"SetDLM S_max={smax}" if smax else f"SetDLM S={row['block_size']}") + window
 
 
 def setting(row: dict) -> str:
@@ -288,7 +290,7 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
                 f = ref_pts[ref_pts.family == fam].sort_values(xcol)
                 handle = ax.plot(f[xcol], f.value, color=colors[fam], marker=markers[fam], markerfacecolor="none",
                                  linestyle=":", linewidth=1, markersize=5, alpha=0.6)[0]
-            handles[f"hollow, dotted: reference run on {_machine(ref_pts)}, {ref_pts.iloc[0].precision}"] = handle
+            handles[f"hollow, dotted: reference run on\n{_machine(ref_pts)},\n{ref_pts.iloc[0].precision}"] = handle
         for fam in dict.fromkeys(pts.family):
             f = pts[pts.family == fam].sort_values(xcol)
             yerr = [(f.value - f.ci_low).clip(lower=0).fillna(0), (f.ci_high - f.value).clip(lower=0).fillna(0)]
@@ -336,8 +338,8 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
     if not groups:
         return False
     models = list(dict.fromkeys(m for _, g in groups for m in g.model_id))
-    labels = {m: family(g[g.model_id == m].iloc[0].to_dict()).split(" W=")[0] for _, g in groups for m in g.model_id}
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) * max(1, len(models)) / 3), 4.2))
+    labels = {m: g[g.model_id == m].iloc[0].family.split(" W=")[0] for _, g in groups for m in g.model_id}
+    fig, ax = plt.subplots(figsize=(max(9.0, 3 + 0.5 * len(groups) * len(models)), 4.4))
     width = 0.8 / max(1, len(models))
     colors = family_colors(pd.DataFrame({"paradigm": [m.split("-")[0] for m in models], "family": models}))
     for i, model in enumerate(models):
@@ -356,8 +358,8 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
     first = groups[0][1].iloc[0]
     hib = bool(first.higher_is_better)
     ax.set_ylabel(f"{metric_of[groups[0][0]]} ({'higher' if hib else 'lower'} is better)")
-    ax.set_title(f"{title}, {first.preset} preset, {first.precision}: per model (decoding cannot change it)",
-                 fontsize=9)
+    ax.set_title(f"{title}\n{first.preset} preset, {_machine(groups[0][1])}, {first.precision}; per model: "
+                 f"decoding cannot change it", fontsize=9)
     ax.grid(True, axis="y", alpha=0.25)
     fig.legend(loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.8, 1))

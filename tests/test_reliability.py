@@ -48,6 +48,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +87,15 @@ def one_thread():
 
 
 # -- helpers ------------------------------------------------------------------------------------------
+def run_concurrently(fn, n: int) -> None:
+    """Call `fn` in `n` threads at once and wait for all of them."""
+    threads = [threading.Thread(target=fn) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def cli_env(root: Path, **extra: str) -> dict:
     env = {**os.environ, "HARNESS_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -636,8 +646,6 @@ def tiny_corpus(tmp_path, monkeypatch):
 
 def test_concurrent_tokenizer_builds_train_once(tiny_corpus, monkeypatch):
     """Two processes/threads sharing a cache: one trains the BPE, the other waits and loads it."""
-    import threading
-    import time
     trained, real_train = [], train_mod.train_bpe
 
     def slow_train(*args, **kwargs):
@@ -652,11 +660,7 @@ def test_concurrent_tokenizer_builds_train_once(tiny_corpus, monkeypatch):
             results.append(train_mod.get_tokenizer("bpe:300", "mixture").vocab_size)
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             errors.append(e)
-    threads = [threading.Thread(target=build) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_concurrently(build, 2)
     assert not errors and len(results) == 2 and results[0] == results[1]
     assert len(trained) == 1
 
@@ -927,7 +931,6 @@ def test_old_rows_without_n_metrics_count_as_finished(tmp_path):
 
 
 def test_atomic_directory_is_never_missing_and_takes_concurrent_writers(tmp_path, monkeypatch):
-    import threading
     torch.manual_seed(0)
     target = tmp_path / "ckpts" / "m"
     model = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
@@ -954,11 +957,7 @@ def test_atomic_directory_is_never_missing_and_takes_concurrent_writers(tmp_path
                 assert models.load(target).config.vocab_size == 40
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
-    threads = [threading.Thread(target=writer) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_concurrently(writer, 3)
     assert not errors, errors
     assert tree(target) == saved and [p.name for p in target.parent.iterdir()] == ["m"]
 
