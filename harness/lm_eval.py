@@ -439,7 +439,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = saved
 
 
-register()
-
 if __name__ == "__main__":
-    main()
+    # `python -m harness.lm_eval`: run the importable module's main, so that lm-eval registers (and main catches)
+    # the classes of harness.lm_eval, not this __main__ copy's
+    from harness.lm_eval import main as _main
+
+    _main()
+else:
+    register()
