@@ -1,6 +1,6 @@
 """Reliability (issue 7): bad input, interrupted runs, locking, determinism, safe loading, NaN guard.
 
-Fast (default, about 75 s on 2 busy CPU cores, most of it the 27 CLI subprocesses; everything runs on tiny checkpoints built with
+Fast (default, about 80 s on 2 idle CPU cores, most of it the 27 CLI subprocesses; everything runs on tiny checkpoints built with
 `models.save` and evaluated through `python -m harness.run --checkpoint`, or on a tiny synthetic
 training corpus):
   * every bad input of the table below: exit status 2, one `error:` line naming the problem (file
