@@ -33,6 +33,7 @@ from models import Batch, DecodeConfig
 from models.backbone import ClosedStream
 
 from .env import fingerprint
+from .estimate import model_config_of, random_model
 from .precision import explain as precision_explain, resolve_precision
 from .presets import get_preset
 from .timing import Stopwatch
@@ -48,11 +49,7 @@ def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = Fals
     cfg = next(c for c in preset.train_configs((paradigm,)) if c.block_size == block_size)
     if trained and is_cached(cfg):
         return models.load(checkpoint_dir(cfg)).eval(), "trained"
-    torch.manual_seed(seed)
-    vocab = int(cfg.tokenizer.split(":")[1]) if cfg.tokenizer.startswith("bpe:") else 50258
-    model = models.build(paradigm, vocab_size=vocab, length=cfg.length, n_layers=cfg.n_layers,
-                         d_model=cfg.d_model, n_heads=cfg.n_heads, eos_id=0, block_size=block_size).eval()
-    return model, "random"
+    return random_model(model_config_of(cfg), seed=seed).eval(), "random"
 
 
 def gsm8k_prompts(batch: int, tokenizer_dir) -> list[list[int]]:

@@ -34,7 +34,7 @@ from typing import Callable
 
 from tasks.base import mean_ci
 
-from .store import read_jsonl
+from .store import ResultsStore
 
 # "competitive": A may be worse than B by at most this much (absolute, in the metric's units)
 MARGINS = {"rouge1": 0.02, "rouge2": 0.02, "rougeL": 0.02, "exact_match": 0.05}
@@ -69,9 +69,9 @@ class Results:
         return found[0] if len(found) == 1 else None
 
     def examples(self, run_id: str) -> dict[str, dict]:
-        if run_id not in self._examples:
-            rows = read_jsonl(self.dir / "examples" / f"{run_id}.jsonl")
-            self._examples[run_id] = {str(r["example_id"]): r for r in rows if isinstance(r, dict) and "example_id" in r}
+        if run_id not in self._examples:   # the store checks the run id is a plain file name and the rows' shape
+            rows = ResultsStore(self.dir).example_rows(run_id)
+            self._examples[run_id] = {str(r["example_id"]): r for r in rows}
         return self._examples[run_id]
 
     def values(self, cell: dict, metric: str) -> dict[str, float]:

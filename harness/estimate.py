@@ -19,6 +19,7 @@ the hours are spent; the sweep prints the measured time at the end.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -57,12 +58,14 @@ def _vocab_size(tokenizer: str) -> int:
     return load_tokenizer(tokenizer).vocab_size
 
 
-def _probe_model(model_config: dict, device: torch.device) -> models.ParadigmModel:
-    torch.manual_seed(0)
+def random_model(model_config: dict, device: torch.device | str = "cpu", seed: int = 0) -> models.ParadigmModel:
+    """A seeded random initialisation of a model config (speed does not depend on the weights)."""
+    torch.manual_seed(seed)
     return models.from_config(models.ModelConfig.from_dict(model_config)).to(device)
 
 
-def _model_config(cfg: TrainConfig) -> dict:
+def model_config_of(cfg: TrainConfig) -> dict:
+    """The model config a TrainConfig trains, without building its tokenizer (a BPE's size is its spec's)."""
     return {"paradigm": cfg.paradigm, "vocab_size": _vocab_size(cfg.tokenizer), "length": cfg.length,
             "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads, "eos_id": 0,
             "block_size": cfg.block_size, "max_block_size": cfg.max_block_size}
@@ -83,30 +86,26 @@ def probe_train_step(cfg: TrainConfig, device: torch.device) -> float:
     """Seconds per optimiser step of cfg's model at its batch size (from PROBE_ROWS rows)."""
     from .train import make_optimizer
 
-    model = _probe_model(_model_config(cfg), device).train()
+    model = random_model(model_config_of(cfg), device).train()
     opt = make_optimizer(model, cfg)
     rows = min(PROBE_MAX_ROWS, cfg.batch_size)
     x = torch.randint(3, model.config.vocab_size, (rows, cfg.length), generator=torch.Generator().manual_seed(0))
 
-    def step(n_rows: int):
+    batch = Batch(x.to(device))
+
+    def step():
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
-            loss = model.loss(Batch(x[:n_rows].to(device)))
+            loss = model.loss(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    step(rows)                              # warm-up
-    times = []
-    for _ in range(2):                      # the faster of two: a shared machine's hiccups inflate single steps
-        t0 = time.perf_counter()
-        step(rows)
-        times.append(time.perf_counter() - t0)
-    return min(times) * cfg.batch_size / rows
+    return _timed(step, repeats=2) * cfg.batch_size / rows
 
 
 @torch.inference_mode()
 def probe_eval(model_config: dict, device: torch.device, precision: str) -> tuple[float, float]:
     """(seconds per decoding forward at batch 1, seconds to score one full-length row)."""
-    model = _probe_model(model_config, device).to(DTYPES[precision]).eval()
+    model = random_model(model_config, device).to(DTYPES[precision]).eval()
     prompt = list(range(3, 3 + PROBE_PROMPT))
     decode = DecodeConfig(window=model.config.block_size, stop_at_eos=False).for_paradigm(model.paradigm)
     forward = _timed(lambda: model.generate([prompt], PROBE_NEW, decode)) / PROBE_NEW
@@ -138,7 +137,7 @@ def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: st
         if key not in step_time:
             step_time[key] = probe_train_step(cfg, dev)
         train_seconds[cfg.model_id] = step_time[key] * cfg.steps
-    configs = {t.model_id: _model_config(t) for t in plan.train}
+    configs = {t.model_id: model_config_of(t) for t in plan.train}
     for model_id, directory in plan.external.items():
         configs[model_id] = models.checkpoint.read_config(directory)["model"]
     eval_time: dict[tuple, tuple[float, float]] = {}
@@ -166,9 +165,7 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
                      f"{parent}{took}")
     if cached:
         lines.append(f"  reuse {len(cached)} cached model(s): {', '.join(c.model_id for c in cached)}")
-    per_task: dict[str, int] = {}
-    for cell in cells:
-        per_task[cell.task] = per_task.get(cell.task, 0) + 1
+    per_task = Counter(cell.task for cell in cells)
     if per_task:
         lines.append("  cells: " + ", ".join(f"{task} {n}" for task, n in per_task.items()))
     if est is not None:

@@ -35,7 +35,7 @@ from .configs import RunCell, TrainConfig
 from .env import REPO, git_sha
 from .estimate import describe, estimate
 from .progress import format_duration, progress as progress_bar
-from .runner import SAVE_HINT, ARJudge, LoadedModel, evaluate_cell, load_model
+from .runner import ARJudge, LoadedModel, evaluate_cell, load_model
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
 from .train import checkpoint_dir, ensure_trained, get_tokenizer, is_cached, resolve_device
@@ -82,14 +82,13 @@ def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> Loa
     """load_model of a plan's model; a cached checkpoint that cannot be loaded says how to retrain it (the
     advice for a user's checkpoint, how to save one with models.save, does not apply to it)."""
     directory = plan.checkpoint(model_id)
-    try:
+    if model_id in plan.external:
         return load_model(directory, dev, model_id, **kwargs)
+    try:
+        return load_model(directory, dev, model_id, save_hint="", **kwargs)
     except models.CheckpointError as e:
-        if model_id in plan.external:
-            raise
-        raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: "
-                                     f"{str(e).replace(SAVE_HINT, '')}; delete {directory} and rerun to retrain "
-                                     f"it") from None
+        raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {e}; delete "
+                                     f"{directory} and rerun to retrain it") from None
 
 
 # -- ray ----------------------------------------------------------------------------------------------
@@ -282,23 +281,22 @@ def warn_if_stale(plan: Plan, store: ResultsStore) -> None:
               f"{here}); they are kept and skipped — move that directory away to re-measure them", file=sys.stderr)
 
 
-def preview(plan: Plan, cells: list[RunCell], device: str, with_estimate: bool = True) -> str:
+def preview(plan: Plan, cells: list[RunCell], device: str) -> str:
     """What running `cells` will train and evaluate, with a time estimate probed on this machine."""
     needed = needed_models(plan, cells) if cells else []
-    to_train = [c for c in needed if not is_cached(c)]
     cached = [c for c in needed if is_cached(c)]
+    to_train = [c for c in needed if c not in cached]
     runnable = device != "cuda" or torch.cuda.is_available()   # a Ray driver without the workers' GPUs
-    est = estimate(plan, cells, to_train, device) if with_estimate and cells and runnable else None
+    est = estimate(plan, cells, to_train, device) if cells and runnable else None
     precisions = sorted({c.precision for c in plan.cells})
     line = f"precision {'/'.join(precisions)} on {device}"
-    if device == "cpu" and torch.backends.cpu.get_cpu_capability():
+    if device == "cpu":
         line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
     return describe(plan, cells, to_train, cached, line, est)
 
 
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
-            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1,
-            with_estimate: bool = True) -> ResultsStore:
+            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1) -> ResultsStore:
     """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock; the plan
     and its time estimate are printed first, the measured time last."""
     if launcher not in LAUNCHERS:
@@ -311,7 +309,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         store.check_schema()
         warn_if_stale(plan, store)
         cells = pending_cells(plan, store)
-        print(preview(plan, cells, plan.cells[0].device if plan.cells else device, with_estimate),
+        print(preview(plan, cells, plan.cells[0].device if plan.cells else device),
               file=sys.stderr, flush=True)
         if cells:
             t0 = time.perf_counter()

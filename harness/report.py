@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .env import REPO  # noqa: E402
+from .cli import REFERENCE, reference_option  # noqa: E402
 from .paths import safe_component  # noqa: E402
 from .store import REQUIRED_KEYS, StoreError, numbered_jsonl  # noqa: E402
 
@@ -51,7 +51,6 @@ CMAPS = {"ar": "Greys", "mdlm": "Blues", "bd3lm": "Reds", "setdlm": "Greens"}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
-REFERENCE = REPO / "results" / "reference"
 
 
 def family(row: dict) -> str:
@@ -64,12 +63,18 @@ def family(row: dict) -> str:
     if p == "bd3lm":
         same = row.get("window") in (None, row["block_size"])   # likelihood cells (None) decode nothing
         return f"BD3LM S={row['block_size']}" + ("" if same else f" W={row['window']}")
-    smax = row.get("max_block_size")
-    if smax is None:   # rows written before S_max was recorded: preset model ids name it, a user's checkpoint may not
-        found = re.search(r"-smax(\d+)-", row["model_id"])
-        smax = found.group(1) if found else None
+    smax = max_block_size(row)
     window = f" W={row['window']}" if row.get("window") is not None else ""
     return (f"SetDLM S_max={smax}" if smax else f"SetDLM S={row['block_size']}") + window
+
+
+def max_block_size(row: dict) -> int | None:
+    """A SetDLM row's S_max; rows written before S_max was recorded: from a preset model id, which names it
+    (a user's checkpoint may not: None)."""
+    if row.get("max_block_size") is not None or row["paradigm"] != "setdlm":
+        return row.get("max_block_size")
+    found = re.search(r"-smax(\d+)-", row["model_id"])
+    return int(found.group(1)) if found else None
 
 
 def setting(row: dict) -> str:
@@ -337,11 +342,12 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
     groups = [(task, g) for task, g in groups if not g.empty]
     if not groups:
         return False
-    models = list(dict.fromkeys(m for _, g in groups for m in g.model_id))
-    labels = {m: g[g.model_id == m].iloc[0].family.split(" W=")[0] for _, g in groups for m in g.model_id}
+    firsts = pd.concat([g for _, g in groups]).drop_duplicates("model_id")   # one row per model, in order
+    models = list(firsts.model_id)
+    labels = {m: fam.split(" W=")[0] for m, fam in zip(firsts.model_id, firsts.family)}
     fig, ax = plt.subplots(figsize=(max(9.0, 3 + 0.5 * len(groups) * len(models)), 4.4))
     width = 0.8 / max(1, len(models))
-    colors = family_colors(pd.DataFrame({"paradigm": [m.split("-")[0] for m in models], "family": models}))
+    colors = family_colors(firsts.assign(family=firsts.model_id))   # one shade per model within its paradigm
     for i, model in enumerate(models):
         xs, ys, lo, hi = [], [], [], []
         for j, (task, g) in enumerate(groups):
@@ -373,11 +379,7 @@ def claims_tables(preset_dir: Path, bench_dir: Path | None) -> tuple[pd.DataFram
     """The claims summary and every paired comparison (harness.claims) of one preset's results."""
     from .claims import evaluate
 
-    rows = checked_rows(preset_dir / "runs.jsonl")
-    for row in rows:   # rows written before S_max was recorded
-        if row["paradigm"] == "setdlm" and row.get("max_block_size") is None:
-            found = re.search(r"-smax(\d+)-", row["model_id"])
-            row["max_block_size"] = int(found.group(1)) if found else None
+    rows = [{**row, "max_block_size": max_block_size(row)} for row in checked_rows(preset_dir / "runs.jsonl")]
     summary, details = evaluate(preset_dir, rows, bench_dir)
     return pd.DataFrame(summary), pd.DataFrame(details)
 
@@ -427,9 +429,11 @@ def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "") -> N
 
 
 def build_report(results: str | Path = "results", plots: str | Path = "results/plots",
-                 presets: list[str] | None = None, reference: str | Path | None = None) -> list[Path]:
+                 presets: list[str] | None = None, reference: str | Path | None = None,
+                 readme: str | Path | None = None, readme_preset: str = "cpu") -> list[Path]:
     """Rebuild every table and plot of the chosen presets (default: all under `results`); plots also draw
-    the runs of the same preset under `reference` (skipped when it is `results` itself)."""
+    the runs of the same preset under `reference` (skipped when it is `results` itself). With `readme`,
+    its generated claims section is rewritten from `readme_preset`'s claims (ReportError if it has none)."""
     results, plots = Path(results), Path(plots)
     if reference is not None and (not Path(reference).is_dir() or Path(reference).resolve() == results.resolve()):
         reference = None
@@ -469,6 +473,11 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
             (tables / "claims.md").write_text(claims_markdown(summary, details))
             details.to_csv(tables / "claims.csv", index=False, float_format="%.6g")
         written.append(tables)
+        if readme is not None and preset_dir.name == readme_preset:
+            if not update_readme(Path(readme), readme_section(summary, details, readme_preset), readme_preset):
+                raise ReportError(f"{readme} has no generated section for preset {readme_preset} (the markers "
+                                  f"{README_BEGIN.format(preset=readme_preset)!r} ... {README_END!r})")
+            written.append(Path(readme))
     return written
 
 
@@ -492,18 +501,13 @@ def main(argv: list[str] | None = None) -> int:
                                      "the (single) --preset, default cpu")
     args = ap.parse_args(argv)
     plots = args.plots or Path(args.results) / "plots"
-    reference = None if args.reference.lower() == "none" else args.reference
+    reference = reference_option(args.reference)
     try:
         check_selection(args.results, args.preset)
-        written = build_report(args.results, plots, args.preset, reference)
+        readme_preset = (args.preset or ["cpu"])[0]
         if args.readme:
-            preset = (args.preset or ["cpu"])[0]
-            preset_dir = Path(args.results) / preset
-            summary, details = claims_tables(preset_dir, bench_dir(Path(args.results)))
-            if not update_readme(Path(args.readme), readme_section(summary, details, preset), preset):
-                raise ReportError(f"{args.readme} has no generated section for preset {preset} (the markers "
-                                  f"{README_BEGIN.format(preset=preset)!r} ... {README_END!r})")
-            written.append(Path(args.readme))
+            check_selection(args.results, [readme_preset])
+        written = build_report(args.results, plots, args.preset, reference, args.readme, readme_preset)
     except (ReportError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from pathlib import Path
 from models.base import PARADIGM_KNOBS, PARADIGMS
 from tasks import TASKS, TaskError
 
-from .env import REPO
+from .cli import INTERRUPTED, REFERENCE, Parser, number, reference_option
 from .launchers import LAUNCHERS, execute, import_ray, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore, StoreError
@@ -37,17 +37,9 @@ from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolv
 from .train import TrainingError
 
 DECODE_KNOBS = ("window", "threshold", "steps", "chunk_size")
-REFERENCE = REPO / "results" / "reference"
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+positive_int = number(int, 1)
 
 
 def threshold_value(text: str) -> float | None:
@@ -60,11 +52,6 @@ def threshold_value(text: str) -> float | None:
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"threshold must be in (0, 1] (or 'none'), got {value}")
     return value
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors: one line, exit 2
-        self.exit(2, f"error: {message}\n(see python -m harness.run --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,9 +164,6 @@ def warn_inert_knobs(args, plan) -> None:
                   file=sys.stderr)
 
 
-INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
-
-
 def main(argv: list[str] | None = None) -> int:
     """The CLI: exit 0, 2 with one `error:` line for any bad input, 130 on Ctrl-C (with one line saying how
     to resume: finished cells and example chunks, and saved training state, are kept)."""
@@ -213,7 +197,7 @@ def _main(argv: list[str] | None) -> int:
         from .report import build_report
 
         plots = Path(args.plots) if args.plots else Path(args.out) / "plots"
-        reference = None if args.reference.lower() == "none" else Path(args.reference)
+        reference = reference_option(args.reference)
         build_report(args.out, plots, presets=[plan.preset.name], reference=reference)
         print(f"tables in {results_dir(args.out, plan.preset.name) / 'tables'}, plots in {plots}", file=sys.stderr)
     return 0

@@ -37,7 +37,7 @@ from .progress import progress as progress_bar
 from .timing import CallTiming, summarize
 
 SEED_STRIDE = 1_000_003
-# advice for a user's checkpoint; harness.launchers gives a cached one its own (delete it to retrain)
+# advice for a user's checkpoint with no tokenizer; harness.launchers gives a cached one its own (retrain it)
 SAVE_HINT = " (save the tokenizer with it: models.save(model, directory, tokenizer=tok))"
 
 
@@ -56,15 +56,15 @@ class LoadedModel:
 
 
 def load_model(checkpoint: Path, device: torch.device, model_id: str | None = None,
-               paradigm: str | None = None, precision: str = "fp32") -> LoadedModel:
+               paradigm: str | None = None, precision: str = "fp32", save_hint: str = SAVE_HINT) -> LoadedModel:
     """Model and tokenizer of a checkpoint directory, cast to the decoding `precision` ("fp32"/"bf16");
-    models.CheckpointError if either cannot be loaded."""
+    models.CheckpointError if either cannot be loaded (a missing tokenizer: with `save_hint` as advice)."""
     dtype = DTYPES[precision]
     model = models.load(checkpoint, paradigm=paradigm, device=device).to(dtype)
     meta = models.checkpoint.read_config(checkpoint)
     missing = [f for f in ("tokenizer.json", "tokenizer_meta.json") if not (Path(checkpoint) / f).is_file()]
     if missing:
-        raise models.CheckpointError(f"checkpoint {checkpoint} has no {' or '.join(missing)}{SAVE_HINT}")
+        raise models.CheckpointError(f"checkpoint {checkpoint} has no {' or '.join(missing)}{save_hint}")
     try:
         tokenizer = load_tokenizer(checkpoint)
     except Exception as e:  # bad JSON, a tokenizer.json that `tokenizers` cannot parse, missing special tokens

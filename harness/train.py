@@ -12,7 +12,6 @@ loss instead of writing a poisoned checkpoint.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import fcntl
 import hashlib
@@ -35,6 +34,7 @@ from models.checkpoint import atomic_directory
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
 from .configs import TrainConfig, short_hash
+from .cli import INTERRUPTED, Parser, number
 from .env import kill_point
 from .paths import hashed_component
 from .precision import CHOICES, resolve_precision
@@ -316,36 +316,16 @@ def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True
     return checkpoint_dir(cfg) if is_cached(cfg) else train(cfg, device, progress=progress)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors: one line, exit 2 (as python -m harness.run)
-        self.exit(2, f"error: {message}\n(see python -m harness.train --help)\n")
-
-
-def _number(kind: type, low: float, high: float | None = None, strict: bool = False):
-    """An argparse type: a `kind` number >= low (> low if strict) and < high; out of range is a usage error."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
-                                             ) from None
-        if value < low or (strict and value == low) or (high is not None and value >= high):
-            bound = f"{'>' if strict else '>='} {low}" + (f" and < {high}" if high is not None else "")
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
-        return value
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
+    ap = Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
     ap.add_argument("--preset", help="take the architecture/budget of this preset's model of --paradigm")
     ap.add_argument("--paradigm", required=True, choices=models.PARADIGMS)
-    ap.add_argument("--block-size", type=_number(int, 1))
-    ap.add_argument("--max-block-size", type=_number(int, 1))
-    for name, typ in (("length", _number(int, 2)), ("n-layers", _number(int, 1)), ("d-model", _number(int, 1)),
-                      ("n-heads", _number(int, 1)), ("steps", _number(int, 1)), ("batch-size", _number(int, 1)),
-                      ("lr", _number(float, 0.0, strict=True)), ("warmup-steps", _number(int, 0)),
-                      ("ema", _number(float, 0.0, 1.0)), ("seed", int), ("dropout", _number(float, 0.0, 1.0))):
+    ap.add_argument("--block-size", type=number(int, 1))
+    ap.add_argument("--max-block-size", type=number(int, 1))
+    for name, typ in (("length", number(int, 2)), ("n-layers", number(int, 1)), ("d-model", number(int, 1)),
+                      ("n-heads", number(int, 1)), ("steps", number(int, 1)), ("batch-size", number(int, 1)),
+                      ("lr", number(float, 0.0, strict=True)), ("warmup-steps", number(int, 0)),
+                      ("ema", number(float, 0.0, 1.0)), ("seed", int), ("dropout", number(float, 0.0, 1.0))):
         ap.add_argument(f"--{name}", type=typ)
     ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2 or bert-base-uncased")
     ap.add_argument("--corpus")
@@ -353,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="fp32, bf16 (autocast), or auto: bf16 only where it is native (default)")
     ap.add_argument("--train-on-nelbo", action="store_true", default=None)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    ap.add_argument("--save-every", type=_number(int, 0), default=100)
+    ap.add_argument("--save-every", type=number(int, 0), default=100)
     args = ap.parse_args(argv)
     try:
         precision = resolve_precision(args.precision, resolve_device(args.device).type)
@@ -374,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:                # the state of the last --save-every step is on disk
-        print("interrupted; finished work is kept — rerun the same command to resume", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     meta = models.checkpoint.read_config(path)
     print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")

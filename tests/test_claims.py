@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from harness.claims import Results, overall, paired, verdict
