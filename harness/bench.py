@@ -8,6 +8,8 @@ under results/bench/<name>.json).
     python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks;
                                             # two-stream attention split vs one masked call; fp32 vs bf16
     python -m harness.bench gradvar         # gradient variance: SetDLM's all-token loss vs naive masked
+    python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
+    python -m harness.bench gpu             # the prepared GPU check (harness/bench_gpu.py; CUDA, < 8 minutes)
     python -m harness.bench all
 
 Method (this machine is shared and noisy): every point is warmed up, then timed `--repeats`
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -30,14 +33,15 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
-from models.backbone import ClosedStream
+from models.backbones import ClosedStream
 
 from .env import fingerprint
 from .estimate import model_config_of, random_model
 from .precision import explain as precision_explain, resolve_precision
 from .presets import get_preset
 from .timing import Stopwatch
-from .train import checkpoint_dir, is_cached, make_optimizer
+from .cache import checkpoint_dir, is_cached
+from .train import make_optimizer
 
 PROMPT_LEN, NEW_TOKENS = 32, 128
 
@@ -151,7 +155,8 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 # -- benchmarks ---------------------------------------------------------------------------------------
 def bench_decode(args) -> dict:
     rows = []
-    for paradigm, S in (("ar", None), ("mdlm", None), ("bd3lm", 4), ("bd3lm", 16), ("setdlm", 4), ("setdlm", 16)):
+    for cfg in get_preset("cpu").train_configs():   # every registered paradigm at every preset block size
+        paradigm, S = cfg.paradigm, cfg.block_size
         model, weights = cpu_model(paradigm, S, args.trained)
         for batch in (1, 8):
             r = time_generate(model, prompts(batch, model.config.vocab_size), DecodeConfig(stop_at_eos=False),
@@ -168,9 +173,9 @@ def bench_vs_hf(args) -> dict:
     import transformers
 
     ours, _ = cpu_model("ar")
-    c = ours.config
-    hf_cfg = transformers.GPT2Config(vocab_size=c.vocab_size, n_positions=c.length, n_embd=c.d_model,
-                                     n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.mlp_ratio * c.d_model,
+    c, arch = ours.config, ours.config.backbone.arch
+    hf_cfg = transformers.GPT2Config(vocab_size=c.vocab_size, n_positions=c.length, n_embd=arch.d_model,
+                                     n_layer=arch.n_layers, n_head=arch.n_heads, n_inner=arch.mlp_ratio * arch.d_model,
                                      activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                      bos_token_id=0, eos_token_id=0, pad_token_id=0)
     torch.manual_seed(0)
@@ -193,8 +198,8 @@ def bench_vs_hf(args) -> dict:
         rows.append({"batch": batch, "ours_tokens_per_s": summarize_runs(mine)["tokens_per_s"],
                      "hf_tokens_per_s": summarize_runs(theirs)["tokens_per_s"], "ratio": paired_ratio(theirs, mine),
                      "hf_repeats": theirs, "ours_repeats": mine})
-    print(f"transformers {transformers.__version__} GPT2LMHeadModel vs our AR, {c.n_layers}x{c.d_model}, "
-          f"{c.n_heads} heads, vocab {c.vocab_size}, context {c.length}; {PROMPT_LEN} prompt + {NEW_TOKENS} new tokens")
+    print(f"transformers {transformers.__version__} GPT2LMHeadModel vs our AR, {arch.n_layers}x{arch.d_model}, "
+          f"{arch.n_heads} heads, vocab {c.vocab_size}, context {c.length}; {PROMPT_LEN} prompt + {NEW_TOKENS} new tokens")
     print(_table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio"]))
     return {"benchmark": "vs-hf", "transformers_version": transformers.__version__, "rows": rows}
 
@@ -269,7 +274,7 @@ def bench_train(args) -> dict:
     for cfg, name, t in zip(configs, names, timed):
         step = statistics.median(r["seconds"] for r in t)
         rows.append({"model": name, "seconds_per_step": step, "batch_tokens_per_s": cfg.batch_size * cfg.length / step,
-                     "tokens_through_model": (2 if cfg.paradigm in ("bd3lm", "setdlm") else 1) * cfg.length,
+                     "tokens_through_model": models.get_paradigm(cfg.paradigm).training_streams * cfg.length,
                      "precision": cfg.precision, "repeats": [r["seconds"] for r in t]})
     bd, sd, per_order = timed[names.index("bd3lm S=4")], timed[names.index("setdlm S=4")], timed[-1]
     ratio = 1 / paired_ratio(bd, sd)          # step-time ratio SetDLM / BD3LM, paired by round
@@ -347,7 +352,7 @@ def bench_gradvar(args) -> dict:
     masked-diffusion step supervises (the ~L/2 masked tokens). Both estimators see the same K minibatches
     of the cpu corpus; variance = mean squared distance of the K flattened gradients from their mean
     (the trace of the gradient covariance). The ratio's CI is a bootstrap over the K minibatches."""
-    from .train import get_tokenizer, random_windows, token_stream
+    from .data import get_tokenizer, random_windows, token_stream
 
     cfg = next(c for c in get_preset("cpu").train_configs(("setdlm",)) if c.block_size == 4)
     model, weights = cpu_model("setdlm", 4, trained=args.trained)
@@ -390,18 +395,32 @@ def bench_gradvar(args) -> dict:
     return out
 
 
+def bench_smollm2(args) -> dict:
+    """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights (harness/bench_smollm2.py)."""
+    from .bench_smollm2 import run
+
+    return run(rounds=args.rounds, new_tokens=args.new_tokens, out=None)
+
+
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
-              "gradvar": bench_gradvar}
+              "gradvar": bench_gradvar, "smollm2": bench_smollm2}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gpu"]:   # the prepared GPU check has its own flags (harness/bench_gpu.py)
+        from .bench_gpu import main as gpu_main
+
+        return gpu_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("benchmark", choices=[*BENCHMARKS, "all"])
+    ap.add_argument("benchmark", choices=[*BENCHMARKS, "all", "gpu"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--precision-repeats", type=int, default=3,
                     help="train: rounds of the fp32 vs bf16 step (emulated bf16 takes ~10 s a step)")
     ap.add_argument("--trained", action="store_true", help="use the cached trained cpu-preset checkpoints")
     ap.add_argument("--gradvar-batches", type=int, default=16, help="gradvar: minibatches per estimator")
+    ap.add_argument("--rounds", type=int, default=5, help="smollm2: paired rounds (ours, then transformers)")
+    ap.add_argument("--new-tokens", type=int, default=64, help="smollm2: tokens generated per call")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
     torch.set_grad_enabled(True)

@@ -1,5 +1,8 @@
-"""What the command lines share: one-line usage errors, checked numbers, the Ctrl-C line, and where the
-committed reference results are.
+"""What the command lines share: one-line usage errors, checked numbers, the decoding flags, the Ctrl-C
+line, and where the committed reference results are.
+
+The decoding flags are derived from models.DecodeConfig: every field that is not a sampling field is a
+`--<field>` flag of harness.run and a model_args key of harness.lm_eval, parsed by `knob_value`.
 
     python -c "from harness.cli import number; print(number(int, 1)('3'))"
 """
@@ -7,7 +10,11 @@ committed reference results are.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
+from typing import Any
+
+from models.types import SAMPLING_KNOBS, DecodeConfig
 
 from .env import REPO
 
@@ -35,6 +42,61 @@ def number(kind: type, low: float, high: float | None = None, strict: bool = Fal
             raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
         return value
     return parse
+
+
+# the paradigm-specific DecodeConfig fields, each a flag / model_args key, and the Python type of its values
+DECODE_KNOBS = {f.name: {"float": float, "int": int, "str": str, "bool": bool}[f.type.split(" |")[0]]
+                for f in dataclasses.fields(DecodeConfig) if f.name not in SAMPLING_KNOBS}
+KNOB_HELP = {f.name: f.metadata.get("help") for f in dataclasses.fields(DecodeConfig) if f.name in DECODE_KNOBS}
+
+
+def knob_value(name: str, value: Any) -> Any:
+    """A decoding knob given as text (or as a number by lm-eval) in its DecodeConfig type; ValueError saying
+    what was expected. threshold takes none/off for "one token per step"."""
+    kind = DECODE_KNOBS.get(name) or {"repetition_penalty": float, "seed": int}[name]
+    text = str(value).strip().lower()
+    if name == "threshold" and text in ("none", "off"):
+        return None
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if text in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                return text in ("true", "1", "yes", "on")
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        want = {int: "a whole number", float: "a number", bool: "true or false"}[kind]
+        if name == "threshold":
+            want += " in (0, 1] or none"
+        raise ValueError(f"{name}={value!r}: expected {want}") from None
+
+
+def add_decode_flags(ap: argparse.ArgumentParser) -> None:
+    """One --<knob> flag per DECODE_KNOBS entry; unset flags are absent from the namespace."""
+    for name in DECODE_KNOBS:
+        def parse(text: str, name=name):
+            try:
+                value = knob_value(name, text)
+                DecodeConfig(**{name: value})          # the range checks of DecodeConfig
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+            return value
+        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse, default=argparse.SUPPRESS,
+                        help=KNOB_HELP.get(name))
+
+
+def decode_knobs(args: argparse.Namespace) -> dict:
+    """The decoding knobs given on the command line (see add_decode_flags)."""
+    return {name: getattr(args, name) for name in DECODE_KNOBS if hasattr(args, name)}
 
 
 def reference_option(text: str) -> Path | None:

@@ -13,13 +13,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from models.base import PARADIGMS, DecodeConfig
+from models import backbones
+from models.backbones import BackboneSpec
+from models.paradigm import get_paradigm
+from models.types import SAMPLING_KNOBS, DecodeConfig, ModelConfig
 
 from .precision import PRECISIONS
 
 RESULTS_SCHEMA_VERSION = 1
+PRETRAINED = "pretrained"   # the tokenizer of a model adapted from a pretrained LM: the LM's own
 
 
 def canonical_json(obj) -> str:
@@ -41,16 +45,13 @@ def short_hash(obj, n: int = 12) -> str:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """A model to train: paradigm, architecture, data, optimiser, budget and seed."""
+    """A model to train: paradigm, backbone, data, optimiser, budget and seed."""
 
     paradigm: str
-    block_size: int | None = None       # BD3LM S / SetDLM S
-    max_block_size: int | None = None   # SetDLM S_max (None = 2S)
+    block_size: int | None = None       # the paradigm's S (BD3LM block, SetDLM set size), if it takes one
+    max_block_size: int | None = None   # SetDLM S_max (None = the paradigm's default, 2S)
     length: int = 128
-    n_layers: int = 2
-    d_model: int = 64
-    n_heads: int = 4
-    dropout: float = 0.0
+    backbone: BackboneSpec | None = field(default_factory=lambda: backbones.gpt_spec())
     tokenizer: str = "bpe:2048"         # "bpe:<vocab size>" (trained on the corpus), "gpt2", "bert-base-uncased"
     corpus: str = "mixture"
     steps: int = 100
@@ -65,42 +66,60 @@ class TrainConfig:
     precision: str = "fp32"             # "fp32", or "bf16" autocast; resolved from "auto" by harness.precision
     train_on_nelbo: bool = False
     seed: int = 0
-    init_from: "TrainConfig | None" = None  # start from this (trained) model's weights instead of random ones
+    # start from this model's weights instead of random ones: a TrainConfig (trained here first), or a pretrained
+    # LM spec (models.open_model: HF directory, .gguf, hub id, smollm2), whose backbone and tokenizer it then uses
+    # (backbone None, tokenizer "pretrained")
+    init_from: "TrainConfig | str | None" = None
 
     def __post_init__(self) -> None:
-        if self.paradigm not in PARADIGMS:
-            raise ValueError(f"unknown paradigm {self.paradigm!r}; choose one of {', '.join(PARADIGMS)}")
-        if self.paradigm in ("bd3lm", "setdlm") and self.block_size is None:
-            raise ValueError(f"{self.paradigm} needs a block size S")
-        if self.paradigm in ("ar", "mdlm") and self.block_size is not None:
-            raise ValueError(f"{self.paradigm} has no block size")
+        paradigm = get_paradigm(self.paradigm)            # ValueError naming the registered paradigms
+        paradigm.check_block_size(self.block_size, self.max_block_size, self.length)
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
         if self.precision not in PRECISIONS:
             raise ValueError(f"a TrainConfig's precision is {' or '.join(PRECISIONS)} (resolve 'auto' with "
                              f"harness.precision.resolve_precision), got {self.precision!r}")
-        if self.init_from is not None:
-            shared = ("length", "n_layers", "d_model", "n_heads", "tokenizer", "corpus")
+        pretrained = isinstance(self.init_from, str)
+        if pretrained != (self.backbone is None) or pretrained != (self.tokenizer == PRETRAINED):
+            raise ValueError(f"a model adapted from a pretrained LM (init_from='<spec>') has backbone=None and "
+                             f"tokenizer={PRETRAINED!r}, and only such a model does")
+        if isinstance(self.init_from, TrainConfig):
+            shared = ("length", "backbone", "tokenizer", "corpus")
             differ = [f for f in shared if getattr(self, f) != getattr(self.init_from, f)]
             if differ:
                 raise ValueError(f"init_from must share the architecture and tokenizer; differs in {', '.join(differ)}")
 
+    @property
+    def resolved_max_block_size(self) -> int | None:
+        return get_paradigm(self.paradigm).resolved_max_block_size(self.block_size, self.max_block_size, self.length)
+
+    @property
+    def expected_budget(self) -> float | None:
+        return get_paradigm(self.paradigm).budget(self.length, self.block_size, self.resolved_max_block_size)
+
+    def model_config(self, vocab_size: int, mask_id: int, eos_id: int | None, pad_id: int | None) -> ModelConfig:
+        """The ModelConfig this trains, given the tokenizer's vocabulary and special ids."""
+        return ModelConfig(paradigm=self.paradigm, vocab_size=vocab_size, length=self.length, backbone=self.backbone,
+                           mask_id=mask_id, eos_id=eos_id, pad_id=pad_id, block_size=self.block_size,
+                           max_block_size=self.max_block_size, train_on_nelbo=self.train_on_nelbo)
+
     def lineage(self) -> list["TrainConfig"]:
         """The models this one starts from, oldest first, then itself."""
-        return (self.init_from.lineage() if self.init_from is not None else []) + [self]
+        return (self.init_from.lineage() if isinstance(self.init_from, TrainConfig) else []) + [self]
 
     @property
     def model_id(self) -> str:
-        """Readable and unique: paradigm, S / S_max, precision, then the config hash."""
-        tag = self.paradigm
-        if self.paradigm == "bd3lm":
-            tag += f"-s{self.block_size}"
-        elif self.paradigm == "setdlm":
-            tag += f"-smax{self.max_block_size or 2 * self.block_size}"
+        """Readable and unique: the paradigm's tag (S / S_max), precision, then the config hash."""
+        tag = get_paradigm(self.paradigm).model_tag(self.block_size, self.resolved_max_block_size)
         return f"{tag}-{self.precision}-{short_hash(self, 10)}"
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+    def with_arch(self, **changes) -> "TrainConfig":
+        """The same config with some backbone architecture fields changed (e.g. n_layers=6)."""
+        spec = self.backbone
+        return self.replace(backbone=dataclasses.replace(spec, arch=dataclasses.replace(spec.arch, **changes)))
 
 
 @dataclass(frozen=True)
@@ -139,15 +158,17 @@ class RunCell:
     @property
     def label(self) -> str:
         """Short human description used by progress bars and the summary table."""
-        d = self.decode
-        parts = [self.model_id.rsplit("-", 1)[0], self.task]   # model_id without its hash
-        if self.paradigm in ("bd3lm", "setdlm"):
-            parts.append(f"W={d.window}")
-        if self.paradigm == "mdlm" and d.steps is not None:
-            parts.append(f"T={d.steps}")
-        if self.paradigm != "ar":
-            parts.append(f"tau={d.threshold if d.threshold is not None else '-'}")
-        return " ".join(parts)
+        row = {"block_size": self.block_size, "max_block_size": self.max_block_size, **decode_columns(self)}
+        paradigm = get_paradigm(self.paradigm)
+        return f"{self.model_id.rsplit('-', 1)[0]} {self.task} {paradigm.series(row)} {paradigm.setting(row)}"
+
+
+def decode_columns(cell: RunCell) -> dict:
+    """The decoding knobs of a cell as result-row columns: every DecodeConfig field the paradigm reads
+    (None for those it ignores), so the report finds each setting under its own name."""
+    knobs = get_paradigm(cell.paradigm).knobs
+    return {f.name: getattr(cell.decode, f.name) if f.name in knobs else None
+            for f in dataclasses.fields(DecodeConfig) if f.name not in SAMPLING_KNOBS}
 
 
 def options_tuple(options: dict) -> tuple[tuple[str, object], ...]:

@@ -29,6 +29,7 @@ from models import Batch, DecodeConfig
 from tasks import TASKS
 
 from .configs import RunCell, TrainConfig
+from .data import vocab_size_of
 from .precision import DTYPES
 from .progress import format_duration
 
@@ -50,14 +51,6 @@ class Estimate:
         return sum(self.train_seconds.values()) + self.eval_seconds
 
 
-def _vocab_size(tokenizer: str) -> int:
-    if tokenizer.startswith("bpe:"):
-        return int(tokenizer.split(":", 1)[1])
-    from models.tokenizers import load_tokenizer
-
-    return load_tokenizer(tokenizer).vocab_size
-
-
 def random_model(model_config: dict, device: torch.device | str = "cpu", seed: int = 0) -> models.ParadigmModel:
     """A seeded random initialisation of a model config (speed does not depend on the weights)."""
     torch.manual_seed(seed)
@@ -66,9 +59,11 @@ def random_model(model_config: dict, device: torch.device | str = "cpu", seed: i
 
 def model_config_of(cfg: TrainConfig) -> dict:
     """The model config a TrainConfig trains, without building its tokenizer (a BPE's size is its spec's)."""
-    return {"paradigm": cfg.paradigm, "vocab_size": _vocab_size(cfg.tokenizer), "length": cfg.length,
-            "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads, "eos_id": 0,
-            "block_size": cfg.block_size, "max_block_size": cfg.max_block_size}
+    if isinstance(cfg.init_from, str):   # adapted from a pretrained LM: its config (the model is opened once)
+        return models.open_model(cfg.init_from, cfg.paradigm, length=cfg.length, block_size=cfg.block_size,
+                                 max_block_size=cfg.max_block_size)[0].config.to_dict()
+    vocab = vocab_size_of(cfg.tokenizer)
+    return cfg.model_config(vocab, mask_id=vocab - 1, eos_id=0, pad_id=None).to_dict()
 
 
 def _timed(fn, repeats: int = 3) -> float:
@@ -107,7 +102,7 @@ def probe_eval(model_config: dict, device: torch.device, precision: str) -> tupl
     """(seconds per decoding forward at batch 1, seconds to score one full-length row)."""
     model = random_model(model_config, device).to(DTYPES[precision]).eval()
     prompt = list(range(3, 3 + PROBE_PROMPT))
-    decode = DecodeConfig(window=model.config.block_size, stop_at_eos=False).for_paradigm(model.paradigm)
+    decode = model.resolve_decode(DecodeConfig(stop_at_eos=False), model.config)
     forward = _timed(lambda: model.generate([prompt], PROBE_NEW, decode)) / PROBE_NEW
     row = torch.randint(3, model.config.vocab_size, (1, model.config.length), generator=torch.Generator().manual_seed(0))
     score = _timed(lambda: model.nll(Batch(row.to(device))))
@@ -122,7 +117,7 @@ def _cell_forwards(cell: RunCell, length: int) -> tuple[int, int]:
         return 0, n
     new = cell.options.get("max_new_tokens") or (INFILL_TOKENS if task_cls.decode_kind == "infill" else 64)
     new = min(int(new), length)
-    forwards = min(cell.decode.steps, new) if cell.paradigm == "mdlm" and cell.decode.steps else new
+    forwards = min(cell.decode.steps, new) if cell.decode.steps else new   # MDLM's step budget (None elsewhere)
     return (n + cell.warmup) * forwards, n
 
 
@@ -133,17 +128,20 @@ def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: st
     step_time: dict[tuple, float] = {}
     train_seconds = {}
     for cfg in to_train:
-        key = (cfg.paradigm, cfg.block_size, cfg.length, cfg.n_layers, cfg.d_model, cfg.batch_size, cfg.precision)
+        key = (cfg.paradigm, cfg.block_size, cfg.length, cfg.backbone, cfg.batch_size, cfg.precision)
         if key not in step_time:
             step_time[key] = probe_train_step(cfg, dev)
         train_seconds[cfg.model_id] = step_time[key] * cfg.steps
     configs = {t.model_id: model_config_of(t) for t in plan.train}
-    for model_id, directory in plan.external.items():
-        configs[model_id] = models.checkpoint.read_config(directory)["model"]
+    for model_id, external in plan.external.items():
+        if hasattr(external.config, "to_dict"):   # a paper checkpoint planned offline has a shape only: not probed
+            configs[model_id] = external.config.to_dict()
     eval_time: dict[tuple, tuple[float, float]] = {}
     eval_seconds = 0.0
     for cell in cells:
-        config = configs[cell.model_id]
+        config = configs.get(cell.model_id)
+        if config is None:
+            continue
         key = (cell.model_id, cell.precision)
         if key not in eval_time:
             eval_time[key] = probe_eval(config, dev, cell.precision)
@@ -160,15 +158,23 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
              f"({len(plan.cells) - len(cells)} already finished), {precision_line}"]
     for cfg in to_train:
         took = f", ~{format_duration(est.train_seconds[cfg.model_id])}" if est else ""
-        parent = f" from {cfg.init_from.model_id}" if cfg.init_from is not None else ""
+        parent = (f" from {cfg.init_from}" if isinstance(cfg.init_from, str)
+                  else f" from {cfg.init_from.model_id}" if cfg.init_from is not None else "")
         lines.append(f"  train {cfg.model_id}: {cfg.steps} steps x {cfg.batch_size} x {cfg.length} tokens"
                      f"{parent}{took}")
     if cached:
         lines.append(f"  reuse {len(cached)} cached model(s): {', '.join(c.model_id for c in cached)}")
+    for model_id, external in plan.external.items():
+        lines.append(f"  evaluate {model_id}: {external.spec} ({external.config.paradigm}, L={external.config.length}"
+                     f"{', not downloaded yet: not in the estimate' if not hasattr(external.config, 'to_dict') else ''})")
     per_task = Counter(cell.task for cell in cells)
     if per_task:
         lines.append("  cells: " + ", ".join(f"{task} {n}" for task, n in per_task.items()))
-    if est is not None:
+    if plan.external:   # models the user brings: every cell, so that a reproduction run can be checked first
+        lines += [f"    {cell.label}" for cell in cells]
+    if est is not None and est.total_seconds == 0 and plan.external:
+        lines.append("estimate: none (the published checkpoints are not downloaded yet)")
+    elif est is not None:
         lines.append(f"estimate: ~{format_duration(est.total_seconds)} on this machine (training "
                      f"~{format_duration(sum(est.train_seconds.values()))}, evaluation ~{format_duration(est.eval_seconds)}; "
                      f"rough, from a {est.probe_seconds:.1f} s probe)")

@@ -34,11 +34,15 @@ from tasks import TASKS, get_task
 from .configs import RunCell, TrainConfig
 from .env import REPO, git_sha
 from .estimate import describe, estimate
+from .judge import ARJudge
 from .progress import format_duration, progress as progress_bar
-from .runner import ARJudge, LoadedModel, evaluate_cell, load_model
+from .runner import LoadedModel, evaluate_cell, load_model
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
-from .train import checkpoint_dir, ensure_trained, get_tokenizer, is_cached, resolve_device
+from .cache import checkpoint_dir, is_cached
+from .data import get_tokenizer
+from .precision import resolve_device
+from .train import ensure_trained
 
 LAUNCHERS = ("local", "ray")
 RAY_INSTALL_HINT = '--launcher ray needs Ray: pip install -e ".[ray]"'
@@ -83,7 +87,7 @@ def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> Loa
     advice for a user's checkpoint, how to save one with models.save, does not apply to it)."""
     directory = plan.checkpoint(model_id)
     if model_id in plan.external:
-        return load_model(directory, dev, model_id, **kwargs)
+        return load_model(directory, dev, model_id, **plan.external[model_id].options, **kwargs)
     try:
         return load_model(directory, dev, model_id, save_hint="", **kwargs)
     except models.CheckpointError as e:
@@ -142,6 +146,9 @@ _WORKER_TASKS: dict[tuple, object] = {}
 
 def _worker_model(payload: dict, device: torch.device, precision: str) -> LoadedModel:
     key = (payload["model_id"], str(device), precision)
+    if key not in _WORKER_MODELS and "spec" in payload:
+        options = {k: payload[k] for k in ("paradigm", "length", "block_size")}
+        _WORKER_MODELS[key] = load_model(payload["spec"], device, payload["model_id"], precision=precision, **options)
     if key not in _WORKER_MODELS:
         with tempfile.TemporaryDirectory(prefix="harness-ckpt-") as tmp:
             # never a path named by the payload's model_id: it comes from a checkpoint's config.json
@@ -213,13 +220,16 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
         cell_task = ray.remote(**resources)(ray_cell_job)
         pending: dict = {}                       # ObjectRef -> ("train", cfg) | ("cell", cell)
         payloads: dict = {}                      # model_id -> ObjectRef of its checkpoint payload
-        for model_id, directory in plan.external.items():   # a user's checkpoint (--checkpoint): ship it
-            payloads[model_id] = ray.put(checkpoint_payload(model_id, directory))
+        for model_id, external in plan.external.items():   # a model the user brings (--model): ship it
+            if models.spec_kind(external.spec) == "checkpoint":
+                payloads[model_id] = ray.put(checkpoint_payload(model_id, Path(external.spec)))
+            else:   # an official or pretrained model: each worker opens the spec itself
+                payloads[model_id] = ray.put({"model_id": model_id, "spec": external.spec, **external.options})
         for cfg in needed_models(plan, cells):
             if is_cached(cfg):                   # the driver has it: ship it, do not retrain
                 payloads[cfg.model_id] = ray.put(checkpoint_payload(cfg.model_id, checkpoint_dir(cfg)))
             else:
-                ref = train_task.remote(cfg, device, payloads[cfg.init_from.model_id] if cfg.init_from else None)
+                ref = train_task.remote(cfg, device, payloads[cfg.init_from.model_id] if isinstance(cfg.init_from, TrainConfig) else None)
                 payloads[cfg.model_id] = ref
                 pending[ref] = ("train", cfg)
         for cell in cells:

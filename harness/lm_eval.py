@@ -8,12 +8,15 @@
 own CLI. From Python, `import harness.lm_eval` registers them (and keeps lm-eval's built-ins):
 `lm_eval.simple_evaluate(model="setdlm", model_args="checkpoint=...", tasks=[...])`.
 
-Model names: `ar`, `mdlm`, `bd3lm`, `setdlm` (must match the paradigm stored in the checkpoint)
-and `harness` (any paradigm, read from the checkpoint). model_args:
-  checkpoint=DIR   a directory written by `models.save` (e.g. .cache/checkpoints/<model_id> after
-                   `python -m harness.train ...`); required;
-  window, threshold (a float, or none = one token per step), steps, chunk_size,
-  repetition_penalty, use_cache, commit_order, seed: the DecodeConfig knobs (models/base.py);
+Model names: one per registered paradigm (`ar`, `mdlm`, `bd3lm`, `setdlm`, ...: must match the paradigm
+stored in the checkpoint) and `harness` (any paradigm, read from the checkpoint). model_args:
+  checkpoint=SPEC  any models.open_model spec: a directory written by `models.save` (e.g.
+                   .cache/checkpoints/<model_id> after `python -m harness.train ...`), an official
+                   kuleshov-group checkpoint, a Hugging Face directory, a .gguf file, a hub id or
+                   `smollm2` (a pretrained LM becomes the model name's paradigm: AR for `ar`/`harness`); required;
+  threshold (a float, or none = one token per step), window, decode_block, steps, steps_per_block,
+  chunk_size, commit_order, use_cache, sampler (harness | official | official_unfused), repetition_penalty,
+  seed: the DecodeConfig knobs (models/types.py; harness.cli.DECODE_KNOBS lists them);
   device=auto|cpu|cuda[:N]   auto by default; on the command line use lm-eval's --device instead
                    (its default cuda:0 falls back to the CPU when CUDA is missing);
   precision=auto|fp32|bf16   decoding precision; auto = bf16 where it is native (harness/precision.py);
@@ -35,7 +38,7 @@ Requests:
     early). A context that does not fit with max_gen_toks new tokens is truncated from the left
     (bos kept) to leave room for them, but keeps at least half of the context length; fewer
     tokens are then generated. Requests with the same generation settings are batched.
-  * Infilling has no lm-eval request type: a generate_until context made by `infill_context`
+  * Infilling has no lm-eval request type: a generate_until context made by `tasks.base.infill_context`
     (INFILL_MARKER + JSON {"prefix", "middle", "suffix"}) is routed to `model.infill`:
     [bos] + prefix tokens, then exactly len(tokens(middle)) masked positions (the project's
     oracle length; the middle text itself is never shown to the model), then suffix tokens +
@@ -76,29 +79,31 @@ from lm_eval.api.registry import model_registry
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 import models
+from harness import cli
 from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.runner import SEED_STRIDE, execute_decode, execute_nll, load_model
-from models import DecodeConfig
-from models.base import PARADIGM_KNOBS
+from models import DecodeConfig, get_paradigm, paradigm_names
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
+from tasks.base import INFILL_MARKER, fit_generation, fit_infill
 
 logger = logging.getLogger("harness.lm_eval")
 
-INFILL_MARKER = "<|harness_infill|>"
-KNOBS = ("window", "threshold", "steps", "chunk_size", "repetition_penalty", "use_cache", "commit_order", "seed")
-# knobs that can change the output of generate_until / infill requests, per paradigm
-DECODE_KNOBS = {p: set(used) | {"repetition_penalty", "seed"} for p, used in PARADIGM_KNOBS.items()}
-# likelihoods use no decoding knob; the seed fixes the Monte-Carlo noise of the diffusion NELBO
-LIKELIHOOD_KNOBS = {"ar": set(), "mdlm": {"seed"}, "bd3lm": {"seed"}, "setdlm": {"seed"}}
+KNOBS = (*cli.DECODE_KNOBS, "repetition_penalty", "seed")
+
+
+def decode_knobs(paradigm: str) -> set[str]:
+    """The model_args that can change the output of a paradigm's generate_until / infill requests."""
+    return set(get_paradigm(paradigm).knobs) | {"repetition_penalty", "seed"}
+
+
+def likelihood_knobs(paradigm: str) -> set[str]:
+    """Likelihoods use no decoding knob; the seed fixes the Monte-Carlo noise of a bound (NELBO)."""
+    return {"seed"} if get_paradigm(paradigm).likelihood == "bound" else set()
+
 GREEDY_CHECK = DecodeConfig(threshold=1e-9)  # commits every visible masked position at once
 SAMPLING_KWARGS = ("do_sample", "temperature", "top_p")
 Prepared = tuple[GenerateRequest | InfillRequest, DecodeConfig, list[str]]  # request, decoding, stop strings
-
-
-def infill_context(prefix: str, middle: str, suffix: str) -> str:
-    """The generate_until context of an infilling request (see the module docstring)."""
-    return INFILL_MARKER + json.dumps({"prefix": prefix, "middle": middle, "suffix": suffix})
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -126,36 +131,12 @@ class ModelArgsError(ValueError):
     models.CheckpointError, reported by `main` as one `error:` line, exit status 2."""
 
 
-# the type of every decoding knob in model_args (lm-eval passes numbers as numbers, anything else as text)
-KNOB_TYPES = {"window": int, "threshold": float, "steps": int, "chunk_size": int, "repetition_penalty": float,
-              "use_cache": bool, "commit_order": str, "seed": int}
-
-
 def knob_value(name: str, value: Any) -> Any:
-    """A model_args knob as its DecodeConfig type (threshold: a float, or none/off); ModelArgsError naming it."""
-    kind = KNOB_TYPES[name]
-    text = str(value).strip().lower()
-    if name == "threshold" and text in ("none", "off"):
-        return None
+    """A model_args knob as its DecodeConfig type (harness.cli.knob_value); ModelArgsError naming it."""
     try:
-        if kind is bool:
-            if isinstance(value, bool) or text in ("true", "false", "1", "0"):
-                return value if isinstance(value, bool) else text in ("true", "1")
-            raise ValueError
-        if kind is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if kind is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        want = {int: "a whole number", float: "a number", bool: "true or false"}[kind]
-        if name == "threshold":
-            want += " in (0, 1] or none"
-        raise ModelArgsError(f"model_args {name}={value!r}: expected {want}") from None
+        return cli.knob_value(name, value)
+    except ValueError as e:
+        raise ModelArgsError(f"model_args {e}") from None
 
 
 class HarnessLM(LM):
@@ -190,7 +171,8 @@ class HarnessLM(LM):
         super().__init__()
         name = self.paradigm_name or "harness"
         if checkpoint is None:
-            raise ModelArgsError(f"model {name!r} needs model_args checkpoint=DIR (a directory written by models.save)")
+            raise ModelArgsError(f"model {name!r} needs model_args checkpoint=SPEC (a directory written by models.save, "
+                                 f"an official checkpoint, a Hugging Face directory, a .gguf file, a hub id or smollm2)")
         unknown = sorted(set(knobs) - set(KNOBS))
         if unknown:
             raise ModelArgsError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
@@ -200,14 +182,18 @@ class HarnessLM(LM):
             self.decode = DecodeConfig(**self.knobs)
         except ValueError as e:
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
-        self.checkpoint = Path(checkpoint).expanduser()
-        stored = models.checkpoint.read_config(self.checkpoint)["model"]["paradigm"]
-        if self.paradigm_name not in (None, stored):
-            raise ModelArgsError(f"--model {self.paradigm_name} was given a checkpoint that holds a {stored!r} model "
-                             f"({self.checkpoint}); use --model {stored} or --model harness")
+        spec = str(checkpoint)
+        self.checkpoint = Path(spec).expanduser() if Path(spec).expanduser().exists() else spec
+        kind = models.spec_kind(self.checkpoint)
+        if kind == "checkpoint":   # refuse the wrong paradigm before loading the weights
+            stored = models.checkpoint.read_config(self.checkpoint)["model"]["paradigm"]
+            self._check_paradigm(stored)
         dev = pick_device(device)
-        self.loaded = load_model(self.checkpoint, dev, precision=resolve_precision(precision, dev.type))
-        self.paradigm = stored
+        # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
+        self.loaded = load_model(self.checkpoint, dev, precision=resolve_precision(precision, dev.type),
+                                 paradigm=self.paradigm_name if kind == "pretrained" else None)
+        self.paradigm = self.loaded.model.paradigm
+        self._check_paradigm(self.paradigm)
         self.tokenizer = self.loaded.tokenizer
         self.max_length = min(self.loaded.length, int(max_length or self.loaded.length))
         if self.max_length < 2:
@@ -219,16 +205,21 @@ class HarnessLM(LM):
             raise ModelArgsError(f"batch_size must be an integer, got {batch_size!r} ('auto' is not supported)"
                                  ) from None
         try:
-            self.loaded.model.check_decode(self.decode)
+            self.decode = self.loaded.model.resolve_decode(self.decode, self.loaded.model.config)
         except ValueError as e:
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         self._warned: set[str] = set()
+
+    def _check_paradigm(self, stored: str) -> None:
+        if self.paradigm_name not in (None, stored):
+            raise ModelArgsError(f"--model {self.paradigm_name} was given a checkpoint that holds a {stored!r} model "
+                                 f"({self.checkpoint}); use --model {stored} or --model harness")
 
     # -- lm-eval's request types ----------------------------------------------------------------
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         prepared = [self._prepare_generation(*r.args) for r in requests]
         for kind in sorted({"infill" if isinstance(p[0], InfillRequest) else "generate_until" for p in prepared}):
-            self._warn_inert(kind, DECODE_KNOBS[self.paradigm])
+            self._warn_inert(kind, decode_knobs(self.paradigm))
         groups: dict[DecodeConfig, list[int]] = {}
         for i, (_, decode, _) in enumerate(prepared):
             groups.setdefault(decode, []).append(i)
@@ -280,7 +271,7 @@ class HarnessLM(LM):
             "harness_paradigm": self.paradigm, "harness_checkpoint": str(self.checkpoint),
             "harness_model_id": self.loaded.model_id, "harness_max_length": self.max_length,
             "harness_decode": dataclasses.asdict(self.decode),
-            "harness_likelihood": "exact" if self.paradigm == "ar" else bound,
+            "harness_likelihood": "exact" if get_paradigm(self.paradigm).likelihood == "exact" else bound,
         }
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -305,17 +296,15 @@ class HarnessLM(LM):
 
     def _generate_request(self, context: str, max_gen: int) -> GenerateRequest:
         L = self.max_length
-        ids = self.tokenizer.encode(context)
-        keep = max(L - max_gen, L // 2) - 1  # context tokens that fit after bos
-        if len(ids) > keep:
-            self._warn_once(f"contexts longer than {keep} tokens are truncated from the left (bos kept) to leave "
-                            f"room for max_gen_toks={max_gen} in the context length {L}")
-            ids = ids[len(ids) - keep:]
-        prompt = [self.tokenizer.bos_id] + ids
-        if len(prompt) + max_gen > L:
+        full = [self.tokenizer.bos_id] + self.tokenizer.encode(context)
+        prompt, n_new = fit_generation(full, max_gen, L)   # the context policy of every task (tasks/base.py)
+        if len(prompt) < len(full):
+            self._warn_once(f"contexts too long to leave room for max_gen_toks={max_gen} in the context length {L} "
+                            f"are truncated from the left (bos kept, at least half the context)")
+        if n_new < max_gen:
             self._warn_once(f"max_gen_toks={max_gen} does not fit after the prompt in the context length {L}: "
                             f"fewer tokens are generated")
-        return GenerateRequest(prompt, min(max_gen, L - len(prompt)))
+        return GenerateRequest(prompt, n_new)
 
     def _infill_request(self, context: str) -> InfillRequest:
         parts = json.loads(context[len(INFILL_MARKER):])
@@ -323,16 +312,13 @@ class HarnessLM(LM):
         prefix = [tok.bos_id] + tok.encode(parts["prefix"])
         n_masked = len(tok.encode(parts["middle"]))
         suffix = tok.encode(parts["suffix"]) + [tok.eos_id]
-        over = len(prefix) + n_masked + len(suffix) - L
-        if over > 0:
+        fitted = fit_infill(prefix, n_masked, suffix, L)   # the context policy of every task (tasks/base.py)
+        if fitted is None:
+            raise ValueError(f"an infilling span of {n_masked} tokens does not fit in the context length {L}")
+        if fitted != (prefix, suffix):
             self._warn_once(f"an infilling request does not fit in the context length {L}: suffix tokens are "
                             f"dropped from the right, then prefix tokens from the left")
-            cut = min(over, len(suffix))
-            suffix, over = suffix[:len(suffix) - cut], over - cut
-            if over > len(prefix) - 1:
-                raise ValueError(f"an infilling span of {n_masked} tokens does not fit in the context length {L}")
-            prefix = prefix[:1] + prefix[1 + over:]
-        return InfillRequest(prefix, n_masked, suffix)
+        return InfillRequest(fitted[0], n_masked, fitted[1])
 
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         n_spaces = len(context) - len(context.rstrip())
@@ -371,8 +357,8 @@ class HarnessLM(LM):
         return greedy
 
     def _note_likelihood(self, kind: str) -> None:
-        self._warn_inert(kind, LIKELIHOOD_KNOBS[self.paradigm])
-        if self.paradigm != "ar":
+        self._warn_inert(kind, likelihood_knobs(self.paradigm))
+        if get_paradigm(self.paradigm).likelihood == "bound":
             self._warn_once(f"{kind} from a {self.paradigm} model is a Monte-Carlo estimate of an upper bound on "
                             f"the NLL (NELBO): reported log-likelihoods are lower bounds and perplexities upper "
                             f"bounds, not exact values")
@@ -388,33 +374,34 @@ class HarnessLM(LM):
             logger.warning(message)
 
 
-class ARLM(HarnessLM):
-    paradigm_name = "ar"
+def paradigm_class(paradigm: str) -> type[HarnessLM]:
+    """The lm-eval model class of one registered paradigm (made once, then kept as a module attribute)."""
+    name = f"{paradigm.capitalize()}LM"
+    if name not in globals():
+        globals()[name] = type(name, (HarnessLM,), {"paradigm_name": paradigm, "__module__": __name__})
+    return globals()[name]
 
 
-class MDLMLM(HarnessLM):
-    paradigm_name = "mdlm"
-
-
-class BD3LMLM(HarnessLM):
-    paradigm_name = "bd3lm"
-
-
-class SetDLMLM(HarnessLM):
-    paradigm_name = "setdlm"
-
-
-MODEL_NAMES = {"harness": "HarnessLM", "ar": "ARLM", "mdlm": "MDLMLM", "bd3lm": "BD3LMLM", "setdlm": "SetDLMLM"}
+def __getattr__(name: str):
+    """Resolves lm-eval's lazy "harness.lm_eval:<Paradigm>LM" placeholders, also for paradigms registered
+    after this module was imported."""
+    for paradigm in paradigm_names():
+        if name == f"{paradigm.capitalize()}LM":
+            return paradigm_class(paradigm)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register() -> None:
-    """Register our model names with lm-eval (idempotent; lm-eval's built-in models stay registered).
+    """Register our model names with lm-eval: `harness` (any paradigm) and one per registered paradigm
+    (idempotent, so a paradigm defined later is added by calling it again; lm-eval's built-in models stay
+    registered).
 
     The names point at "harness.lm_eval:<class>", so `python -m harness.lm_eval` (which runs this
     file as __main__) and `import harness.lm_eval` resolve to the same classes."""
     import lm_eval.models  # noqa: F401  (the built-ins register themselves only while the registry is empty)
 
-    for name, cls in MODEL_NAMES.items():
+    names = {"harness": "HarnessLM", **{p: f"{p.capitalize()}LM" for p in paradigm_names()}}
+    for name, cls in names.items():
         if name not in model_registry:
             model_registry.register(name, target=f"harness.lm_eval:{cls}")
 

@@ -1,4 +1,6 @@
-"""Numeric precision of training and decoding: bf16 only where the hardware computes it natively.
+"""Device and numeric precision of training and decoding: bf16 only where the hardware computes it natively.
+
+`resolve_device("auto")` is CUDA when available, else the CPU.
 
 bf16 autocast pays off on CUDA GPUs with bf16 support and on CPUs with bf16 instructions
 (AVX512-BF16 or AMX). Elsewhere, e.g. on a CPU whose torch reports capability `AVX2`, torch
@@ -27,6 +29,15 @@ import torch
 PRECISIONS = ("fp32", "bf16")
 CHOICES = ("auto",) + PRECISIONS
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' (CUDA when available, else CPU), 'cpu' or 'cuda' (ValueError when CUDA is missing)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but CUDA is not available")
+    return torch.device(device)
 
 
 @functools.lru_cache(maxsize=None)

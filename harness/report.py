@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -40,48 +39,31 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .cli import REFERENCE, reference_option  # noqa: E402
+from models import get_paradigm, paradigm_names  # noqa: E402
+from tasks import TASKS  # noqa: E402
+
+from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
 from .paths import safe_component  # noqa: E402
 from .store import REQUIRED_KEYS, StoreError, numbered_jsonl  # noqa: E402
 
-EXTRA_PLOTS = {"gsm8k": ("answer_nll_per_token",), "genppl": ("unigram_entropy",)}
-PER_MODEL_PLOTS = {"gsm8k"}   # tasks whose decoding-independent extra metric is drawn per model (bars)
-PARADIGM_ORDER = {"ar": 0, "mdlm": 1, "bd3lm": 2, "setdlm": 3}
-CMAPS = {"ar": "Greys", "mdlm": "Blues", "bd3lm": "Reds", "setdlm": "Greens"}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
 
 
 def family(row: dict) -> str:
-    """The series a point belongs to: paradigm plus the model/decode knobs that are not swept along it."""
-    p = row["paradigm"]
-    if p == "ar":
-        return "AR"
-    if p == "mdlm":
-        return "MDLM"
-    if p == "bd3lm":
-        same = row.get("window") in (None, row["block_size"])   # likelihood cells (None) decode nothing
-        return f"BD3LM S={row['block_size']}" + ("" if same else f" W={row['window']}")
-    smax = max_block_size(row)
-    window = f" W={row['window']}" if row.get("window") is not None else ""
-    return (f"SetDLM S_max={smax}" if smax else f"SetDLM S={row['block_size']}") + window
-
-
-def max_block_size(row: dict) -> int | None:
-    """A SetDLM row's S_max; rows written before S_max was recorded: from a preset model id, which names it
-    (a user's checkpoint may not: None)."""
-    if row.get("max_block_size") is not None or row["paradigm"] != "setdlm":
-        return row.get("max_block_size")
-    found = re.search(r"-smax(\d+)-", row["model_id"])
-    return int(found.group(1)) if found else None
+    """The series a point belongs to: the paradigm's series label (models/paradigm.py: the model and the
+    decoding knobs that are not swept along a series)."""
+    return get_paradigm(row["paradigm"]).series(row)
 
 
 def setting(row: dict) -> str:
-    """What varies along a series: the threshold (and MDLM's step budget)."""
-    tau = "-" if row.get("threshold") is None else f"{row['threshold']:g}"
-    steps = f" T={row['steps']}" if row.get("steps") else ""
-    return f"tau={tau}{steps}"
+    """What varies along a series: the threshold (and step budgets)."""
+    return get_paradigm(row["paradigm"]).setting(row)
+
+
+def paradigm_order() -> dict[str, int]:
+    return {p: i for i, p in enumerate(paradigm_names())}
 
 
 def pareto_mask(quality: list[float], speed: list[float], higher_is_better: bool) -> list[bool]:
@@ -121,7 +103,7 @@ def load_runs(preset_dir: Path) -> pd.DataFrame:
     df["family"] = [family(r) for r in unique]
     df["precision"] = [precision_label(r) for r in unique]
     df["setting"] = [setting(r) for r in unique]
-    df["order"] = df["paradigm"].map(PARADIGM_ORDER)
+    df["order"] = df["paradigm"].map(paradigm_order())
     return df.sort_values(["task", "order", "family", "setting", "metric"], kind="stable").reset_index(drop=True)
 
 
@@ -133,7 +115,8 @@ class ReportError(StoreError):
 REPORT_KEYS = tuple(k for k in REQUIRED_KEYS if k != "n_metrics") + ("primary", "higher_is_better", "steps")
 NUMBERS = ("value", "ci_low", "ci_high", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
            "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward")
-WHOLE_NUMBERS = ("block_size", "window", "steps", "n_examples")
+WHOLE_NUMBERS = ("block_size", "max_block_size", "window", "decode_block", "steps", "steps_per_block", "chunk_size",
+                 "n_examples")
 
 
 def checked_rows(path: Path) -> list[dict]:
@@ -146,8 +129,8 @@ def checked_rows(path: Path) -> list[dict]:
         missing = [k for k in REPORT_KEYS if k not in row]
         if missing:
             raise ReportError(f"{where}: result row lacks {', '.join(missing[:5])}")
-        if row["paradigm"] not in PARADIGM_ORDER:
-            raise ReportError(f"{where}: unknown paradigm {row['paradigm']!r}; valid: {', '.join(PARADIGM_ORDER)}")
+        if row["paradigm"] not in paradigm_names():
+            raise ReportError(f"{where}: unknown paradigm {row['paradigm']!r}; valid: {', '.join(paradigm_names())}")
         safe_component(row["task"], f"{where}: task", ReportError)
         for key in ("model_id", "preset"):
             if not isinstance(row[key], str):
@@ -194,7 +177,8 @@ def task_table(df: pd.DataFrame, task: str) -> pd.DataFrame:
         first = cell.iloc[0]
         row = {
             "family": first.family, "setting": first.setting, "paradigm": first.paradigm, "model_id": first.model_id,
-            "S": first.block_size, "W": first.window, "tau": first.threshold, "steps": first.steps,
+            "S": first.block_size, "S_max": first.get("max_block_size"),
+            **{knob: first.get(knob) for knob in DECODE_KNOBS},
             "expected_budget": first.expected_budget, "n": first.n_examples, "precision": first.precision,
         }
         for _, m in cell.iterrows():
@@ -208,6 +192,7 @@ def task_table(df: pd.DataFrame, task: str) -> pd.DataFrame:
         })
         wide.append(row)
     table = pd.DataFrame(wide)
+    table = table.drop(columns=[k for k in ("S_max", *DECODE_KNOBS) if table[k].isna().all()])
     if table["tokens/s"].notna().any():
         hib = bool(sub[sub.metric == primary].iloc[0].higher_is_better)
         table["pareto"] = pareto_mask(table[primary].astype(float).tolist(),
@@ -223,7 +208,8 @@ def perplexity_table(df: pd.DataFrame) -> pd.DataFrame:
                             aggfunc="first").reset_index().sort_values(["order", "model_id"])
     table = table.drop(columns="order")
     table.columns.name = None
-    table.insert(2, "bound", ["exact" if p == "ar" else "<= (NELBO)" for p in table.paradigm])
+    table.insert(2, "bound", ["exact" if get_paradigm(p).likelihood == "exact" else "<= (NELBO)"
+                              for p in table.paradigm])
     return table
 
 
@@ -239,7 +225,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 def family_colors(points: pd.DataFrame) -> dict[str, tuple]:
     """One hue per paradigm, one shade per family within it (so e.g. the SetDLM windows stay apart)."""
     colors = {}
-    for paradigm, cmap in CMAPS.items():
+    for paradigm in paradigm_names():
+        cmap = get_paradigm(paradigm).colormap
         fams = list(dict.fromkeys(points[points.paradigm == paradigm].family))
         for i, fam in enumerate(fams):
             colors[fam] = plt.get_cmap(cmap)(0.95 if len(fams) == 1 else 0.5 + 0.45 * i / (len(fams) - 1))
@@ -379,7 +366,7 @@ def claims_tables(preset_dir: Path, bench_dir: Path | None) -> tuple[pd.DataFram
     """The claims summary and every paired comparison (harness.claims) of one preset's results."""
     from .claims import evaluate
 
-    rows = [{**row, "max_block_size": max_block_size(row)} for row in checked_rows(preset_dir / "runs.jsonl")]
+    rows = checked_rows(preset_dir / "runs.jsonl")
     summary, details = evaluate(preset_dir, rows, bench_dir)
     return pd.DataFrame(summary), pd.DataFrame(details)
 
@@ -408,14 +395,39 @@ def readme_section(summary: pd.DataFrame, details: pd.DataFrame, preset: str) ->
             f"(results/reference/{preset}/tables/claims.md)</summary>\n\n{rest}\n</details>\n{README_END}")
 
 
-def update_readme(path: Path, section: str, preset: str) -> bool:
-    """Replace the generated section of a README (between its markers); False if it has none."""
+ORACLE_BEGIN = "<!-- generated by python -m harness.report --readme: oracle likelihood of the {preset} results -->"
+ORACLE_END = "<!-- end of generated oracle table -->"
+
+
+def oracle_section(df: pd.DataFrame, preset: str) -> str | None:
+    """The README's generated oracle table: each oracle model's NLL (a bound for diffusion) against the oracle's
+    exact entropy of the same sequences, with CIs; None when the results have no oracle_nll task."""
+    sub = df[df.task == "oracle_nll"]
+    if sub.empty:
+        return None
+    rows = []
+    for _, cell in sub.groupby("run_id", sort=False):
+        m = {r.metric: r for r in cell.itertuples()}
+        first = cell.iloc[0]
+        rows.append({"model": first.family, "model_id": first.model_id,
+                     "model NLL, nats/token": _fmt(m["nll"].value, m["nll"].ci_low, m["nll"].ci_high),
+                     "oracle entropy": _fmt(m["oracle_entropy"].value, m["oracle_entropy"].ci_low,
+                                            m["oracle_entropy"].ci_high),
+                     "excess (model - oracle)": _fmt(m["excess"].value, m["excess"].ci_low, m["excess"].ci_high),
+                     "n": first.n_examples, "order": first.order})
+    table = pd.DataFrame(rows).sort_values(["order", "model"]).drop(columns="order")
+    return f"{ORACLE_BEGIN.format(preset=preset)}\n{table.to_markdown(index=False)}\n{ORACLE_END}"
+
+
+def update_readme(path: Path, section: str, preset: str, begin_marker: str = README_BEGIN,
+                  end_marker: str = README_END) -> bool:
+    """Replace a generated section of a README (between its markers); False if it has none."""
     text = path.read_text()
-    begin = text.find(README_BEGIN.format(preset=preset))
-    end = text.find(README_END)
+    begin = text.find(begin_marker.format(preset=preset))
+    end = text.find(end_marker)
     if begin < 0 or end < begin:
         return False
-    path.write_text(text[:begin] + section + text[end + len(README_END):])
+    path.write_text(text[:begin] + section + text[end + len(end_marker):])
     return True
 
 
@@ -450,13 +462,14 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         for task in dict.fromkeys(df.task):
             _write(task_table(df, task).drop(columns=["run_id"]), tables, task)
             primary = df[(df.task == task) & df.primary].metric
-            for metric in list(dict.fromkeys(primary)) + list(EXTRA_PLOTS.get(task, ())):
+            extra = TASKS[task].extra_plots if task in TASKS else ()   # a task declares what else is drawn
+            for metric in list(dict.fromkeys(primary)) + list(extra):
                 name = f"{preset_dir.name}-{task}" + ("" if metric in set(primary) else f"-{metric}")
                 rows = df[(df.task == task) & (df.metric == metric)]
                 if rows.empty:
                     continue
-                if decoding_independent(rows):
-                    if task in PER_MODEL_PLOTS and plot_per_model(df, [task], {task: metric},
+                if decoding_independent(rows):   # one bar per model (perplexities: in the combined plot below)
+                    if metric != "perplexity" and plot_per_model(df, [task], {task: metric},
                                                                   rows.iloc[0].get("metric_label") or metric,
                                                                   plots / f"{name}.png"):
                         written.append(plots / f"{name}.png")
@@ -477,6 +490,10 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
             if not update_readme(Path(readme), readme_section(summary, details, readme_preset), readme_preset):
                 raise ReportError(f"{readme} has no generated section for preset {readme_preset} (the markers "
                                   f"{README_BEGIN.format(preset=readme_preset)!r} ... {README_END!r})")
+            oracle = oracle_section(df, readme_preset)
+            if oracle is not None and not update_readme(Path(readme), oracle, readme_preset, ORACLE_BEGIN, ORACLE_END):
+                raise ReportError(f"{readme} has no generated oracle section (the markers "
+                                  f"{ORACLE_BEGIN.format(preset=readme_preset)!r} ... {ORACLE_END!r})")
             written.append(Path(readme))
     return written
 

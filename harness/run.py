@@ -4,7 +4,8 @@
     python -m harness.run --sweep --preset smoke --tasks gsm8k,ppl_owt --limit 2
     python -m harness.run --preset cpu --paradigm setdlm --block-size 4 --task roc_infill1 \\
         --window 8 --threshold 0.9 --limit 20               # a single cell
-    python -m harness.run --checkpoint DIR --task gsm8k --limit 20   # a single cell of your own checkpoint
+    python -m harness.run --model DIR --task gsm8k --limit 20   # a single cell of your own checkpoint
+    python -m harness.run --model smollm2 --paradigm ar --task cnndm --limit 5   # or of any HF / GGUF model
     python -m harness.run --sweep --plan                   # what a sweep would train and run, and how long
 
 Before any work a sweep prints what it will train and run and a time estimate probed on this machine
@@ -26,32 +27,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from models.base import PARADIGM_KNOBS, PARADIGMS
+from models import get_paradigm, paradigm_names
 from tasks import TASKS, TaskError
 
-from .cli import INTERRUPTED, REFERENCE, Parser, number, reference_option
+from .cli import INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, number, reference_option
 from .launchers import LAUNCHERS, execute, import_ray, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore, StoreError
-from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
+from .sweep import PlanError, check_checkpoints, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
 from .train import TrainingError
 
-DECODE_KNOBS = ("window", "threshold", "steps", "chunk_size")
-
-
 positive_int = number(int, 1)
-
-
-def threshold_value(text: str) -> float | None:
-    if text.lower() in ("none", "off"):
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1] or 'none', got {text!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"threshold must be in (0, 1] (or 'none'), got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,18 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweep", action="store_true", help="run every cell of the preset (default preset: cpu)")
     ap.add_argument("--preset", default="cpu", help=f"one of: {', '.join(PRESETS)} (default cpu)")
-    ap.add_argument("--paradigms", help=f"comma list (sweep), from: {', '.join(PARADIGMS)}")
+    ap.add_argument("--paradigms", help=f"comma list (sweep), from: {', '.join(paradigm_names())}")
     ap.add_argument("--tasks", help=f"comma list (sweep), from: {', '.join(TASKS)}")
     ap.add_argument("--paradigm", help="single cell: the paradigm")
     ap.add_argument("--task", help="single cell: the task")
-    ap.add_argument("--block-size", type=positive_int, help="which of the preset's BD3LM/SetDLM models (S)")
-    ap.add_argument("--checkpoint", help="single cell: evaluate this checkpoint directory (written by models.save, "
-                                         "e.g. by python -m harness.train) instead of a preset model")
-    ap.add_argument("--window", type=positive_int, help="SetDLM window W / BD3LM decode block size")
-    ap.add_argument("--threshold", type=threshold_value, default=argparse.SUPPRESS,
-                    help="confidence threshold tau in (0, 1], or 'none'")
-    ap.add_argument("--steps", type=positive_int, help="MDLM steps for the span / BD3LM steps per block")
-    ap.add_argument("--chunk-size", type=positive_int, help="MDLM semi-autoregressive chunk size")
+    ap.add_argument("--block-size", type=positive_int, help="which of the preset's models with a block size S "
+                                                             "(BD3LM block, SetDLM set size)")
+    ap.add_argument("--model", "--checkpoint", dest="model", metavar="SPEC",
+                    help="single cell: evaluate this model instead of a preset model: a checkpoint directory (written "
+                         "by models.save, e.g. by python -m harness.train), an official kuleshov-group checkpoint or "
+                         "paper key (owt:setdlm-smax8), a Hugging Face directory, a .gguf file, a hub id, or smollm2")
+    ap.add_argument("--length", type=positive_int, help="with --model: the context of a pretrained model "
+                                                         "(default: its own, at most 8192)")
+    add_decode_flags(ap)
     ap.add_argument("--limit", type=int, help="examples per cell (default: the preset's)")
     ap.add_argument("--data", help="a user data file for the (single) task, in its documented format")
     ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
@@ -108,14 +95,14 @@ def make_plan(args):
     device = "cuda" if args.launcher == "ray" and args.device == "cuda" else resolve_device(args.device)
     common = dict(limit=args.limit, device=device, seed=args.seed, batch_size=args.batch_size, data=args.data,
                   source=args.source, precision=args.precision)
-    knobs = {k: getattr(args, k) for k in DECODE_KNOBS if getattr(args, k, None) is not None}
-    if hasattr(args, "threshold"):
-        knobs["threshold"] = args.threshold
-    if args.checkpoint:
+    knobs = decode_knobs(args)
+    if args.model:
         if args.sweep or not args.task:
-            raise PlanError("--checkpoint evaluates one cell: give --task NAME (and no --sweep)")
-        return plan_checkpoint(preset, args.checkpoint, args.task, paradigm=args.paradigm,
-                               block_size=args.block_size, decode=knobs, **common)
+            raise PlanError("--model evaluates one cell: give --task NAME (and no --sweep)")
+        return plan_checkpoint(preset, args.model, args.task, paradigm=args.paradigm, block_size=args.block_size,
+                               decode=knobs, length=args.length, **common)
+    if args.length:
+        raise PlanError("--length applies to --model (a pretrained model's context)")
     if args.sweep:
         if args.paradigm or args.task:
             raise PlanError("--sweep takes --paradigms/--tasks (plural); --paradigm/--task select a single cell")
@@ -123,9 +110,9 @@ def make_plan(args):
                           decode=knobs or None, **common)
     if not (args.paradigm and args.task):
         raise PlanError("give --sweep, or --paradigm and --task for a single cell")
-    if args.paradigm not in PARADIGMS:
-        raise PlanError(f"unknown paradigm {args.paradigm!r}; valid: {', '.join(PARADIGMS)}")
-    if args.paradigm in ("bd3lm", "setdlm") and args.block_size is None:
+    if args.paradigm not in paradigm_names():
+        raise PlanError(f"unknown paradigm {args.paradigm!r}; valid: {', '.join(paradigm_names())}")
+    if get_paradigm(args.paradigm).block_size_meaning is not None and args.block_size is None:
         sizes = sorted({c.block_size for c in preset.train_configs((args.paradigm,))})
         raise PlanError(f"{args.paradigm} needs --block-size; the {preset.name} preset has {sizes}")
     return plan_sweep(preset, args.paradigm, args.task, block_size=args.block_size, decode=knobs, **common)
@@ -136,20 +123,21 @@ def summary_table(rows: list[dict]) -> str:
 
     if not rows:
         return "(no results)"
-    df = pd.DataFrame([r for r in rows if r.get("primary")])
-    if df.empty:
+    primary = [r for r in rows if r.get("primary")]
+    if not primary:
         return "(no results)"
-    cols = ["task", "model_id", "window", "threshold", "metric", "value", "tokens_per_s", "nfe_mean",
-            "tokens_per_forward"]
-    df = df[cols].sort_values(["task", "model_id", "window", "threshold"], na_position="first")
+    df = pd.DataFrame(primary)
+    df["decoding"] = [f"{get_paradigm(r['paradigm']).series(r)} {get_paradigm(r['paradigm']).setting(r)}"
+                      for r in primary]   # from the rows themselves: pandas would turn None into NaN
+    cols = ["task", "model_id", "decoding", "metric", "value", "tokens_per_s", "nfe_mean", "tokens_per_forward"]
+    df = df[cols].sort_values(["task", "model_id", "decoding"], na_position="first")
     return df.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
 def warn_inert_knobs(args, plan) -> None:
     """One `warning:` line per decoding knob given on the command line that a planned paradigm does not read
-    (e.g. --window for AR): the knob is dropped for those cells (DecodeConfig.for_paradigm)."""
-    given = {k for k in DECODE_KNOBS if getattr(args, k, None) is not None} | (
-        {"threshold"} if hasattr(args, "threshold") else set())
+    (e.g. --window for AR): the knob is dropped for those cells (ParadigmModel.resolve_decode)."""
+    given = set(decode_knobs(args))
     decoding = [c for c in plan.cells if TASKS[c.task].decode_kind != "none"]
     for knob in sorted(given):
         flag = f"--{knob.replace('_', '-')}"
@@ -157,9 +145,9 @@ def warn_inert_knobs(args, plan) -> None:
             print(f"warning: {flag} has no effect: {', '.join(sorted({c.task for c in plan.cells}))} decode nothing",
                   file=sys.stderr)
             continue
-        inert = sorted({c.paradigm for c in decoding if knob not in PARADIGM_KNOBS[c.paradigm]})
+        inert = sorted({c.paradigm for c in decoding if knob not in get_paradigm(c.paradigm).knobs})
         if inert:
-            reads = "; ".join(f"{p} reads {', '.join(sorted(PARADIGM_KNOBS[p])) or 'none'}" for p in inert)
+            reads = "; ".join(f"{p} reads {', '.join(sorted(get_paradigm(p).knobs)) or 'none'}" for p in inert)
             print(f"warning: {flag} has no effect on {', '.join(inert)} and is ignored for its cells ({reads})",
                   file=sys.stderr)
 
@@ -182,13 +170,14 @@ def _main(argv: list[str] | None) -> int:
     try:
         plan = make_plan(args)
         warn_inert_knobs(args, plan)
-        if args.plan:
+        if args.plan:   # nothing is loaded: a paper preset's plan works offline
             store = ResultsStore(results_dir(args.out, plan.preset.name))
             print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
             return 0
+        check_checkpoints(plan)
         store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
                         args.ray_cpus)
-    except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:
+    except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:   # CheckpointError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
     ids = {c.run_id for c in plan.cells}

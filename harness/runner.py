@@ -15,9 +15,6 @@ uninterrupted one.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,7 +28,8 @@ from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, T
 
 from .configs import RunCell
 from .env import fingerprint
-from .paths import safe_component
+from .rows import finite, result_rows
+from .paths import hashed_component, safe_component
 from .precision import DTYPES, PRECISIONS
 from .progress import progress as progress_bar
 from .timing import CallTiming, summarize
@@ -55,11 +53,17 @@ class LoadedModel:
         return self.model.config.length
 
 
-def load_model(checkpoint: Path, device: torch.device, model_id: str | None = None,
-               paradigm: str | None = None, precision: str = "fp32", save_hint: str = SAVE_HINT) -> LoadedModel:
-    """Model and tokenizer of a checkpoint directory, cast to the decoding `precision` ("fp32"/"bf16");
-    models.CheckpointError if either cannot be loaded (a missing tokenizer: with `save_hint` as advice)."""
+def load_model(checkpoint: Path | str, device: torch.device, model_id: str | None = None,
+               paradigm: str | None = None, precision: str = "fp32", save_hint: str = SAVE_HINT,
+               length: int | None = None, block_size: int | None = None) -> LoadedModel:
+    """Model and tokenizer of any model spec (models.open_model: a checkpoint directory, an official or a
+    pretrained model), cast to the decoding `precision` ("fp32"/"bf16"); models.CheckpointError if either
+    cannot be loaded (a checkpoint's missing tokenizer: with `save_hint` as advice). `length` and
+    `block_size` apply to pretrained models (their context and, for BD3LM / SetDLM, S)."""
     dtype = DTYPES[precision]
+    if models.spec_kind(checkpoint) != "checkpoint":
+        model, tokenizer = models.open_model(checkpoint, paradigm, device, dtype, length=length, block_size=block_size)
+        return LoadedModel(model, tokenizer, model_id or spec_model_id(checkpoint), device, dtype, None)
     model = models.load(checkpoint, paradigm=paradigm, device=device).to(dtype)
     meta = models.checkpoint.read_config(checkpoint)
     missing = [f for f in ("tokenizer.json", "tokenizer_meta.json") if not (Path(checkpoint) / f).is_file()]
@@ -79,6 +83,15 @@ def load_model(checkpoint: Path, device: torch.device, model_id: str | None = No
                        training_precision(meta))
 
 
+def spec_model_id(spec: str | Path) -> str:
+    """The model id of a pretrained or official model: its short name, file stem or directory name."""
+    text = str(spec).rstrip("/")
+    name = Path(text).stem if text.endswith(".gguf") else text.replace(":", "-").replace("/", "--")
+    if Path(text).expanduser().exists():
+        name = Path(text).expanduser().resolve().stem
+    return hashed_component(name)
+
+
 def checkpoint_model_id(meta: dict, directory: Path) -> str:
     """The `model_id` of a checkpoint's config.json (untrusted: it must be a safe name, see harness.paths),
     else the directory's name."""
@@ -96,21 +109,6 @@ def training_precision(meta: dict) -> str | None:
     if isinstance(train.get("bf16"), bool):
         return "bf16" if train["bf16"] else "fp32"
     return None
-
-
-class ARJudge:
-    """Generative-perplexity judge: an AR model scoring texts (bos + text, the text's tokens are targets)."""
-
-    def __init__(self, loaded: LoadedModel):
-        if loaded.model.paradigm != "ar":
-            raise ValueError(f"the judge must be an AR model, got {loaded.model.paradigm}")
-        self.loaded = loaded
-        self.name = f"ar:{loaded.model_id}"
-
-    def score_texts(self, texts: list[str]) -> list[tuple[float, int]]:
-        tok, L = self.loaded.tokenizer, self.loaded.length
-        requests = [NllRequest([tok.bos_id] + tok.encode(t)[:L - 1], 1) for t in texts]
-        return [(o.nll, o.n_tokens) for o in execute_nll(self.loaded, requests, seed=0)]
 
 
 # -- executing requests --------------------------------------------------------------------------
@@ -187,12 +185,6 @@ def warmup_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> l
     return out
 
 
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list[dict],
                   write_examples: Callable[[list[dict]], None], judge=None, progress: bool = True) -> list[dict]:
     """Run the missing example chunks of `cell` and return its result rows (one per metric)."""
@@ -231,7 +223,7 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
         rows = []
         for i, ex in enumerate(chunk):
             scores = task.score(ex, outputs[i], judge)
-            row = {"example_id": ex.id, "chunk": c, "metrics": {k: _finite(v) for k, v in scores.items()}}
+            row = {"example_id": ex.id, "chunk": c, "metrics": {k: finite(v) for k, v in scores.items()}}
             if timed:
                 k, call, j = served[i]
                 row.update(call=k, seconds=call.seconds, n_tokens=call.tokens[j], nfe=call.nfe[j],
@@ -249,27 +241,7 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     metrics = task.aggregate([r["metrics"] for r in rows])
     timing = summarize(_calls_from_rows(rows)) if timed else summarize([])
     env = fingerprint(loaded.device, loaded.dtype)
-    d = cell.decode
-    base = {
-        "run_id": cell.run_id, "preset": cell.preset, "paradigm": cell.paradigm, "model_id": cell.model_id,
-        "task": cell.task, "n_examples": len(rows), "block_size": cell.block_size,
-        "max_block_size": cell.max_block_size,
-        "window": d.window if cell.paradigm in ("bd3lm", "setdlm") else None,
-        "threshold": d.threshold, "steps": d.steps, "expected_budget": cell.expected_budget,
-        "decode": dataclasses.asdict(d), "task_options": cell.options, "limit": cell.limit,
-        "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed,
-        "train_precision": loaded.train_precision, "decode_precision": cell.precision,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
-    }
-    judge_name = getattr(judge, "name", None) if task.needs_judge else None
-    return [
-        {**base, "metric": name, "value": _finite(mv.value), "ci_low": _finite(mv.ci_low),
-         "ci_high": _finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
-         "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
-         "decoding_independent": task.decode_kind == "none" or name in task.decoding_independent,
-         "judge": judge_name, "n_metrics": len(metrics)}
-        for name, mv in metrics.items()
-    ]
+    return result_rows(cell, task, len(rows), metrics, timing, env, loaded.train_precision, judge)
 
 
 def _calls_from_rows(rows: list[dict]) -> list[CallTiming]:

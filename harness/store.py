@@ -39,7 +39,7 @@ from .paths import safe_component
 
 REQUIRED_KEYS = (
     "run_id", "preset", "paradigm", "model_id", "task", "metric", "value", "ci_low", "ci_high", "n_examples",
-    "block_size", "window", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
+    "block_size", "max_block_size", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
     "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward", "device", "dtype",
     "torch_version", "git_sha", "seed", "timestamp", "n_metrics",
 )

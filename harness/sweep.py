@@ -1,7 +1,9 @@
 """Plan a sweep (which models to train, which cells to run) and execute it through a launcher.
 
 A plan is pure data: the TrainConfigs it needs, the RunCells it evaluates and, for `--checkpoint`,
-the user's checkpoint directories (evaluated as they are, never trained). Executing it
+the user's checkpoint directories (evaluated as they are, never trained); planning reads configs
+only, no weights and no tokenizer (`check_checkpoints` loads a user's checkpoint before any work
+starts). Executing it
 takes the results directory's writer lock, skips finished cells, trains (or reuses) the
 models the remaining cells need, and runs the cells model by model. Results are written by
 this process only, through harness.store, whichever launcher ran the work.
@@ -17,20 +19,45 @@ from pathlib import Path
 import torch
 
 import models
-from models.base import PARADIGMS, DecodeConfig, ModelConfig
-from models.schedules import expected_budget
+from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from tasks import TASKS, Task, TaskError, get_task
 
 from .configs import RunCell, TrainConfig, options_tuple
 from .precision import resolve_precision
 from .presets import Preset, TaskSpec
-from .runner import cell_requests, checkpoint_model_id, load_model
+from .runner import cell_requests, checkpoint_model_id, load_model, spec_model_id
 from .store import ResultsStore
-from .train import checkpoint_dir, resolve_device as train_device
+from .cache import checkpoint_dir
+from .precision import resolve_device as torch_device
 
 
 class PlanError(ValueError):
     """Invalid sweep input (unknown names, impossible grid values); reported before any work."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What planning needs of a model it cannot open yet (a paper checkpoint not downloaded): paradigm, L, S, S_max."""
+    paradigm: str
+    length: int
+    block_size: int | None = None
+    max_block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class External:
+    """A model the sweep evaluates as it is, never trains: a user's checkpoint directory, an official checkpoint
+    or a pretrained LM (any models.open_model spec), with the options it is opened with and its config (or, for a
+    paper checkpoint planned offline, the shape its key declares)."""
+    spec: str
+    config: ModelConfig | ModelShape
+    paradigm: str | None = None        # for a pretrained LM: the paradigm built around its weights
+    length: int | None = None          # for a pretrained LM: its context in this sweep
+    block_size: int | None = None
+
+    @property
+    def options(self) -> dict:
+        return {"paradigm": self.paradigm, "length": self.length, "block_size": self.block_size}
 
 
 @dataclass(frozen=True)
@@ -39,24 +66,13 @@ class Plan:
     train: tuple[TrainConfig, ...]     # every model the cells (and the gen-ppl judge) need
     cells: tuple[RunCell, ...]
     judge: TrainConfig | None          # the AR model that scores gen-ppl samples
-    external: dict[str, Path] = field(default_factory=dict)  # model_id -> a user's checkpoint (--checkpoint)
+    external: dict[str, External] = field(default_factory=dict)  # model_id -> a model evaluated as it is
 
-    def checkpoint(self, model_id: str) -> Path:
-        """Where the model's checkpoint is: the user's directory, or the training cache."""
+    def checkpoint(self, model_id: str) -> Path | str:
+        """Where the model is: the external spec, or the training cache."""
         if model_id in self.external:
-            return self.external[model_id]
+            return self.external[model_id].spec
         return checkpoint_dir(next(t for t in self.train if t.model_id == model_id))
-
-
-def max_block_size(cfg: TrainConfig | ModelConfig) -> int | None:
-    """SetDLM's S_max (2S unless the config sets it); None for the other paradigms."""
-    if cfg.paradigm != "setdlm":
-        return None
-    return cfg.max_block_size or 2 * cfg.block_size
-
-
-def budget_of(cfg: TrainConfig | ModelConfig) -> float | None:
-    return expected_budget(cfg.paradigm, cfg.length, cfg.block_size, cfg.max_block_size)
 
 
 def _split(value: str | None, valid, what: str) -> tuple[str, ...] | None:
@@ -69,18 +85,24 @@ def _split(value: str | None, valid, what: str) -> tuple[str, ...] | None:
     return names
 
 
-def validate_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig, task: Task | None = None) -> None:
-    if decode.window is not None and decode.window > cfg.length:
-        raise PlanError(f"window {decode.window} is larger than the context length L={cfg.length}")
-    if cfg.paradigm == "bd3lm" and decode.window is not None and cfg.length % decode.window:
-        raise PlanError(f"BD3LM block size {decode.window} does not divide L={cfg.length}")
-    new_tokens = getattr(task, "max_new_tokens", None)
-    if cfg.paradigm == "mdlm" and decode.steps and decode.chunk_size and new_tokens:
-        chunks = -(-min(new_tokens, cfg.length) // decode.chunk_size)
-        if decode.steps < chunks:
-            raise PlanError(f"MDLM steps={decode.steps} is fewer than the {chunks} chunks of {decode.chunk_size} "
-                            f"tokens in {task.name}'s {new_tokens} new tokens; use steps >= {chunks} or a larger "
-                            f"chunk size")
+def resolve_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig, task: Task | None = None) -> DecodeConfig:
+    """The paradigm's resolved settings (defaults filled, inert knobs reset), checked against the model and the
+    task; PlanError for values it cannot honour."""
+    paradigm = get_paradigm(cfg.paradigm)
+    try:
+        decode = paradigm.resolve_decode(decode, cfg)
+        paradigm.check_task_decode(decode, cfg, getattr(task, "max_new_tokens", None))
+    except ValueError as e:
+        raise PlanError(f"{cfg.paradigm}: {e}") from None
+    return decode
+
+
+def budget_of(cfg: TrainConfig | ModelConfig) -> float | None:
+    return get_paradigm(cfg.paradigm).budget(cfg.length, cfg.block_size, max_block_size(cfg))
+
+
+def max_block_size(cfg: TrainConfig | ModelConfig) -> int | None:
+    return get_paradigm(cfg.paradigm).resolved_max_block_size(cfg.block_size, cfg.max_block_size, cfg.length)
 
 
 def _task_options(spec_options: dict, data: str | None, source: str | None) -> dict:
@@ -132,11 +154,8 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 grid = [DecodeConfig()]
             else:
                 grid = [DecodeConfig()] if decode is not None else preset.decode_grid(cfg, spec)
-                grid = [d.replace(**spec.decode).replace(**(decode or {})).for_paradigm(cfg.paradigm) for d in grid]
-                if cfg.paradigm in ("bd3lm", "setdlm"):
-                    grid = [d if d.window is not None else d.replace(window=cfg.block_size) for d in grid]
+                grid = [resolve_decode(cfg, d.replace(**spec.decode).replace(**(decode or {})), task) for d in grid]
             for d in grid:
-                validate_decode(cfg, d, task)
                 cells.append(RunCell(
                     preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,
@@ -159,57 +178,107 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     """Every (model, decode setting, task) cell of a preset; `decode` (knob -> value) narrows the grid
     to one setting, whose knobs win over the preset's per-task decoding overrides. `precision` (auto,
     fp32, bf16) is resolved for `device` and applies to training and decoding alike."""
-    chosen_paradigms = _split(paradigms, PARADIGMS, "paradigm") or PARADIGMS
-    preset_tasks = tuple(t.name for t in preset.tasks)
-    chosen_tasks = _split(tasks, tuple(TASKS), "task") or preset_tasks
+    chosen_paradigms = _split(paradigms, paradigm_names(), "paradigm") or paradigm_names()
+    families = (preset, *preset.families)
+    chosen_tasks = _split(tasks, tuple(TASKS), "task") or tuple(t.name for f in families for t in f.tasks)
     _check_common(limit, batch_size, data, chosen_tasks)
 
     precision = _precision(precision, device)
-    train = [c for c in preset.train_configs(chosen_paradigms, seed, precision, device)
-             if block_size is None or c.block_size in (None, block_size)]
-    if block_size is not None and not any(c.block_size == block_size for c in train):
-        sizes = sorted({c.block_size for c in preset.train_configs() if c.block_size})
+    train, cells, external = [], [], {}
+    for i, family in enumerate(families):
+        # a task runs on the family that lists it; a task no family lists runs on the first (natural-text) one
+        mine = tuple(t for t in chosen_tasks if family.lists(t) or (i == 0 and not any(f.lists(t) for f in families)))
+        if not mine:
+            continue
+        if family.external:   # models evaluated as they are: opened once to read their configs
+            outside = {spec_model_id(spec): external_model(spec, **options) for spec, options in family.external}
+            outside = {k: e for k, e in outside.items() if e.config.paradigm in chosen_paradigms}
+            targets = [(model_id, e.config) for model_id, e in outside.items()]
+            external.update(outside)
+        else:
+            models_of = [c for c in family.train_configs(chosen_paradigms, seed, precision, device)
+                         if block_size is None or c.block_size in (None, block_size)]
+            targets = [(c.model_id, c) for c in models_of]
+            train += models_of
+        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit,
+                                 batch_size=batch_size, device=device, seed=seed, precision=precision)
+        cells += family_cells
+    if block_size is not None and not any(c.block_size == block_size for c in train) and not external:
+        sizes = sorted({c.block_size for f in families for c in f.train_configs() if c.block_size})
         raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
-    cells, _ = _cells(preset, chosen_tasks, [(c.model_id, c) for c in train], decode, data, source, limit,
-                      batch_size=batch_size, device=device, seed=seed, precision=precision)
     judge = _judge(preset, cells, seed, precision, device)
     if judge is not None and judge not in train:
         train.append(judge)
-    return Plan(preset, tuple(train), tuple(cells), judge)
+    return Plan(preset, tuple(train), tuple(cells), judge, external)
 
 
-def plan_checkpoint(preset: Preset, directory: str | Path, task: str, paradigm: str | None = None,
+def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str | None = None,
                     block_size: int | None = None, limit: int | None = None, device: str = "cpu", seed: int = 0,
                     batch_size: int = 1, data: str | None = None, source: str | None = None,
-                    decode: dict | None = None, precision: str = "auto") -> Plan:
-    """One cell of a user's checkpoint (a directory written by models.save, e.g. by harness.train) on one
-    task. The checkpoint is loaded and every selected example turned into requests now, so a bad checkpoint
-    or a prompt that does not fit its context is reported before any work. model_id: the config's
-    `model_id`, else the directory name; paradigm, block size and budget: its model config. `precision` is
-    the decoding precision (the checkpoint was trained in whatever its config.json says)."""
-    directory = Path(directory)
+                    decode: dict | None = None, precision: str = "auto", length: int | None = None) -> Plan:
+    """One cell of a model the user brings (any models.open_model spec: a checkpoint directory written by
+    models.save or harness.train, an official checkpoint, a pretrained LM) on one task. A checkpoint is planned
+    from its config.json alone; any other spec is opened once to read its config (`check_checkpoints` loads
+    the model and builds the requests before any work). model_id: a checkpoint config's `model_id`, else the
+    directory name / the spec's short name; paradigm, block size and budget: its model config. `precision` is
+    the decoding precision."""
+    spec = str(spec)
     precision = _precision(precision, device)
-    if paradigm is not None and paradigm not in PARADIGMS:
-        raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(PARADIGMS)}")
+    if paradigm is not None and paradigm not in paradigm_names():
+        raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(paradigm_names())}")
     chosen_tasks = _split(task, tuple(TASKS), "task")
     if len(chosen_tasks) != 1:
-        raise PlanError("--checkpoint evaluates one task: give --task NAME")
+        raise PlanError("--model evaluates one task: give --task NAME")
     _check_common(limit, batch_size, data, chosen_tasks)
-    meta = models.checkpoint.read_config(directory)                   # CheckpointError: exit 2
-    loaded = load_model(directory, torch.device("cpu"), checkpoint_model_id(meta, directory), paradigm)
-    config = loaded.model.config
+    external = external_model(spec, paradigm, length, block_size)
+    config = external.config
     if block_size is not None and block_size != config.block_size:
         raise PlanError(f"--block-size {block_size} does not match the checkpoint's block size {config.block_size} "
-                        f"({directory}); leave --block-size out")
-    cells, tasks = _cells(preset, chosen_tasks, [(loaded.model_id, config)], decode or {}, data, source, limit,
-                          batch_size=batch_size, device=device, seed=seed, precision=precision)
-    for cell in cells[:1]:   # requests do not depend on the decode setting
-        try:
-            cell_requests(cell, tasks[cell.task], loaded.tokenizer, config.length)
-        except TaskError as e:
-            raise PlanError(f"{e} (checkpoint {directory})") from None
+                        f"({spec}); leave --block-size out")
+    model_id = (checkpoint_model_id(models.checkpoint.read_config(spec), Path(spec))
+                if models.spec_kind(spec) == "checkpoint" else spec_model_id(spec))
+    cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit,
+                      batch_size=batch_size, device=device, seed=seed, precision=precision)
     judge = _judge(preset, cells, seed, precision, device)
-    return Plan(preset, (judge,) if judge else (), tuple(cells), judge, {loaded.model_id: directory})
+    return Plan(preset, (judge,) if judge else (), tuple(cells), judge, {model_id: external})
+
+
+def external_model(spec: str, paradigm: str | None = None, length: int | None = None,
+                   block_size: int | None = None) -> External:
+    """The External of a spec: a checkpoint's config from its config.json (CheckpointError: exit 2); a paper key
+    from what the key declares (models.official.paper_shape: planned offline, downloaded when it runs); any other
+    spec opened on the CPU to read its config."""
+    kind = models.spec_kind(spec)
+    if kind == "paper":
+        from models.official import paper_shape
+
+        return External(spec, ModelShape(**paper_shape(spec)))
+    if kind == "checkpoint":
+        meta = models.checkpoint.read_config(spec)
+        try:
+            config = ModelConfig.from_dict(meta["model"])
+        except (TypeError, ValueError) as e:
+            raise models.CheckpointError(f"{Path(spec) / models.checkpoint.CONFIG_FILE}: invalid model config ({e})"
+                                         ) from None
+        if paradigm is not None and paradigm != config.paradigm:
+            raise models.CheckpointError(f"checkpoint {spec} holds a {config.paradigm!r} model, not {paradigm!r}")
+        return External(spec, config)
+    model, _ = models.open_model(spec, paradigm, "cpu", length=length, block_size=block_size)
+    return External(spec, model.config, paradigm, length, block_size)
+
+
+def check_checkpoints(plan: Plan) -> None:
+    """Load every user checkpoint of a plan and turn the selected examples of its first cell into requests, so
+    a bad checkpoint or a prompt that does not fit its context is reported before any work (PlanError or
+    CheckpointError)."""
+    for model_id, external in plan.external.items():
+        loaded = load_model(external.spec, torch.device("cpu"), model_id, **external.options)
+        for cell in [c for c in plan.cells if c.model_id == model_id][:1]:   # requests do not depend on decoding
+            task = _load_task(cell.task, cell.options)
+            try:
+                cell_requests(cell, task, loaded.tokenizer, loaded.length)
+            except TaskError as e:
+                raise PlanError(f"{e} (model {external.spec})") from None
 
 
 def _precision(requested: str, device: str) -> str:
@@ -220,11 +289,11 @@ def _precision(requested: str, device: str) -> str:
 
 
 def resolve_device(device: str) -> str:
-    """harness.train.resolve_device, with the CLI's choices and a PlanError."""
+    """harness.precision.resolve_device, with the CLI's choices and a PlanError."""
     if device not in ("auto", "cpu", "cuda"):
         raise PlanError(f"unknown device {device!r}; valid: auto, cpu, cuda")
     try:
-        return train_device(device).type
+        return torch_device(device).type
     except ValueError as e:
         raise PlanError(f"{e}; use --device cpu or auto") from None
 

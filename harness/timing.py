@@ -3,7 +3,7 @@
 Rules (every runner, benchmark and the lm-eval bridge use this module):
   * warm-up: each cell first runs `warmup` decode calls whose results are thrown away;
   * a timed call is the model's generate/infill call only, timed by the model itself
-    (`Generation.seconds`, models.decoding.Timer): prefill and every denoising step are inside,
+    (`Generation.seconds`, models.paradigm.Timer): prefill and every denoising step are inside,
     tokenisation, scoring and I/O are outside; CUDA is synchronised on both sides; decoding runs
     under `torch.inference_mode`;
   * tokens are counted by `models.count_generated_tokens` (TOKEN_COUNTING_RULE): generated
@@ -13,7 +13,7 @@ Rules (every runner, benchmark and the lm-eval bridge use this module):
     latency = the median seconds per call; NFE = mean forwards per example;
     tokens per forward = total tokens / total forwards.
 
-    python -c "from harness.timing import TIMING_RULE; print(TIMING_RULE)"
+    python -c "from harness.timing import *; print(summarize([CallTiming(0.5, (10,), (4,))]))"
 """
 
 from __future__ import annotations
@@ -22,14 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.base import TOKEN_COUNTING_RULE
-from models.decoding import Timer as Stopwatch  # noqa: F401  (the one stopwatch: CUDA-synchronised)
-
-TIMING_RULE = (
-    "wall time of the generate/infill call (prefill included, CUDA synchronised), after warm-up calls; "
-    "tokens/s = mean over calls of tokens/seconds with a bootstrap 95% CI; tokens: " + TOKEN_COUNTING_RULE
-)
-BOOTSTRAP_RESAMPLES = 1000
+from models.paradigm import Timer as Stopwatch  # noqa: F401  (the one stopwatch: CUDA-synchronised)
+from tasks.base import mean_ci
 
 
 @dataclass(frozen=True)
@@ -46,16 +40,6 @@ class CallTiming:
         return sum(self.tokens) / self.seconds if self.seconds > 0 else float("nan")
 
 
-def bootstrap_mean_ci(values: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
-    values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
-    if values.size < 2:
-        return mean, mean, mean
-    idx = np.random.default_rng(seed).integers(0, values.size, size=(BOOTSTRAP_RESAMPLES, values.size))
-    low, high = np.percentile(values[idx].mean(axis=1), [2.5, 97.5])
-    return mean, float(low), float(high)
-
-
 def summarize(calls: list[CallTiming]) -> dict:
     """The throughput fields of a result row (None everywhere when nothing was timed)."""
     keys = ("tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high", "latency_s_median", "nfe_mean",
@@ -63,13 +47,13 @@ def summarize(calls: list[CallTiming]) -> dict:
     if not calls:
         return dict.fromkeys(keys)
     rates = np.array([c.tokens_per_s for c in calls])
-    mean, low, high = bootstrap_mean_ci(rates)
+    rate = mean_ci(rates)   # the project's one bootstrap (tasks/base.py)
     tokens = sum(sum(c.tokens) for c in calls)
     nfe = [n for c in calls for n in c.nfe]
     return {
-        "tokens_per_s": mean,
-        "tokens_per_s_ci_low": low,
-        "tokens_per_s_ci_high": high,
+        "tokens_per_s": rate.value,
+        "tokens_per_s_ci_low": rate.ci_low,
+        "tokens_per_s_ci_high": rate.ci_high,
         "latency_s_median": float(np.median([c.seconds for c in calls])),
         "nfe_mean": float(np.mean(nfe)),
         "tokens_per_forward": tokens / sum(nfe) if sum(nfe) else None,

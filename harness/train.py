@@ -1,162 +1,49 @@
-"""Training loop for all four paradigms, with checkpoints cached by the hash of their TrainConfig.
+"""The training loop of every paradigm; checkpoints are cached by the hash of their TrainConfig.
 
 AdamW with linear warm-up and cosine decay, gradient clipping, optional EMA of the weights and
-bf16 autocast (`--precision auto` = bf16 only where it is native: harness/precision.py); random length-L windows of the tokenised corpus (documents joined by EOS);
-deterministic under a seed; resumable (the training state is saved every `--save-every` steps
-and picked up by a rerun with the same config); stops with a clear message on a non-finite
-loss instead of writing a poisoned checkpoint.
+bf16 autocast (`--precision auto` = bf16 only where it is native: harness/precision.py); random
+length-L windows of the tokenised corpus (harness/data.py); deterministic under a seed; resumable
+(harness/train_state.py: the state is saved every `--save-every` steps and picked up by a rerun
+with the same config); stops with a clear message on a non-finite loss instead of writing a
+poisoned checkpoint. Where checkpoints live: harness/cache.py.
 
     python -m harness.train --paradigm setdlm --block-size 4 --steps 300 --length 128
     python -m harness.train --paradigm ar --preset cpu          # one model of a preset
+    python -m harness.train --paradigm setdlm --block-size 4 --init-from smollm2 --length 256 --steps 4
+                                                                # adapt a pretrained LM (HF dir, .gguf, hub id)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import hashlib
-import json
 import math
-import os
 import shutil
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
-from safetensors.torch import load_file, save_file
 
 import models
 from models import Batch
-from models.checkpoint import atomic_directory
-from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
+from models.tokenizers import Tokenizer
 
-from .configs import TrainConfig, short_hash
+from .cache import checkpoint_dir, is_cached, train_state_dir
 from .cli import INTERRUPTED, Parser, number
+from .configs import PRETRAINED, TrainConfig
+from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
-from .paths import hashed_component
-from .precision import CHOICES, resolve_precision
+from .precision import CHOICES, resolve_device, resolve_precision
 from .progress import progress as progress_bar
-
-VAL_ROWS = 32
-
+from .train_state import load_state, save_state
 
 class TrainingError(RuntimeError):
     """Training cannot continue (e.g. a non-finite loss); nothing is written for the final checkpoint."""
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE", ".cache"))
-
-
-def checkpoint_dir(cfg: TrainConfig) -> Path:
-    return cache_dir() / "checkpoints" / cfg.model_id
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was requested but CUDA is not available")
-    return torch.device(device)
-
-
-# -- data -------------------------------------------------------------------------------------------
-HUB_CORPORA = {"openwebtext": ("Skylion007/openwebtext", None, "train", "text")}   # name -> (path, config, split, field)
-HUB_VALIDATION_DOCS = 2_000
-
-
-def corpus_documents(name: str, split: str) -> list[str]:
-    """Documents of a training corpus: the embedded mixture (or one of its sources), or `hf:<name>`."""
-    if name.startswith("hf:"):
-        return hub_documents(name[3:], split)
-    from tasks.corpus import training_documents, validation_documents
-
-    return training_documents(name) if split == "train" else validation_documents(name)
-
-
-def hub_documents(name: str, split: str) -> list[str]:
-    """A corpus streamed from the Hugging Face hub (online users; the paper preset): the first
-    $HARNESS_HF_MAX_DOCS documents (default 200k) train, the next 2k validate. Never called for the
-    embedded corpora, so nothing here runs offline."""
-    import itertools
-
-    import datasets
-
-    path, config, hf_split, field = HUB_CORPORA.get(name, (name, None, "train", "text"))
-    limit = int(os.environ.get("HARNESS_HF_MAX_DOCS", "200000"))
-    stream = datasets.load_dataset(path, config, split=hf_split, streaming=True, trust_remote_code=False)
-    docs = [row[field] for row in itertools.islice(stream, limit + HUB_VALIDATION_DOCS)]
-    return docs[:limit] if split == "train" else docs[limit:]
-
-
-def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
-    """'gpt2' / 'bert-base-uncased' / 'bpe:<vocab>' (trained on the corpus once, then cached)."""
-    if not spec.startswith("bpe:"):
-        return load_tokenizer(spec)
-    vocab = int(spec.split(":", 1)[1])
-    docs = corpus_documents(corpus, "train")
-    digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
-    directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{hashed_component(corpus)}-{digest}"
-    if not (directory / "tokenizer.json").is_file():
-        with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
-            if not (directory / "tokenizer.json").is_file():
-                tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
-                with atomic_directory(directory) as tmp:
-                    tok.save(tmp)
-    return load_tokenizer(directory)
-
-
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path` (created if missing), held for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
-    """All documents of a split, tokenised and joined with EOS (cached as safetensors)."""
-    key = short_hash({"tok": tok.backend.to_str(), "corpus": corpus, "split": split})
-    path = cache_dir() / "tokens" / f"{hashed_component(corpus)}-{split}-{key}.safetensors"   # hf:user/name
-    if path.is_file():
-        return load_file(str(path))["ids"]
-    docs = corpus_documents(corpus, split)
-    ids: list[int] = []
-    for enc in tok.encode_batch(docs):
-        ids.extend(enc)
-        ids.append(tok.eos_id)
-    stream = torch.tensor(ids, dtype=torch.long)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    save_file({"ids": stream}, str(tmp))
-    os.replace(tmp, path)
-    return stream
-
-
-def random_windows(stream: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
-    starts = torch.randint(0, stream.numel() - length, (batch,), generator=generator)
-    return torch.stack([stream[s:s + length] for s in starts.tolist()])
-
-
-def validation_rows(stream: torch.Tensor, length: int, rows: int = VAL_ROWS) -> torch.Tensor:
-    n = min(rows, stream.numel() // length)
-    return stream[:n * length].view(n, length)
-
-
 # -- model / optimiser -------------------------------------------------------------------------------
 def build_model(cfg: TrainConfig, tok: Tokenizer) -> models.ParadigmModel:
-    return models.build(
-        cfg.paradigm, vocab_size=tok.vocab_size, length=cfg.length, n_layers=cfg.n_layers, d_model=cfg.d_model,
-        n_heads=cfg.n_heads, dropout=cfg.dropout, mask_id=tok.mask_id, eos_id=tok.eos_id, pad_id=tok.pad_id,
-        block_size=cfg.block_size, max_block_size=cfg.max_block_size, train_on_nelbo=cfg.train_on_nelbo,
-    )
+    return models.from_config(cfg.model_config(tok.vocab_size, tok.mask_id, tok.eos_id, tok.pad_id))
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -190,72 +77,33 @@ def validation_nll(model: models.ParadigmModel, rows: torch.Tensor, seed: int) -
     return total / max(count, 1)
 
 
-# -- resumable training state -------------------------------------------------------------------------
-def _state_dir(cfg: TrainConfig) -> Path:
-    return cache_dir() / "train_state" / cfg.model_id
-
-
-def _save_state(cfg, step, model, ema, opt, data_gen, elapsed) -> None:
-    tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
-    if ema is not None:
-        tensors.update({f"ema.{k}": v.contiguous() for k, v in ema.items()})
-    opt_state = opt.state_dict()
-    for pid, st in opt_state["state"].items():
-        for name, value in st.items():
-            tensors[f"opt.{pid}.{name}"] = value.contiguous() if torch.is_tensor(value) else torch.tensor(value)
-    tensors["rng.torch"] = torch.get_rng_state()
-    tensors["rng.data"] = data_gen.get_state()
-    groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in opt_state["param_groups"]]
-    with atomic_directory(_state_dir(cfg)) as tmp:
-        save_file(tensors, str(tmp / "state.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
-                                                    "config": dataclasses.asdict(cfg)}))
-
-
-def _load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float]:
-    directory = _state_dir(cfg)
-    if not (directory / "state.json").is_file():
-        return 0, 0.0
-    meta = json.loads((directory / "state.json").read_text())
-    if meta.get("config") != dataclasses.asdict(cfg):
-        return 0, 0.0
-    tensors = load_file(str(directory / "state.safetensors"))
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    if ema is not None:
-        for k in ema:
-            ema[k].copy_(tensors[f"ema.{k}"])
-    state: dict[int, dict] = {}
-    for k, v in tensors.items():
-        if k.startswith("opt."):
-            _, pid, name = k.split(".", 2)
-            state.setdefault(int(pid), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    torch.set_rng_state(tensors["rng.torch"])
-    data_gen.set_state(tensors["rng.data"])
-    return int(meta["step"]), float(meta["elapsed"])
-
-
 # -- the loop -----------------------------------------------------------------------------------------
 def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progress: bool = True) -> Path:
     """Train (or resume) the model of `cfg`; returns its checkpoint directory."""
     dev = resolve_device(device)
     out = checkpoint_dir(cfg)
     torch.manual_seed(cfg.seed)
-    tok = get_tokenizer(cfg.tokenizer, cfg.corpus)
+    pretrained = None
+    if isinstance(cfg.init_from, str):   # a pretrained LM: its weights, backbone and tokenizer
+        pretrained, tok = models.open_model(cfg.init_from, cfg.paradigm, dev, length=cfg.length,
+                                            block_size=cfg.block_size, max_block_size=cfg.max_block_size)
+        pretrained.config = dataclasses.replace(pretrained.config, train_on_nelbo=cfg.train_on_nelbo)
+    else:
+        tok = get_tokenizer(cfg.tokenizer, cfg.corpus)
     stream = token_stream(tok, cfg.corpus, "train")
     val = validation_rows(token_stream(tok, cfg.corpus, "validation"), cfg.length)
     if stream.numel() <= cfg.length:
         raise TrainingError(f"corpus {cfg.corpus!r} has {stream.numel()} tokens, fewer than one row of {cfg.length}")
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg, tok).to(dev)
-    if cfg.init_from is not None:  # adapt a trained model (e.g. AR -> diffusion): same backbone, its weights
+    model = pretrained if pretrained is not None else build_model(cfg, tok).to(dev)
+    if isinstance(cfg.init_from, TrainConfig):  # adapt a trained model (e.g. AR -> diffusion): same backbone, its weights
         parent = models.load(ensure_trained(cfg.init_from, device, progress), device=dev)
         model.load_state_dict(parent.state_dict())
     model.train()
     opt = make_optimizer(model, cfg)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.ema > 0 else None
     data_gen = torch.Generator().manual_seed(cfg.seed)
-    start, elapsed = _load_state(cfg, model, ema, opt, data_gen)
+    start, elapsed = load_state(cfg, model, ema, opt, data_gen)
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
     tokens_per_step = cfg.batch_size * cfg.length
     bar = progress_bar(cfg.steps, f"train {cfg.model_id}", initial=start, enabled=progress)
@@ -283,7 +131,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
             bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:,.0f}", refresh=False)
             bar.update(1)
         if save_every and done % save_every == 0 and done < cfg.steps:
-            _save_state(cfg, done, model, ema, opt, data_gen, time.perf_counter() - t0)
+            save_state(cfg, done, model, ema, opt, data_gen, time.perf_counter() - t0)
         kill_point("train_step")
     bar.close()
     train_seconds = time.perf_counter() - t0
@@ -297,18 +145,8 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
              "train_seconds": train_seconds, "train_tokens": cfg.steps * tokens_per_step,
              "torch_version": torch.__version__, "device": dev.type}
     models.save(model, out, tokenizer=tok, extra=extra)
-    shutil.rmtree(_state_dir(cfg), ignore_errors=True)
+    shutil.rmtree(train_state_dir(cfg), ignore_errors=True)
     return out
-
-
-def is_cached(cfg: TrainConfig) -> bool:
-    """Whether this machine's checkpoint cache holds a usable checkpoint of cfg."""
-    directory = checkpoint_dir(cfg)
-    try:
-        meta = models.checkpoint.read_config(directory)
-    except models.CheckpointError:
-        return False
-    return meta.get("model_id") == cfg.model_id and (directory / models.checkpoint.WEIGHTS_FILE).is_file()
 
 
 def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True) -> Path:
@@ -319,7 +157,7 @@ def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
     ap.add_argument("--preset", help="take the architecture/budget of this preset's model of --paradigm")
-    ap.add_argument("--paradigm", required=True, choices=models.PARADIGMS)
+    ap.add_argument("--paradigm", required=True, choices=models.paradigm_names())
     ap.add_argument("--block-size", type=number(int, 1))
     ap.add_argument("--max-block-size", type=number(int, 1))
     for name, typ in (("length", number(int, 2)), ("n-layers", number(int, 1)), ("d-model", number(int, 1)),
@@ -327,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                       ("lr", number(float, 0.0, strict=True)), ("warmup-steps", number(int, 0)),
                       ("ema", number(float, 0.0, 1.0)), ("seed", int), ("dropout", number(float, 0.0, 1.0))):
         ap.add_argument(f"--{name}", type=typ)
-    ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2 or bert-base-uncased")
+    ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2, bert-base-uncased or oracle:<language>")
+    ap.add_argument("--init-from", metavar="SPEC",
+                    help="adapt a pretrained LM (a Hugging Face directory, a .gguf file, a hub id or smollm2) into "
+                         "--paradigm: its backbone, weights and tokenizer (--n-layers etc. do not apply)")
     ap.add_argument("--corpus")
     ap.add_argument("--precision", choices=CHOICES, default="auto",
                     help="fp32, bf16 (autocast), or auto: bf16 only where it is native (default)")
@@ -348,7 +189,16 @@ def main(argv: list[str] | None = None) -> int:
             cfg = matches[0]
         overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                      if f.name not in ("paradigm", "precision") and getattr(args, f.name, None) is not None}
+        arch = {k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "dropout")
+                if getattr(args, k) is not None}
+        if args.init_from is not None:
+            if arch or args.tokenizer:
+                raise ValueError("--init-from takes the backbone and tokenizer of the pretrained model: drop "
+                                 f"{', '.join(['--' + k.replace('_', '-') for k in arch] + (['--tokenizer'] if args.tokenizer else []))}")
+            overrides.update(backbone=None, tokenizer=PRETRAINED)
         cfg = cfg.replace(**overrides)
+        if arch:
+            cfg = cfg.with_arch(**arch)
         path = train(cfg, args.device, save_every=args.save_every)
     except (ValueError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -5,6 +5,17 @@ token, then runs one single-token forward per step, appending its K/V to the pre
 NFE = number of generated positions. Infilling sees only the prefix (the documented AR baseline:
 it generates exactly n_masked tokens and never sees the suffix).
 
+DecodeConfig(sampler="official") reproduces the official AR sampler (kuleshov-group/setdlms, src/denoiser/ar.py).
+How our default differs from it:
+  * DiT backbones: the same calls (prefill, then one token per call); the official prefill also computes
+    the logits of every prompt row (speed only; tokens and NFE equal).
+  * Qwen3 backbones: the official AR is HF `generate`, which does not suppress the mask logit; ours does.
+    Tokens differ only if the mask token is the argmax (never seen for trained models); NFE equal.
+  * Legacy DiT (owt-ar): the official forward runs in bf16 autocast, ours in the weights' dtype. Tokens can
+    differ where two logits are within bf16 rounding; bf16 is faster on GPUs.
+  * Past the context L the official drops the oldest cache entries; ours refuses (ContextOverflowError),
+    in both modes.
+
     python -c "import models; m = models.build('ar', vocab_size=64, length=32); print(m.generate([[1, 2]], 5))"
 """
 
@@ -15,13 +26,25 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .base import Batch, DecodeConfig, Generation
-from .decoding import Canvas, TokenChooser
-from .paradigm import ParadigmModel, StepLog
+from .decoding import Canvas, StepLog
+from .official_sampler import OfficialTokenChooser, check_sampler, is_official, official_numerics, raw_logits
+from .paradigm import ParadigmModel
+from .types import Batch, DecodeConfig, Generation, ModelConfig
 
 
 class ARModel(ParadigmModel):
     paradigm = "ar"
+    label = "AR"
+    likelihood = "exact"
+    knobs = frozenset({"use_cache", "sampler"})
+    samplers = ("harness", "official")
+    colormap = "Greys"
+
+    @classmethod
+    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
+        decode = super().resolve_decode(decode, config)
+        check_sampler(cls, decode)
+        return decode
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """-log p(x_i | x_<i) for i >= 1, and which of them are targets. Position 0 is never a target."""
@@ -59,12 +82,20 @@ class ARModel(ParadigmModel):
         return self.generate([list(prefix)], n_masked, decode.replace(stop_at_eos=False))[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
+        with official_numerics(self.backbone, decode):
+            return self._decode_tokens(canvas, decode, stop_at_eos)
+
+    def _decode_tokens(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
+        official = is_official(decode)
+        logits = self.backbone.logits
+        if official and self.backbone.kind == "llama":   # the official AR runs Qwen3 through HF generate: no mask
+            logits = lambda h: raw_logits(self.backbone, h)   # noqa: E731  suppression
         B, C = ids.shape
         P = int((~span[0]).sum())  # generation canvases put the span at [P, C) for every row
         N = C - P
         device = ids.device
-        chooser = TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device)
+        chooser = OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, ar=True)
         log = StepLog(B, N, device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         padded = not bool(real.all())
@@ -86,7 +117,7 @@ class ARModel(ParadigmModel):
                     mask = (eye_cols[:P, None] >= eye_cols[None, :P]) & real[:, None, :P]
                     mask = (mask | torch.eye(P, dtype=torch.bool, device=device))[:, None]
                 h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache,
-                                  keep=slice(P - 1, P))
+                                  keep=None if official else slice(P - 1, P))   # official: every prompt row
                 cache.commit(P, real[:, :P])
             else:
                 mask = None
@@ -94,7 +125,7 @@ class ARModel(ParadigmModel):
                     mask = torch.cat([cache.history_mask(), real[:, col - 1:col]], dim=1)[:, None, None, :]
                 h = self.backbone(ids[:, col - 1:col], pos[:, col - 1:col], attn_mask=mask, cache=cache)
                 cache.commit(1)
-            tokens, _ = chooser(self.backbone.logits(h[:, -1:]))
+            tokens, _ = chooser(logits(h[:, -1:]))
             active = ~done
             ids[:, col] = torch.where(active, tokens[:, 0], ids[:, col])
             chooser.mark(tokens, active[:, None])

@@ -15,6 +15,24 @@
 * Infilling: the block-causal model sees the prefix and any suffix tokens inside the blocks it
   decodes (it cannot see later blocks; the official repo's variant differs, spec §12.5).
 
+DecodeConfig(sampler="official") reproduces the official MDLM.generate with block_size S < L, call for call
+(tests/test_official.py checks it against logits recorded from the official code); "official_unfused" is the
+same with the official fused_block_cache=false. How our default differs from it:
+  * Prefill: the official writes the prompt's complete blocks to the cache in a forward of their own; ours
+    in the first block's first forward. Same keys, same logits and tokens; one NFE less.
+  * Block commit: both fuse the write of a completed block into the next block's first forward (the
+    official default for model_type bd3lm). fused_block_cache=false ("official_unfused") spends one more
+    forward per block, the last one included; tokens are the same.
+  * Span: the official decodes ceil(N / S) blocks from the block holding the first mask, so a prompt that
+    does not end on a block boundary gets N - (P mod S) tokens; ours decodes all N. The common prefix is
+    identical; we return more tokens.
+  * Schedule: official k_i = round(t_i S) - round(t_{i+1} S) over the block size S (T = steps_per_block,
+    default S); ours with steps_per_block is over the masks left in the block. Equal at one per step.
+  * The official computes the logits of every input row (the fused prefix's too): speed only.
+  * Not reproduced: align_inputs_to_blocks=false (our blocks are always aligned to multiples of S) and the
+    official use_cache=false path (ours recomputes the complete blocks; same tokens). Past L the official
+    crops the cache from the left; ours refuses.
+
     python -c "import models; m = models.build('bd3lm', vocab_size=64, length=32, block_size=4); print(m.generate([[1, 2]], 8))"
 """
 
@@ -22,12 +40,13 @@ from __future__ import annotations
 
 import torch
 
-from .backbone import ClosedStream
-from .base import Batch, DecodeConfig
-from .decoding import Canvas, TokenChooser, select_commits
+from .backbones import ClosedStream
+from .decoding import Canvas, StepLog, select_commits
 from .mdlm import MDLMModel
-from .paradigm import StepLog
-from .schedules import sample_t
+from .official_sampler import OfficialTokenChooser, is_official, official_commit_counts, official_numerics
+from .paradigm import Grid
+from .schedules import block_expected_budget, sample_t
+from .types import Batch, DecodeConfig, ModelConfig
 
 
 def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Tensor:
@@ -41,14 +60,45 @@ def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Te
 
 class BD3LMModel(MDLMModel):
     paradigm = "bd3lm"
+    label = "BD3LM"
+    block_size_meaning = "block size S: a diffusion block of S tokens at a time; S must divide L"
+    knobs = frozenset({"threshold", "decode_block", "steps_per_block", "use_cache", "sampler"})
+    samplers = ("harness", "official", "official_unfused")
+    colormap = "Reds"
+    training_streams = 2
+
+    @classmethod
+    def check_block_size(cls, block_size, max_block_size, length):
+        super().check_block_size(block_size, max_block_size, length)
+        if length % block_size:
+            raise ValueError(f"block_size S={block_size} must divide the length L={length} for BD3LM")
+
+    @classmethod
+    def budget(cls, length, block_size, max_block_size):
+        return block_expected_budget(block_size)
+
+    @classmethod
+    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
+        decode = super().resolve_decode(decode, config)
+        if decode.decode_block is None:
+            decode = decode.replace(decode_block=config.block_size)
+        if decode.decode_block > config.length or config.length % decode.decode_block:
+            raise ValueError(f"BD3LM decode block size {decode.decode_block} must divide the context length "
+                             f"L={config.length}")
+        return decode
+
+    @classmethod
+    def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
+        return [DecodeConfig(threshold=t) for t in grid.thresholds]   # at the trained block size
+
+    @classmethod
+    def series(cls, row: dict) -> str:
+        same = row.get("decode_block") in (None, row["block_size"])   # likelihood cells (None) decode nothing
+        return f"BD3LM S={row['block_size']}" + ("" if same else f" block={row['decode_block']}")
 
     @property
     def block_size(self) -> int:
         return self.config.block_size
-
-    def check_decode(self, decode: DecodeConfig) -> None:
-        if decode.window is not None and decode.window > self.config.length:
-            raise ValueError(f"BD3LM decode block size {decode.window} exceeds the context length {self.config.length}")
 
     # -- training / likelihood -----------------------------------------------------------------
     def _noise(self, batch: Batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +149,13 @@ class BD3LMModel(MDLMModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        S = decode.window or self.block_size
+        with official_numerics(self.backbone, decode):
+            return self._decode_blocks(canvas, decode, stop_at_eos)
+
+    def _decode_blocks(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
+        S = decode.decode_block
+        official = is_official(decode)
+        unfused = decode.sampler == "official_unfused" and decode.use_cache
         B, C = canvas.ids.shape
         device = canvas.ids.device
         ids, pos, span = canvas.with_scratch_column()
@@ -111,8 +167,16 @@ class BD3LMModel(MDLMModel):
 
         masked = canvas.span & (canvas.ids == mask_id)
         first = torch.where(masked, cols, C).min(dim=1).values
-        span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask
         block = pos.gather(1, first.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
+        if official and bool(canvas.span[:, -1].all()):
+            # official generation decodes ceil(N / S) blocks from the block holding the first mask (the prompt's
+            # incomplete block counts), so an unaligned prompt gets fewer than N tokens; the rest stay masks
+            n_blocks = -(-masked.sum(dim=1) // S)
+            in_region = cols[None] < (pad + (block + n_blocks) * S)[:, None]
+            masked = masked & in_region
+            span = span.clone()
+            span[:, :C] &= in_region
+        span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask
         active = first < C
         eos_at = torch.full((B,), C, dtype=torch.long, device=device)
 
@@ -122,16 +186,23 @@ class BD3LMModel(MDLMModel):
         pend_cols = (pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
         pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
 
-        chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, canvas.real & ~canvas.span, device)
-        log = StepLog(B, int(masked.sum(dim=1).max()) + 1, device)
+        chooser = OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, canvas.real & ~canvas.span, device)
+        max_masks = int(masked.sum(dim=1).max())
+        log = StepLog(B, (2 if unfused else 1) * (max_masks + 1) + 1, device)   # + prefill; unfused: + commits
         if decode.use_cache:
-            step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S)
+            step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=official)
         else:
             step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, canvas.span, pad + n_pre, S)
         forced, steps_in_block, masks_in_block = 1, None, None
-        if decode.steps is not None:
+        if decode.steps_per_block is not None or official:
             steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
             masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
+        if official:   # k_i of the official schedule over the block size S (not the masks left in the block)
+            official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
+            if decode.use_cache and Tp > 0:   # the official prefill: the prompt's complete blocks, a forward of its own
+                step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, Tp)
+                log.record(active & (n_pre > 0), torch.zeros(B, dtype=torch.long, device=device))
+                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
         new_block = active
 
         while True:
@@ -143,14 +214,17 @@ class BD3LMModel(MDLMModel):
             Tp = pend_cols.shape[1]
             blk_ids = inp[:, Tp:]
             candidate = (blk_ids == mask_id) & span.gather(1, blk_cols) & active[:, None]
-            if decode.steps is not None:  # k_n of spec §3.3 per row; with steps >= masks it is 1
+            if steps_in_block is not None:  # k_n of spec §3.3 per row; with steps >= masks it is 1
                 n_masks = candidate.sum(dim=1)
                 masks_in_block = torch.where(new_block, n_masks, masks_in_block)
                 steps_in_block = torch.where(new_block, 0, steps_in_block)
-                forced = self._forced(masks_in_block, steps_in_block, decode.steps).minimum(n_masks)
+                if official:
+                    forced = official_k[steps_in_block.clamp(max=len(official_k) - 1)].minimum(n_masks)
+                else:
+                    forced = self._forced(masks_in_block, steps_in_block, decode.steps_per_block).minimum(n_masks)
                 steps_in_block = steps_in_block + 1
             h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
-            tokens, conf = chooser(self.backbone.logits(h))
+            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:]))
             chosen = select_commits(conf, candidate, forced, decode.threshold)
             ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
             chooser.mark(tokens, chosen)
@@ -159,12 +233,20 @@ class BD3LMModel(MDLMModel):
             completed = active & ~(candidate & ~chosen).any(dim=1)
             block = block + completed.long()
             finished = completed & ((pad + block * S) >= span_end)
+            stopped = torch.zeros_like(completed)
             if stop:  # checked when a block completes: every position before its end is decoded
                 eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), blk_cols, C).min(dim=1).values)
-                finished = finished | (completed & (eos_at < C))
+                stopped = completed & (eos_at < C)
+                finished = finished | stopped
             active = active & ~finished
             new_block = completed
             pend_cols, pend_valid = blk_cols, blk_valid & completed[:, None]
+            if unfused:   # official fused_block_cache=false: write each completed block (the last one too) in a forward
+                commit = completed & ~stopped
+                if bool(commit.any()):
+                    step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid & commit[:, None], pend_cols.shape[1])
+                    log.record(commit, torch.zeros(B, dtype=torch.long, device=device))
+                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
             step.completed(completed, pad + block * S)
             any_completed, any_active = torch.stack([completed.any(), active.any()]).tolist()
             if not any_active:
@@ -191,8 +273,9 @@ class _CachedBlockStep:
     cache, the pending tokens and their whole block; the mask is one comparison of block indices.
     """
 
-    def __init__(self, backbone, cache, S: int):
+    def __init__(self, backbone, cache, S: int, keep_all: bool = False):
         self.backbone, self.cache, self.S = backbone, cache, S
+        self.keep_all = keep_all   # the official sampler computes every row (the prefix's logits too)
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         cache, T = self.cache, inp.shape[1]
@@ -203,7 +286,7 @@ class _CachedBlockStep:
         keys = torch.cat([cache.history_mask(), new_valid], dim=1)
         mask = (key_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
         mask[:, :, n:].diagonal(dim1=1, dim2=2).fill_(True)
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=slice(Tp, None))
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=None if self.keep_all else slice(Tp, None))
         cache.commit(Tp, new_valid[:, :Tp])
         return h
 

@@ -4,7 +4,8 @@
 existing checkpoint in one atomic rename, see `atomic_directory`), so a process killed mid-save
 never leaves a directory that `load` would accept, nor a moment with no checkpoint at all. `load` checks the schema version,
 the paradigm (when the caller expects one) and that the tensors match the config, and raises
-`CheckpointError` with one clear message otherwise.
+`CheckpointError` with one clear message otherwise. Checkpoints of an older schema are migrated on
+read (`migrate`): schema 1 kept the backbone's architecture as flat GPT-shaped fields.
 
     python -c "import models; print(models.load('.cache/checkpoints/<hash>').config)"
 """
@@ -27,7 +28,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .base import SCHEMA_VERSION, ModelConfig
+from .types import SCHEMA_VERSION, ModelConfig
 
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel
@@ -187,11 +188,33 @@ def read_config(directory: str | Path) -> dict:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path} holds a JSON {type(meta).__name__}, not an object (a checkpoint's config)")
-    version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise CheckpointError(f"{path} has schema version {version}, this code reads version {SCHEMA_VERSION}")
     if not isinstance(meta.get("model"), dict):
         raise CheckpointError(f"{path} lacks the 'model' section")
+    version = meta.get("schema_version")
+    if version not in MIGRATIONS and version != SCHEMA_VERSION:
+        raise CheckpointError(f"{path} has schema version {version}, this code reads versions "
+                              f"{', '.join(map(str, sorted([*MIGRATIONS, SCHEMA_VERSION])))}")
+    return migrate(meta)
+
+
+GPT_FIELDS_V1 = ("n_layers", "d_model", "n_heads", "mlp_ratio", "dropout")
+
+
+def _v1_to_v2(meta: dict) -> dict:
+    """Schema 1 -> 2: the flat GPT architecture fields move into a nested backbone spec of kind "gpt"."""
+    model = {k: v for k, v in meta["model"].items() if k != "schema_version"}
+    arch = {k: model.pop(k) for k in GPT_FIELDS_V1 if k in model}
+    model["backbone"] = {"kind": "gpt", "arch": arch, "source": None}
+    return {**meta, "model": model, "schema_version": 2}
+
+
+MIGRATIONS = {1: _v1_to_v2}   # version -> the function that lifts it one version up
+
+
+def migrate(meta: dict) -> dict:
+    """A config.json of any readable schema, lifted to the current one."""
+    while meta.get("schema_version") != SCHEMA_VERSION:
+        meta = MIGRATIONS[meta["schema_version"]](meta)
     return meta
 
 

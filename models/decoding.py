@@ -12,13 +12,12 @@ that the per-step decode loops stay cheap.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from .base import ContextOverflowError, DecodeConfig, Generation, count_generated_tokens
+from .types import ContextOverflowError, DecodeConfig, Generation, count_generated_tokens
 
 
 @dataclass
@@ -97,22 +96,22 @@ class Canvas:
         return out
 
 
-class Timer:
-    """Wall time of one generate/infill call, prefill included (synchronises CUDA)."""
+class StepLog:
+    """Per-row NFE and tokens-per-step bookkeeping for a decode loop, kept on the device."""
 
-    def __init__(self, device: torch.device | str):
-        self.cuda = torch.device(device).type == "cuda"
+    def __init__(self, batch: int, max_steps: int, device: torch.device):
+        self.nfe = torch.zeros(batch, dtype=torch.long, device=device)
+        self.per_step = torch.zeros(max_steps, batch, dtype=torch.long, device=device)
+        self.steps = 0
 
-    def __enter__(self) -> "Timer":
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.start = time.perf_counter()
-        return self
+    def record(self, active: torch.Tensor, committed: torch.Tensor) -> None:
+        """active [B] bool (row was decoded in this forward); committed [B] tokens it committed."""
+        self.nfe += active
+        self.per_step[self.steps] = committed
+        self.steps += 1
 
-    def __exit__(self, *exc) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.seconds = time.perf_counter() - self.start
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.nfe, self.per_step[:self.steps]
 
 
 def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Generator | None:

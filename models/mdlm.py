@@ -14,6 +14,22 @@
   the span is decoded semi-autoregressively in chunks that share the budget in proportion to
   their size (every step still sees the whole canvas).
 
+DecodeConfig(sampler="official") reproduces the official mdlm_inference loop (src/denoiser/mdlm.py,
+generate with block_size = L). How our default differs from it:
+  * Padding: the official input is the prompt, the span, then masks up to L, all attended bidirectionally
+    at every step (positions 0..L-1); ours is the prompt and the span. Changes the logits, so the tokens;
+    the official forwards L tokens per step (slower for short spans).
+  * Chunks: the official decodes ceil(N / chunk) chunks (its generation block_size; default L) aligned to
+    multiples of the chunk from position 0, starting with the one holding the first mask, and decodes the
+    padding masks inside them; ours decodes exactly the N span tokens in chunks starting at the span
+    (default: one chunk). With an unaligned prompt the official returns fewer than N tokens, with padding
+    masks in the last chunk it decodes (and we discard) more. Changes tokens and NFE.
+  * Schedule: official k_i = round(t_i B) - round(t_{i+1} B) over the chunk size B in min(T, B) steps
+    (T = num_steps per chunk); ours over the span chunk's masks. Equal at one token per step (T >= B).
+    In official mode `steps` is still the whole span's budget, shared over the chunks.
+  * Legacy DiT (owt-mdlm): bf16 autocast in the official forward (see models/ar.py).
+  * Stopping: both check after each chunk.
+
     python -c "import models; m = models.build('mdlm', vocab_size=64, length=32); print(m.generate([[1, 2]], 8))"
 """
 
@@ -22,14 +38,42 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Batch, DecodeConfig
-from .decoding import Canvas, TokenChooser, eos_stop, left_aligned, select_commits
-from .paradigm import ParadigmModel, StepLog
+from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned, select_commits
+from .official_sampler import (OfficialTokenChooser, check_sampler, is_official, official_commit_counts,
+                               official_numerics)
+from .paradigm import Grid, ParadigmModel
 from .schedules import confidence_commit_counts, sample_t
+from .types import Batch, DecodeConfig, ModelConfig
 
 
 class MDLMModel(ParadigmModel):
     paradigm = "mdlm"
+    label = "MDLM"
+    knobs = frozenset({"threshold", "steps", "chunk_size", "sampler"})
+    samplers = ("harness", "official")
+    colormap = "Blues"
+
+    @classmethod
+    def budget(cls, length, block_size, max_block_size):
+        return length / 2   # the whole sequence is one block: L/2 masked tokens on average
+
+    @classmethod
+    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
+        decode = super().resolve_decode(decode, config)
+        check_sampler(cls, decode)
+        return decode
+
+    @classmethod
+    def check_task_decode(cls, decode: DecodeConfig, config: ModelConfig, max_new_tokens: int | None) -> None:
+        if decode.steps and decode.chunk_size and max_new_tokens:
+            chunks = -(-min(max_new_tokens, config.length) // decode.chunk_size)
+            if decode.steps < chunks:
+                raise ValueError(f"steps={decode.steps} is fewer than the {chunks} chunks of {decode.chunk_size} "
+                                 f"tokens in {max_new_tokens} new tokens; use steps >= {chunks} or a larger chunk size")
+
+    @classmethod
+    def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
+        return [DecodeConfig(threshold=t) for t in grid.thresholds] + [DecodeConfig(steps=s) for s in grid.step_budgets]
 
     # -- training / likelihood -----------------------------------------------------------------
     def _noise(self, batch: Batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,6 +141,12 @@ class MDLMModel(ParadigmModel):
         return parts
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
+        if is_official(decode):
+            with official_numerics(self.backbone, decode):
+                return self._decode_official(canvas, decode, stop_at_eos)
+        return self._decode_chunks(canvas, decode, stop_at_eos)
+
+    def _decode_chunks(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
         B, C = ids.shape
         device = ids.device
@@ -141,3 +191,65 @@ class MDLMModel(ParadigmModel):
                 if bool(done.all()):
                     break
         return log.result()
+
+    def _decode_official(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
+        """The official mdlm_inference loop: every step one bidirectional forward over each row's whole L
+        window (the canvas, then mask padding up to L, positions 0..L-1); chunks of `chunk_size` positions
+        (default L, the official generation block size) aligned to multiples of it from position 0; ceil(N /
+        chunk) chunks from the one holding the first mask, whose masks (the padding's too) are decoded with
+        k_i = round(t_i B) - round(t_{i+1} B) over the chunk size B. Only the requested span is returned."""
+        ids, real, span = canvas.ids, canvas.real, canvas.span
+        B, C = ids.shape
+        device = ids.device
+        L, mask_id = self.config.length, self.mask_id
+        generation = bool(span[:, -1].all())
+        pad = (~real).sum(dim=1)
+        C2 = int(pad.max()) + L
+        cols = torch.arange(C2, device=device)
+        rel = cols[None] - pad[:, None]                      # each row's position per column
+        window = (rel >= 0) & (rel < L)
+        x = torch.full((B, C2), mask_id, dtype=ids.dtype, device=device)
+        x[:, :C] = ids
+        x_pos = rel.clamp(0, L - 1)
+        span2 = torch.zeros(B, C2, dtype=torch.bool, device=device)
+        span2[:, :C] = span
+        decodable = window & (span2 | (cols[None] >= C) if generation else span2)   # infill: only the span
+        attn_mask = None if bool(window.all()) else (window[:, None, :] | torch.eye(C2, dtype=torch.bool, device=device))[:, None]
+
+        masked = span & (ids == mask_id)
+        n_masks = masked.sum(dim=1)
+        first = torch.where(masked, torch.arange(C, device=device), C).min(dim=1).values
+        chunk = decode.chunk_size or L
+        start = chunk * ((first - pad) // chunk)            # align_inputs_to_blocks=true (the scripts' setting)
+        n_chunks = -(-n_masks // chunk)
+        max_chunks = int(n_chunks.max())
+        chunk_steps = self._share_steps(decode.steps, [chunk] * max_chunks)
+        schedules = [official_commit_counts(chunk, s) for s in chunk_steps]
+        chooser = OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device)
+        log = StepLog(B, sum(len(k) for k in schedules), device)
+        done = n_masks == 0
+        stop = stop_at_eos and self.eos_id is not None
+        arange_chunk = torch.arange(chunk, device=device)
+        for c, counts in enumerate(schedules):
+            lo = start + c * chunk                           # chunk c: positions [lo, lo + chunk) of each row
+            chunk_cols = (pad + lo)[:, None] + arange_chunk
+            valid = (lo[:, None] + arange_chunk < L) & (c < n_chunks)[:, None]
+            chunk_cols = chunk_cols.clamp(max=C2 - 1)
+            candidate = valid & decodable.gather(1, chunk_cols) & (x.gather(1, chunk_cols) == mask_id) & ~done[:, None]
+            for k in counts:
+                if not bool(candidate.any()):
+                    break
+                h = self.backbone(x, x_pos, attn_mask=attn_mask)
+                tokens, conf = chooser(self.backbone.logits(h.gather(1, chunk_cols[..., None].expand(-1, -1, h.shape[-1]))))
+                chosen = select_commits(conf, candidate, k, decode.threshold)
+                x.scatter_(1, chunk_cols, torch.where(chosen, tokens, x.gather(1, chunk_cols)))
+                chooser.mark(tokens, chosen)
+                log.record(~done, chosen.sum(dim=1))
+                candidate = candidate & ~chosen
+            if stop:   # the official stopping criteria run after every block (chunk)
+                done = done | eos_stop(x[:, :C], span, mask_id, self.eos_id)
+                if bool(done.all()):
+                    break
+        canvas.ids.copy_(x[:, :C])
+        return log.result()
+

@@ -1,40 +1,173 @@
-"""`ParadigmModel`: the nn.Module base of the four paradigms (backbone + the public interface).
+"""`ParadigmModel`: the base of every paradigm, the one place a paradigm declares itself, and the registry.
 
-Subclasses implement `loss`, `nll` and `_decode(canvas, decode, stop_at_eos)`; this base turns
-`generate` and `infill` calls into canvases, times them, and checks their inputs. AR overrides
-`infill` (it only sees the prefix).
+    model = models.build("setdlm", vocab_size=V, length=L, block_size=4, ...)
+    model.loss(batch)                               -> scalar training objective
+    model.nll(batch)                                -> [B] nats over target tokens (bound for diffusion)
+    model.generate(prompts, max_new_tokens, decode) -> list[Generation]
+    model.infill(prefix, n_masked, suffix, decode)  -> Generation
+
+A paradigm is a subclass that sets `paradigm` (its registry name) and declares, as class
+attributes and class methods, everything the rest of the project derives from it: its family
+`label` for tables and plots, whether its `likelihood` is exact or a bound, what its block size
+means (`block_size_meaning`; None = it takes none), the DecodeConfig fields it reads (`knobs`),
+how defaults are filled in and settings validated (`resolve_decode`), its default decoding grid
+(`decode_grid`), its expected prediction budget and its model-id tag. Defining the subclass
+registers it: the CLI choices, the sweep grid, run ids, report labels, lm-eval's models and the
+benchmark's model list all read `PARADIGMS`.
+
+Subclasses implement `loss`, `nll`, `n_scored` and `_decode(canvas, decode, stop_at_eos)`; this base
+turns `generate` and `infill` calls into canvases, times them and checks their inputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 import torch
 from torch import nn
 
-from .backbone import Backbone, BackboneConfig
-from .base import Batch, DecodeConfig, Generation, ModelConfig
-from .decoding import Canvas, Timer
-from .schedules import expected_budget
+from .decoding import Canvas
+from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
+
+PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definition order
+
+
+def get_paradigm(name: str) -> type["ParadigmModel"]:
+    _ensure_builtin()
+    if name not in PARADIGMS:
+        raise ValueError(f"unknown paradigm {name!r}; choose one of {', '.join(PARADIGMS)}")
+    return PARADIGMS[name]
+
+
+def paradigm_names() -> tuple[str, ...]:
+    _ensure_builtin()
+    return tuple(PARADIGMS)
+
+
+def _ensure_builtin() -> None:
+    from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  (defining the classes registers them)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a preset sweeps; each paradigm's `decode_grid` reads the parts it uses."""
+    thresholds: tuple[float | None, ...] = (None,)
+    step_budgets: tuple[int, ...] = ()          # MDLM step budgets besides one token per step
+    windows: str = "S"                          # SetDLM windows: "S" or "S,Smax"
+
+
+class Timer:
+    """Wall time of one generate/infill call, prefill included (synchronises CUDA)."""
+
+    def __init__(self, device: torch.device | str):
+        self.cuda = torch.device(device).type == "cuda"
+
+    def __enter__(self) -> "Timer":
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.start
 
 
 class ParadigmModel(nn.Module):
+    # -- the declaration (subclasses override) -------------------------------------------------------
     paradigm: ClassVar[str]
+    label: ClassVar[str]                               # family label in tables and plots
+    likelihood: ClassVar[str] = "bound"                # "exact" (AR) or "bound" (a NELBO / order bound)
+    block_size_meaning: ClassVar[str | None] = None    # what S means, if the paradigm needs one
+    knobs: ClassVar[frozenset[str]] = frozenset()      # the DecodeConfig fields it reads besides SAMPLING_KNOBS
+    colormap: ClassVar[str] = "Purples"                # matplotlib colormap of its series
+    training_streams: ClassVar[int] = 1                # sequences of length L per training row (two-stream: 2)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "paradigm" in cls.__dict__:
+            PARADIGMS[cls.paradigm] = cls
+
+    @classmethod
+    def check_block_size(cls, block_size: int | None, max_block_size: int | None, length: int) -> None:
+        """ValueError unless (S, S_max) suit this paradigm and a context of `length`."""
+        if cls.block_size_meaning is None:
+            if block_size is not None:
+                raise ValueError(f"{cls.paradigm} has no block size")
+        elif block_size is None:
+            raise ValueError(f"{cls.paradigm} needs a block size S ({cls.block_size_meaning})")
+        elif not 1 <= block_size <= length:
+            raise ValueError(f"block_size S={block_size} must be in [1, L={length}]")
+        if max_block_size is not None and cls.resolved_max_block_size(block_size, None, length) is None:
+            raise ValueError(f"max_block_size (S_max) does not apply to {cls.paradigm}")
+
+    @classmethod
+    def resolved_max_block_size(cls, block_size: int | None, max_block_size: int | None, length: int) -> int | None:
+        """S_max where the paradigm has one (SetDLM), with its default filled in; None otherwise."""
+        return None
+
+    @classmethod
+    def budget(cls, length: int, block_size: int | None, max_block_size: int | None) -> float | None:
+        """Expected inference prediction budget (spec §6); None when the paradigm has no schedule (AR)."""
+        return None
+
+    @classmethod
+    def model_tag(cls, block_size: int | None, max_block_size: int | None) -> str:
+        """The readable start of a model id: 'bd3lm-s4', 'setdlm-smax8'."""
+        return cls.paradigm + (f"-s{block_size}" if block_size is not None else "")
+
+    # resolve_decode and decode_grid read only `length`, `block_size` and `max_block_size` of `config`: a
+    # ModelConfig, or a TrainConfig when a sweep is planned before any model exists
+    @classmethod
+    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
+        """The settings this paradigm decodes `config` with: knobs it does not read back at their defaults,
+        its own defaults filled in; ValueError for values it cannot honour."""
+        defaults = {f.name: f.default for f in dataclasses.fields(DecodeConfig)}
+        inert = set(defaults) - cls.knobs - SAMPLING_KNOBS
+        return decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
+
+    @classmethod
+    def check_task_decode(cls, decode: DecodeConfig, config: ModelConfig, max_new_tokens: int | None) -> None:
+        """ValueError for resolved settings that cannot decode a task generating `max_new_tokens` tokens."""
+
+    @classmethod
+    def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
+        """The settings a preset sweeps for one model (before task overrides and resolve_decode)."""
+        if "threshold" in cls.knobs:
+            return [DecodeConfig(threshold=t) for t in grid.thresholds]
+        return [DecodeConfig()]
+
+    @classmethod
+    def series(cls, row: dict) -> str:
+        """The plot series a result row belongs to: the model and the knobs not swept along a series."""
+        return cls.label + (f" S={row['block_size']}" if row.get("block_size") is not None else "")
+
+    @classmethod
+    def setting(cls, row: dict) -> str:
+        """What varies along a series (the threshold, and step budgets)."""
+        parts = []
+        if "threshold" in cls.knobs:
+            parts.append(f"tau={'-' if row.get('threshold') is None else format(row['threshold'], 'g')}")
+        for knob, short in (("steps", "T"), ("steps_per_block", "T/block"), ("chunk_size", "chunk")):
+            if knob in cls.knobs and row.get(knob):
+                parts.append(f"{short}={row[knob]}")
+        return " ".join(parts) or "-"
+
+    # -- the model ---------------------------------------------------------------------------------
     def __init__(self, config: ModelConfig):
         super().__init__()
         if config.paradigm != self.paradigm:
             raise ValueError(f"{type(self).__name__} got a config for paradigm {config.paradigm!r}")
         self.config = config
-        self.backbone = Backbone(BackboneConfig(
-            vocab_size=config.vocab_size, length=config.length, n_layers=config.n_layers,
-            d_model=config.d_model, n_heads=config.n_heads, mlp_ratio=config.mlp_ratio,
-            dropout=config.dropout, mask_id=config.mask_id, suppress_mask_logit=True,
-        ))
+        self.backbone = config.backbone.build(config.vocab_size, config.length, config.mask_id)
 
     @property
     def device(self) -> torch.device:
-        return self.backbone.embed.weight.device
+        return self.backbone.device
 
     @property
     def mask_id(self) -> int:
@@ -55,18 +188,14 @@ class ParadigmModel(nn.Module):
         raise NotImplementedError
 
     def expected_budget(self) -> float | None:
-        """Expected inference prediction budget (spec §6; see schedules.expected_budget)."""
         c = self.config
-        return expected_budget(c.paradigm, c.length, c.block_size, c.max_block_size)
-
-    def check_decode(self, decode: DecodeConfig) -> None:
-        """Raise ValueError for knob values this paradigm cannot honour."""
+        return self.budget(c.length, c.block_size, c.max_block_size)
 
     # -- public decoding interface -------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                  decode: DecodeConfig = DecodeConfig()) -> list[Generation]:
-        self.check_decode(decode)
+        decode = self.resolve_decode(decode, self.config)
         with Timer(self.device) as timer:
             canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
             canvas.check_fits(self.config.length)
@@ -76,7 +205,7 @@ class ParadigmModel(nn.Module):
     @torch.inference_mode()
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
                decode: DecodeConfig = DecodeConfig()) -> Generation:
-        self.check_decode(decode)
+        decode = self.resolve_decode(decode, self.config)
         with Timer(self.device) as timer:
             canvas = Canvas.for_infill(prefix, n_masked, suffix, self.mask_id, self.device)
             canvas.check_fits(self.config.length)
@@ -87,22 +216,3 @@ class ParadigmModel(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill canvas.ids in place. Returns (nfe [B], tokens committed per step [steps, B])."""
         raise NotImplementedError
-
-
-class StepLog:
-    """Per-row NFE and tokens-per-step bookkeeping for a decode loop, kept on the device."""
-
-    def __init__(self, batch: int, max_steps: int, device: torch.device):
-        self.nfe = torch.zeros(batch, dtype=torch.long, device=device)
-        self.per_step = torch.zeros(max_steps, batch, dtype=torch.long, device=device)
-        self.steps = 0
-
-    def record(self, active: torch.Tensor, committed: torch.Tensor) -> None:
-        """active [B] bool (row was decoded in this forward); committed [B] tokens it committed."""
-        self.nfe += active
-        self.per_step[self.steps] = committed
-        self.steps += 1
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.nfe, self.per_step[:self.steps]
-

@@ -8,7 +8,8 @@
   w = S_max / (L + S_max - 1), and k solves w k / (k + 1) = S / (2L). S = 1 is exactly
   left-to-right (AR); S = S_max gives k = 1, w = S / L (w = 1 at S = L: uniform random order).
 * Expected prediction budget: BD3LM S/2; SetDLM L w k / (k + 1) (= S/2 by construction), so
-  SetDLM (S, S_max = 2S) is budget-matched to BD3LM with block S.
+  SetDLM (S, S_max = 2S) is budget-matched to BD3LM with block S. Each paradigm's `budget`
+  (models/paradigm.py) picks its formula from here.
 
     python -m models.schedules --length 1024 --set-size 4
 """
@@ -103,20 +104,6 @@ class StaggeredSchedule:
 def block_expected_budget(block_size: int) -> float:
     """BD3LM with block S and the linear schedule: S/2 masked tokens in the current block on average."""
     return block_size / 2.0
-
-
-def expected_budget(paradigm: str, length: int, block_size: int | None = None,
-                    max_block_size: int | None = None) -> float | None:
-    """Expected inference prediction budget of a model (spec §6), recorded with every result: S/2 for BD3LM
-    with block S and for SetDLM with set size S (= L w k/(k+1), S_max = 2S), L/2 for MDLM (the whole
-    sequence is one block), None for AR (one prediction per step, no schedule)."""
-    if paradigm == "bd3lm":
-        return block_expected_budget(block_size)
-    if paradigm == "setdlm":
-        return StaggeredSchedule(length, block_size, max_block_size).expected_budget()
-    if paradigm == "mdlm":
-        return length / 2
-    return None
 
 
 def confidence_commit_counts(n_masked: int, steps: int | None) -> list[int]:

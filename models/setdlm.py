@@ -24,6 +24,25 @@ the first step's "accepted" set, so prefill costs no extra forward. Rows of a ba
 own windows; rows stop on EOS (with no mask before it) or when their span is filled; leftover
 masks are removed. Infilling caches prefix and suffix (left to right) before the first step.
 
+DecodeConfig(sampler="official") reproduces the official SetDLM.generate (src/denoiser/setdlm.py). How our
+default differs from it:
+  * Prefill and the first step: the official writes the prompt (causal) to the cache in a forward of its
+    own, then its first step feeds the window's masks only, each attending to the cache and itself; ours
+    feeds the prompt and the masks in one forward, the masks attending to the prompt and themselves. Same
+    keys: same logits and tokens, one NFE less.
+  * Stop rule: the official runs its stopping criteria every W steps (on y[: f + W]); ours checks the EOS
+    rule every step. Tokens are the same (cut at the first EOS); the official spends up to W - 1 more NFE.
+  * First-hitting commit order (setdlm_fht_cache_order, used by the GSM8K harness = our
+    commit_order="first_hitting"): the official draws first-hitting times from the model's schedule with
+    S_max = 2W for the N targets, target j taking schedule slot L - N + j, from torch's global RNG; ours
+    draws reveal times over absolute positions from a generator seeded with `seed`. Official mode uses the
+    official indexing and schedule; the random streams cannot match, so orders differ draw by draw (same
+    distribution); the order fixes the causal attention among a step's tokens, so later tokens can differ.
+  * The official computes the logits of the pending rows too: speed only. It forces
+    round(t_n N) - round(t_{n+1} N) tokens per step, 1 for the scripts' T >= N, as ours always does.
+  * The official decodes batch size 1 only; both modes here decode batches row by row identically. Past L
+    the official crops the cache from the left; ours refuses.
+
     python -c "import models; m = models.build('setdlm', vocab_size=64, length=32, block_size=4); print(m.generate([[1, 2]], 8))"
 """
 
@@ -32,11 +51,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .backbone import ClosedStream
-from .base import Batch, DecodeConfig
-from .decoding import Canvas, TokenChooser, left_aligned, select_commits
-from .paradigm import ParadigmModel, StepLog
+from .backbones import ClosedStream
+from .decoding import Canvas, StepLog, left_aligned, select_commits
+from .official_sampler import OfficialTokenChooser, check_sampler, is_official, official_numerics
+from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule
+from .types import Batch, DecodeConfig, ModelConfig
 
 
 def two_stream_set_mask(length: int, device=None) -> torch.Tensor:
@@ -52,15 +72,50 @@ def two_stream_set_mask(length: int, device=None) -> torch.Tensor:
 
 class SetDLMModel(ParadigmModel):
     paradigm = "setdlm"
+    label = "SetDLM"
+    block_size_meaning = "target set size S of the position-offset schedule (S_max = 2S unless given)"
+    knobs = frozenset({"threshold", "window", "use_cache", "commit_order", "sampler"})
+    samplers = ("harness", "official")
+    colormap = "Greens"
+    training_streams = 2
+
+    @classmethod
+    def resolved_max_block_size(cls, block_size, max_block_size, length):
+        return StaggeredSchedule(length, block_size, max_block_size).s_max
+
+    @classmethod
+    def budget(cls, length, block_size, max_block_size):
+        return StaggeredSchedule(length, block_size, max_block_size).expected_budget()
+
+    @classmethod
+    def model_tag(cls, block_size, max_block_size):
+        return f"setdlm-smax{max_block_size}"
+
+    @classmethod
+    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
+        decode = super().resolve_decode(decode, config)
+        check_sampler(cls, decode)
+        if decode.window is None:
+            decode = decode.replace(window=config.block_size)
+        if decode.window > config.length:
+            raise ValueError(f"SetDLM window W={decode.window} exceeds the context length L={config.length}")
+        return decode
+
+    @classmethod
+    def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
+        S = config.block_size
+        windows = (S,) if grid.windows == "S" else (S, cls.resolved_max_block_size(S, config.max_block_size, config.length))
+        return [DecodeConfig(window=w, threshold=t) for w in windows for t in grid.thresholds]
+
+    @classmethod
+    def series(cls, row: dict) -> str:
+        window = f" W={row['window']}" if row.get("window") is not None else ""
+        return f"SetDLM S_max={row['max_block_size']}" + window
 
     @property
     def schedule(self) -> StaggeredSchedule:
         c = self.config
         return StaggeredSchedule(c.length, c.block_size, c.max_block_size)
-
-    def check_decode(self, decode: DecodeConfig) -> None:
-        if decode.window is not None and decode.window > self.config.length:
-            raise ValueError(f"SetDLM window W={decode.window} exceeds the context length {self.config.length}")
 
     # -- training / likelihood -----------------------------------------------------------------
     def sample_order(self, batch: Batch) -> torch.Tensor:
@@ -115,7 +170,12 @@ class SetDLMModel(ParadigmModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        W = decode.window or self.config.block_size
+        with official_numerics(self.backbone, decode):
+            return self._decode_window(canvas, decode, stop_at_eos)
+
+    def _decode_window(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
+        W = decode.window
+        official = is_official(decode)
         B, C = canvas.ids.shape
         device = canvas.ids.device
         ids, pos, span = canvas.with_scratch_column()
@@ -128,10 +188,22 @@ class SetDLMModel(ParadigmModel):
         order_key = None
         if decode.commit_order == "first_hitting":
             L = self.config.length
-            sched = StaggeredSchedule(L, min(W, L), min(2 * W, L))
-            # one draw over absolute positions, shared by every row: a row's order never depends on its batch
-            reveal = sched.sample_reveal_times(1, torch.Generator(device=device).manual_seed(decode.seed), device)
-            order_key = reveal.expand(B, -1).gather(1, pos.clamp(max=L - 1))
+            generator = torch.Generator(device=device).manual_seed(decode.seed)
+            if official and bool(canvas.span[:, -1].all()):
+                # setdlm_fht_cache_order: first-hitting times of the model's schedule (S_max = 2W, as the GSM8K
+                # harness sets it) for the N targets, indexed by target rank: target j takes schedule slot L - N + j
+                S_max = min(2 * W, L)
+                sched = StaggeredSchedule(L, min(self.config.block_size, S_max), S_max)
+                reveal = sched.sample_reveal_times(1, generator, device)
+                N = int(canvas.span[0].sum())
+                slot = (L - N + (cols - (C - N))).clamp(0, L - 1)
+                order_key = reveal[0, slot].expand(B, -1).clone()
+                order_key = torch.cat([order_key, order_key[:, -1:]], dim=1)   # the scratch column
+            else:
+                sched = StaggeredSchedule(L, min(W, L), min(2 * W, L))
+                # one draw over absolute positions, shared by every row: a row's order never depends on its batch
+                reveal = sched.sample_reveal_times(1, generator, device)
+                order_key = reveal.expand(B, -1).gather(1, pos.clamp(max=L - 1))
 
         # step 0 "accepted" set: every visible token (prompt, or prefix + suffix), left to right
         masked = canvas.span & (canvas.ids == mask_id)
@@ -144,10 +216,14 @@ class SetDLMModel(ParadigmModel):
         eos_at = torch.full((B,), C, dtype=torch.long, device=device)   # leftmost committed EOS
         active = remaining > 0
 
-        chooser = TokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device)
-        log = StepLog(B, int(remaining.max()) + 1, device)
+        chooser = OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device)
+        log = StepLog(B, int(remaining.max()) + 2, device)
         if decode.use_cache:
-            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W))
+            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=official)
+            if official and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
+                step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, n_vis)
+                log.record(active, torch.zeros(B, dtype=torch.long, device=device))
+                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
         else:
             step = _UncachedSetStep(self.backbone, ids, pos, pend_cols, pend_valid)
 
@@ -160,12 +236,13 @@ class SetDLMModel(ParadigmModel):
 
         win_cols, candidate, n_cand = window(first, active)
         win_cols, candidate = win_cols[:, :int(n_cand.max())], candidate[:, :int(n_cand.max())]
+        iteration = 0
         while True:
             all_cols = torch.cat([pend_cols, win_cols], dim=1)
             inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
             Tp, Tw = pend_cols.shape[1], win_cols.shape[1]
             h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
-            tokens, conf = chooser(self.backbone.logits(h))
+            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - Tw:]))
             chosen = select_commits(conf, candidate, 1, decode.threshold)
             ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)
@@ -176,9 +253,11 @@ class SetDLMModel(ParadigmModel):
             # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
             first = torch.where(candidate & ~chosen, win_cols, (first + W).clamp(max=C)[:, None]).min(dim=1).values
             active = active & (remaining > 0)
-            if stop:  # an EOS with no mask before it ends the row
+            if stop:  # an EOS with no mask before it ends the row (official: checked every W steps only)
                 eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), win_cols, C).min(dim=1).values)
-                active = active & (eos_at >= first)
+                if not official or (iteration > 0 and iteration % W == 0):
+                    active = active & (eos_at >= first)
+            iteration += 1
             if decode.threshold is None:  # exactly one accepted token per decoded row: no sorting needed
                 pend_cols = torch.where(chosen, win_cols, 0).sum(dim=1, keepdim=True)
                 pend_valid = n_chosen[:, None] > 0
@@ -206,8 +285,9 @@ class _CachedSetStep:
     call-wide templates instead of being assembled from pieces at every step.
     """
 
-    def __init__(self, backbone, cache):
+    def __init__(self, backbone, cache, keep_all: bool = False):
         self.backbone, self.cache = backbone, cache
+        self.keep_all = keep_all   # the official sampler computes every row (the pending tokens' logits too)
         n, device = cache.capacity, cache.valid.device
         self.causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
         self.diag = torch.eye(n, dtype=torch.bool, device=device)
@@ -218,7 +298,7 @@ class _CachedSetStep:
         n = cache.length
         keys = torch.cat([cache.history_mask(), new_valid], dim=1)
         mask = (self.causal[n:n + T, :n + T] & keys[:, None, :]) | self.diag[n:n + T, :n + T]
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=slice(Tp, None))
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=None if self.keep_all else slice(Tp, None))
         cache.commit(Tp, new_valid[:, :Tp])
         return h
 

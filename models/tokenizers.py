@@ -29,6 +29,10 @@ BUILTIN = ("gpt2", "bert-base-uncased")
 class Tokenizer:
     """A `tokenizers.Tokenizer` plus the ids of the four special roles."""
 
+    # whether prompts of this tokenizer's model start with bos (pretrained Llama-style tokenizers say so,
+    # models/pretrained.py sets it; the harness's own tokenizers leave it False). Not saved.
+    add_bos: bool = False
+
     def __init__(self, backend: HFTokenizer, name: str, bos: str, eos: str, pad: str, mask: str):
         self.backend = backend
         self.name = name

@@ -7,7 +7,8 @@
     examples = task.select(task.examples(tokenizer, 256), limit=10)
 
 Task names: gsm8k, roc_infill1, roc_infill3, cnndm, ppl_owt, ppl_lm1b, ppl_wikitext, ppl_file,
-genppl, mauve. The training corpus of the CPU presets is in tasks/corpus.py.
+genppl, mauve, and on synthetic oracle languages (tasks/oracle.py) oracle_nll, oracle_gen,
+oracle_greedy, oracle_infill. The training corpus of the CPU presets is in tasks/corpus.py.
 
     python -c "import tasks; print(list(tasks.TASKS))"
 """
@@ -25,12 +26,14 @@ from tasks.cnndm import CNNDM
 from tasks.genppl import GenPPL
 from tasks.gsm8k import GSM8K
 from tasks.mauve_task import Mauve
+from tasks.oracle import OracleGen, OracleGreedy, OracleInfill, OracleNll
 from tasks.perplexity import PplFile, PplLm1b, PplOwt, PplWikitext
 from tasks.rocstories import RocInfill1, RocInfill3
 
 TASKS: dict[str, type[Task]] = {
     cls.name: cls
-    for cls in (GSM8K, RocInfill1, RocInfill3, CNNDM, PplOwt, PplLm1b, PplWikitext, PplFile, GenPPL, Mauve)
+    for cls in (GSM8K, RocInfill1, RocInfill3, CNNDM, PplOwt, PplLm1b, PplWikitext, PplFile, GenPPL, Mauve,
+                OracleNll, OracleGen, OracleGreedy, OracleInfill)
 }
 
 

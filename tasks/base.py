@@ -285,6 +285,7 @@ class Task(abc.ABC):
     # metrics that decoding settings cannot change (scores of given text, e.g. a reference answer's NLL):
     # reported per model, never drawn as a speed-quality front. Every metric of a decode_kind "none" task is.
     decoding_independent: ClassVar[frozenset[str]] = frozenset()
+    extra_plots: ClassVar[tuple[str, ...]] = ()  # metrics besides the primary that the report draws
     data_format: ClassVar[str] = ""  # what --data accepts, for docs and error messages
     embedded_file: ClassVar[str] = ""  # path under tasks/data
     hf_default: ClassVar[tuple[str, str | None, str] | None] = None  # (path, config, split); None = no hub source
@@ -370,20 +371,11 @@ class Task(abc.ABC):
         return [Example(str(fields.get("id", i)), fields) for i, fields in enumerate(self.records())]
 
     @staticmethod
-    def select(examples: Sequence[Example], limit: int | None = None, start: int = 0, step: int = 1) -> list[Example]:
-        """examples[start::step][:limit] (the --limit/--start/--step slicing)."""
+    def select(examples: Sequence[Example], limit: int | None = None) -> list[Example]:
+        """The first `limit` examples (all when None): the --limit slicing."""
         if limit is not None and limit < 1:
             raise TaskError(f"limit must be >= 1, got {limit}")
-        if start < 0:
-            raise TaskError(f"start must be >= 0, got {start}")
-        if step < 1:
-            raise TaskError(f"step must be >= 1, got {step}")
-        chosen = list(examples[start::step])
-        if limit is not None:
-            chosen = chosen[:limit]
-        if not chosen:
-            raise TaskError(f"no examples selected: start={start} is past the last of {len(examples)} examples")
-        return chosen
+        return list(examples[:limit])
 
     # --- model requests and scoring
 
@@ -409,6 +401,39 @@ class Task(abc.ABC):
     def label(self, metric: str, judge_name: str | None = None) -> str:
         """Human label of a metric for tables and plots (e.g. 'MAUVE (MiniLM features)')."""
         return self.metric_labels.get(metric, metric).format(judge=judge_name or "unknown judge")
+
+
+# -- the one context policy (native tasks and the lm-eval adapter alike) ---------------------------------------
+INFILL_MARKER = "<|harness_infill|>"   # lm-eval has no infilling request type: see harness/lm_eval.py
+
+
+def infill_context(prefix: str, middle: str, suffix: str) -> str:
+    """An infilling request as lm-eval generate_until context text (INFILL_MARKER + JSON)."""
+    return INFILL_MARKER + json.dumps({"prefix": prefix, "middle": middle, "suffix": suffix})
+
+
+def fit_generation(prompt: list[int], max_new_tokens: int, context_length: int) -> tuple[list[int], int]:
+    """(prompt, tokens to generate) that fit in the context. A prompt too long to leave room for
+    `max_new_tokens` loses tokens from the left (its first token, bos, is kept), but keeps at least half
+    the context; fewer tokens are then generated. Returns the prompt unchanged when it fits."""
+    keep = max(context_length - max_new_tokens, context_length // 2)   # prompt tokens, bos included
+    if len(prompt) > keep:
+        prompt = prompt[:1] + prompt[len(prompt) - keep + 1:]
+    return prompt, min(max_new_tokens, context_length - len(prompt))
+
+
+def fit_infill(prefix: list[int], n_masked: int, suffix: list[int], context_length: int
+               ) -> tuple[list[int], list[int]] | None:
+    """(prefix, suffix) around `n_masked` masks that fit in the context: suffix tokens are dropped from the
+    right, then prefix tokens from the left (bos kept). None when the span itself does not fit after bos."""
+    over = len(prefix) + n_masked + len(suffix) - context_length
+    if over <= 0:
+        return prefix, suffix
+    cut = min(over, len(suffix))
+    suffix, over = suffix[:len(suffix) - cut], over - cut
+    if over > len(prefix) - 1:
+        return None
+    return prefix[:1] + prefix[1 + over:], suffix
 
 
 def check_context_length(task: str, context_length: int | None) -> int:

@@ -95,6 +95,7 @@ class SampledText(Task):
 
 class GenPPL(SampledText):
     name = "genppl"
+    extra_plots = ("unigram_entropy",)
     primary_metric = "gen_ppl"
     higher_is_better = {"gen_ppl": False, "unigram_entropy": True, "early_end_frac": False}
     needs_judge = True

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from tasks.base import (
     Example, GenerateRequest, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, TextOutput,
-    check_context_length, mean_ci, output, ratio_ci,
+    check_context_length, fit_generation, mean_ci, output, ratio_ci,
 )
 
 STOP = "Question:"
@@ -87,6 +87,7 @@ class GSM8K(Task):
     primary_metric = "exact_match"
     higher_is_better = {"exact_match": True, "answer_nll_per_token": False}
     decode_kind = "generate"
+    extra_plots = ("answer_nll_per_token",)
     decoding_independent = frozenset({"answer_nll_per_token"})   # the reference answer's score
     metric_labels = {
         "exact_match": "GSM8K exact match",
@@ -116,15 +117,10 @@ class GSM8K(Task):
     def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
         length = check_context_length(self.name, context_length)
         prompt = [tokenizer.bos_id] + tokenizer.encode(prompt_text(example.fields["question"]))
-        if len(prompt) >= length:
-            raise TaskError(
-                f"task gsm8k, example {example.id}: the question is {len(prompt)} tokens with bos, which leaves no "
-                f"room to answer in a context of {length}; use a model with a longer context, or leave that question "
-                f"out of the data"
-            )
+        prompt, n_new = fit_generation(prompt, self.max_new_tokens, length)   # the context policy: tasks/base.py
         answer = tokenizer.encode(" " + example.fields["answer"]) + [tokenizer.eos_id]
         return {
-            "decode": GenerateRequest(prompt, min(self.max_new_tokens, length - len(prompt))),
+            "decode": GenerateRequest(prompt, n_new),
             "ref_nll": NllRequest((prompt + answer)[:length], len(prompt)),
         }
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from tasks.base import (
-    Example, InfillRequest, Record, Request, Task, TaskError, TextOutput, check_context_length, output,
+    Example, InfillRequest, Record, Request, Task, TaskError, TextOutput, check_context_length, fit_infill, output,
 )
 from tasks.metrics import rouge
 
@@ -73,10 +73,11 @@ class _RocInfill(Task):
         prefix = [tokenizer.bos_id] + tokenizer.encode(prefix_text)
         n_masked = len(tokenizer.encode(hidden_text))
         suffix = tokenizer.encode(suffix_text) + [tokenizer.eos_id]
-        total = len(prefix) + n_masked + len(suffix)
-        if total > length:
-            raise TaskError(f"task {self.name}, story {example.id}: {total} tokens do not fit in a context of {length}")
-        return {"decode": InfillRequest(prefix, n_masked, suffix)}
+        fitted = fit_infill(prefix, n_masked, suffix, length)   # the context policy: tasks/base.py
+        if fitted is None:
+            raise TaskError(f"task {self.name}, story {example.id}: its hidden span of {n_masked} tokens does not fit "
+                            f"in a context of {length}")
+        return {"decode": InfillRequest(fitted[0], n_masked, fitted[1])}
 
     def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, float]:
         decoded = output(outputs, "decode", TextOutput)

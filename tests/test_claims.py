@@ -15,7 +15,7 @@ import pytest
 
 from harness.claims import Results, overall, paired, verdict
 from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, load_runs,
-                            plot_task, readme_section)
+                            oracle_section, plot_task, readme_section)
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_claims_tables_are_a_pure_function_of_results():
     summary, details = first
     assert set(details.claim) >= {1, 2, 3, 5, 8}
     assert set(details.verdict) <= {"holds", "fails", "inconclusive"} | {v for v in details.verdict if "not measured" in v}
-    assert set(summary.claim) == set(range(1, 9))
+    assert set(summary.claim) == set(range(1, 10))
 
 
 def test_readme_section_is_generated_from_the_committed_results():
@@ -103,6 +103,8 @@ def test_readme_section_is_generated_from_the_committed_results():
     summary, details = claims_tables(REFERENCE / "cpu", bench_dir(REFERENCE))
     assert readme[begin:end + len(README_END)] == readme_section(summary, details, "cpu"), \
         "README is stale: python -m harness.report --results results/reference --plots plots --readme README.md"
+    oracle = oracle_section(load_runs(REFERENCE / "cpu"), "cpu")
+    assert oracle is not None and oracle in readme, "README's oracle table is stale (same command)"
 
 
 def test_results_rows_say_what_the_report_needs():

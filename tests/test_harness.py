@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tasks import TASKS
+
 from harness.configs import RunCell, TrainConfig
 from harness.presets import PRESETS, get_preset
 from harness.report import build_report, pareto_mask
 from harness.store import REQUIRED_KEYS, read_jsonl
 from harness.sweep import PlanError, plan_sweep
-from models.base import PARADIGMS
-from models.base import DecodeConfig
+from models import DecodeConfig, paradigm_names
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,13 +101,15 @@ def test_run_id_is_the_hash_of_the_canonical_config():
 
 def test_presets_are_valid_and_budget_matched():
     for preset in PRESETS.values():
+        if preset.external:        # a preset of pretrained models (smollm2) trains none of its own
+            continue
         plan_configs = preset.train_configs()
         assert {c.paradigm for c in plan_configs} == {"ar", "mdlm", "bd3lm", "setdlm"}
     cpu = plan_sweep(get_preset("cpu"))
     pairs = {(c.paradigm, c.block_size): c.expected_budget for c in cpu.cells}
     assert pairs[("setdlm", 4)] == pytest.approx(pairs[("bd3lm", 4)]) == pytest.approx(2.0)
     assert pairs[("setdlm", 16)] == pytest.approx(pairs[("bd3lm", 16)]) == pytest.approx(8.0)
-    windows = {c.decode.window for c in cpu.cells if c.paradigm == "setdlm" and not c.task.startswith("ppl")}
+    windows = {c.decode.window for c in cpu.cells if c.paradigm == "setdlm" and TASKS[c.task].decode_kind != "none"}
     assert windows == {4, 8, 16, 32}
     taus = {c.decode.threshold for c in cpu.cells if c.paradigm == "bd3lm" and c.task == "gsm8k"}
     assert taus == {None, 0.9, 0.3, 0.1}
@@ -114,10 +117,10 @@ def test_presets_are_valid_and_budget_matched():
 
 def test_plan_rejects_bad_grid_values():
     cpu = get_preset("cpu")
-    with pytest.raises(PlanError, match="larger than the context"):
+    with pytest.raises(PlanError, match="exceeds the context length"):
         plan_sweep(cpu, "setdlm", "gsm8k", block_size=4, decode={"window": 1000})
-    with pytest.raises(PlanError, match="does not divide"):
-        plan_sweep(cpu, "bd3lm", "gsm8k", block_size=4, decode={"window": 3})
+    with pytest.raises(PlanError, match="must divide the context length"):
+        plan_sweep(cpu, "bd3lm", "gsm8k", block_size=4, decode={"decode_block": 3})
     with pytest.raises(PlanError, match="valid: ar, mdlm"):
         plan_sweep(cpu, "gpt", "gsm8k")
     with pytest.raises(PlanError, match="steps=4 is fewer than the 12 chunks"):   # 96 new tokens / 8
@@ -126,8 +129,8 @@ def test_plan_rejects_bad_grid_values():
 
 
 def test_cells_carry_only_the_knobs_their_paradigm_reads():
-    paper = plan_sweep(get_preset("paper"), tasks="gsm8k")   # the preset's chunk_size is an MDLM setting
-    chunk = {p: {c.decode.chunk_size for c in paper.cells if c.paradigm == p} for p in PARADIGMS}
+    paper = plan_sweep(get_preset("paper-train"), tasks="gsm8k")   # the preset's chunk_size is an MDLM setting
+    chunk = {p: {c.decode.chunk_size for c in paper.cells if c.paradigm == p} for p in paradigm_names()}
     assert chunk == {"ar": {None}, "mdlm": {32}, "bd3lm": {None}, "setdlm": {None}}
     cpu = plan_sweep(get_preset("cpu"), "ar,setdlm", "gsm8k", decode={"chunk_size": 8, "commit_order": "first_hitting"})
     assert {(c.paradigm, c.decode.chunk_size, c.decode.commit_order) for c in cpu.cells} == {
@@ -146,13 +149,14 @@ def test_seed_reaches_the_ar_parent_of_adapted_models():
     cfgs = get_preset("cpu").train_configs(seed=3)
     assert all(c.seed == 3 for c in cfgs) and all(c.init_from.seed == 3 for c in cfgs if c.init_from)
     plan = plan_sweep(get_preset("cpu"), seed=3)
-    assert len({t.model_id for t in plan.train if t.paradigm == "ar"}) == 1   # one AR: baseline, parent, judge
+    ars = {(t.corpus, t.model_id) for t in plan.train if t.paradigm == "ar"}
+    assert len(ars) == len({corpus for corpus, _ in ars}) == 2   # one AR per family: baseline, parent (and judge)
 
 
 def test_hub_corpus_streams_through_datasets(monkeypatch):
     import datasets
 
-    from harness.train import corpus_documents
+    from harness.data import corpus_documents
 
     calls = []
 
@@ -169,8 +173,9 @@ def test_hub_corpus_streams_through_datasets(monkeypatch):
 
 def test_series_labels_from_rows():
     from harness.report import family
-    row = {"paradigm": "setdlm", "model_id": "setdlm-smax8-fp32-222a1d24db", "block_size": 4, "window": 8}
-    assert family(row) == "SetDLM S_max=8 W=8"
-    assert family({**row, "model_id": "my-checkpoint"}) == "SetDLM S=4 W=8"   # a user's directory name
-    assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "window": 4}) == "BD3LM S=4"
+    row = {"paradigm": "setdlm", "model_id": "my-checkpoint", "block_size": 4, "max_block_size": 8, "window": 8}
+    assert family(row) == "SetDLM S_max=8 W=8"                  # from the row's fields, never the model id
+    assert family({**row, "max_block_size": 16}) == "SetDLM S_max=16 W=8"
+    assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 4}) == "BD3LM S=4"
+    assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 8}) == "BD3LM S=4 block=8"
 

@@ -36,6 +36,7 @@ import models  # noqa: E402
 from models import DecodeConfig  # noqa: E402
 from models.tokenizers import train_bpe  # noqa: E402
 from tasks import InfillRequest, get_task  # noqa: E402
+from tasks.base import infill_context  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "tasks" / "lm_eval"
@@ -155,7 +156,7 @@ def test_checkpoint_paradigm_must_match_the_name(checkpoints):
     assert get_model("harness").create_from_arg_string(f"checkpoint={checkpoints['setdlm']}").paradigm == "setdlm"
     with pytest.raises(ValueError, match="unknown model_args treshold"):
         lm(checkpoints, "mdlm", treshold=0.9)
-    with pytest.raises(ValueError, match="checkpoint=DIR"):
+    with pytest.raises(ValueError, match="checkpoint=SPEC"):
         get_model("mdlm").create_from_arg_string("")
 
 
@@ -250,7 +251,7 @@ def test_generate_until_stop_strings_and_batching(checkpoints):
 def test_infill_marker_routes_to_model_infill(checkpoints, tok, decode_calls):
     calls = decode_calls
     middle = " He was very happy about it."
-    context = adapter.infill_context("Tom found a dog.", middle, " He named it Rex.")
+    context = infill_context("Tom found a dog.", middle, " He named it Rex.")
     for paradigm in models.PARADIGMS:
         calls.clear()
         text, = lm(checkpoints, paradigm).generate_until([instance("generate_until", context, {"until": []})])
@@ -261,7 +262,7 @@ def test_infill_marker_routes_to_model_infill(checkpoints, tok, decode_calls):
     with pytest.raises(ValueError, match="must start with the infill marker"):
         lm(checkpoints, "mdlm").generate_until([instance("generate_until", "Q: A\n\n" + context, {"until": []})])
     calls.clear()
-    long_story = adapter.infill_context("Tom found a dog. " * 30, middle, " He named it Rex." * 30)
+    long_story = infill_context("Tom found a dog. " * 30, middle, " He named it Rex." * 30)
     lm(checkpoints, "setdlm").generate_until([instance("generate_until", long_story, {"until": []})])
     request, = calls
     assert len(request.prefix) + request.n_masked + len(request.suffix) == LENGTH

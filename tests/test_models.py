@@ -51,7 +51,7 @@ def test_cache_on_off_same_infill(paradigm):
 def test_cache_compaction_keeps_results(paradigm, monkeypatch):
     """Rows that commit different amounts leave invalid cache slots; with a cache too small to hold them
     the decoder compacts it, which must not change any token."""
-    from models.backbone import KVCache
+    from models.backbones import KVCache
 
     model = tiny(paradigm, block_size=4)
     prompts = random_prompts(4, 11)
@@ -171,7 +171,7 @@ def test_bd3lm_single_block_equals_mdlm_loss():
 def test_two_stream_split_attention_equals_one_masked_call(paradigm, monkeypatch):
     """The closed-stream split (two SDPA calls) gives the loss and gradients of one call over
     the whole two-stream mask, with padding and context; a false ClosedStream claim does not."""
-    import models.backbone as backbone_module
+    import models.backbones.attention as backbone_module
     model = tiny(paradigm, block_size=4, sharp=False).train()
     g = torch.Generator().manual_seed(5)
     x = torch.randint(2, VOCAB - 1, (3, LENGTH), generator=g)
@@ -347,7 +347,7 @@ def test_model_config_validation():
         models.build("bd3lm", vocab_size=10, length=30, block_size=4)
     with pytest.raises(ValueError, match="unknown paradigm"):
         models.build("gpt", vocab_size=10, length=30)
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(ValueError, match="needs a block size"):
         models.build("setdlm", vocab_size=10, length=30)
 
 

@@ -56,8 +56,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import harness.data as data_mod
 import harness.train as train_mod
 import models
+from models.backbones import gpt_spec
 from harness import run
 from harness.configs import RESULTS_SCHEMA_VERSION, TrainConfig
 from harness.env import KILL_ENV
@@ -77,13 +79,7 @@ QUESTIONS = [("What is 2 plus 3?", "2+3=5 #### 5"), ("Tom has 4 apples and eats 
              ("What is 6 times 7?", "6*7=42 #### 42"), ("Half of 10 is?", "10/2=5 #### 5")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The machine is shared: in-process torch work uses one thread (bit-identity needs a fixed count)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -154,7 +150,7 @@ def synthetic_documents(split: str = "train") -> list[str]:
 
 def tiny_config(paradigm: str, seed: int = 0, steps: int = 8) -> TrainConfig:
     return TrainConfig(paradigm=paradigm, block_size=4 if paradigm in ("bd3lm", "setdlm") else None, length=32,
-                       n_layers=1, d_model=16, n_heads=2, tokenizer="bpe:300", steps=steps, batch_size=4,
+                       backbone=gpt_spec(n_layers=1, d_model=16, n_heads=2), tokenizer="bpe:300", steps=steps, batch_size=4,
                        warmup_steps=2, seed=seed)
 
 
@@ -234,24 +230,22 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
         return ["--sweep", "--preset", "huge"], "unknown preset 'huge'"
     if name == "window_larger_than_context":
         return (["--preset", "smoke", "--paradigm", "setdlm", "--block-size", "4", "--task", "gsm8k",
-                 "--window", "200"], "window 200 is larger than the context length L=128")
+                 "--window", "200"], "SetDLM window W=200 exceeds the context length L=128")
     if name == "tau_above_one":
         return [*CELL, "--threshold", "1.5"], "threshold must be in (0, 1]"
     if name == "tau_zero":
         return [*CELL, "--threshold", "0"], "threshold must be in (0, 1]"
     if name == "bd3lm_block_not_dividing_L":
-        return (["--preset", "smoke", "--paradigm", "bd3lm", "--block-size", "4", "--task", "gsm8k", "--window", "3"],
-                "BD3LM block size 3 does not divide L=128")
+        return (["--preset", "smoke", "--paradigm", "bd3lm", "--block-size", "4", "--task", "gsm8k",
+                 "--decode-block", "3"], "BD3LM decode block size 3 must divide the context length L=128")
     if name == "limit_zero":
         return [*CELL, "--limit", "0"], "--limit must be a positive number of examples, got 0"
     if name == "limit_negative":
         return [*CELL, "--limit", "-3"], "--limit must be a positive number of examples, got -3"
-    if name == "gsm8k_question_longer_than_context":
-        long = write_jsonl(tmp / "long.jsonl", [{"question": "Why? " * 200, "answer": "#### 1"}])
-        return (["--checkpoint", str(ck["ar"]), "--task", "gsm8k", "--data", str(long)],
-                "leaves no room to answer in a context of 128")
-    if name == "roc_story_longer_than_context":
-        return ["--checkpoint", str(ck["short"]), "--task", "roc_infill1"], "do not fit in a context of 16"
+    if name == "use_cache_not_a_bool":
+        return [*CELL, "--use-cache", "maybe"], "use_cache='maybe': expected true or false"
+    if name == "roc_span_longer_than_context":
+        return ["--checkpoint", str(ck["short"]), "--task", "roc_infill3"], "does not fit in a context of 16"
     if name == "checkpoint_missing":
         return ["--checkpoint", str(tmp / "nope"), "--task", "gsm8k"], "does not exist"
     if name == "checkpoint_without_config":
@@ -276,7 +270,7 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
     if name == "checkpoint_schema_version":
         d = _broken_copy(ck["ar"], tmp / "oldschema", lambda d: _set_schema(d, 0))
         return (["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)],
-                f"has schema version 0, this code reads version {models.base.SCHEMA_VERSION}")
+                "has schema version 0, this code reads versions 1, 2")
     if name == "results_of_another_schema":
         (tmp / "out" / "smoke").mkdir(parents=True)
         write_jsonl(tmp / "out" / "smoke" / "runs.jsonl", [{"run_id": "old", "metric": "m", "schema_version": 0}])
@@ -301,7 +295,7 @@ BAD_INPUTS = [
     "malformed_jsonl", "missing_field", "empty_dataset", "data_wrong_format_txt", "data_wrong_extension",
     "data_missing_file", "unknown_paradigm", "unknown_task", "unknown_preset", "window_larger_than_context",
     "tau_above_one", "tau_zero", "bd3lm_block_not_dividing_L", "limit_zero", "limit_negative",
-    "gsm8k_question_longer_than_context", "roc_story_longer_than_context", "checkpoint_missing",
+    "use_cache_not_a_bool", "roc_span_longer_than_context", "checkpoint_missing",
     "checkpoint_without_config", "checkpoint_without_weights", "checkpoint_without_tokenizer",
     "checkpoint_corrupt_tokenizer", "checkpoint_corrupt_safetensors", "checkpoint_of_another_paradigm",
     "checkpoint_schema_version", "results_of_another_schema", "results_with_a_corrupt_line",
@@ -574,9 +568,10 @@ def test_failed_checkpoint_save_leaves_no_directory_and_keeps_the_old_one(tmp_pa
 RESUME_SCRIPT = f"""
 import sys
 sys.path.insert(0, {str(TESTS)!r})
+import harness.data as data
 import harness.train as train
 from test_reliability import synthetic_documents, tiny_config
-train.corpus_documents = lambda name, split: synthetic_documents(split)
+data.corpus_documents = lambda name, split: synthetic_documents(split)
 print(train.train(tiny_config(sys.argv[1]), "cpu", save_every=2, progress=False))
 """
 
@@ -639,25 +634,25 @@ def test_wait_queues_behind_the_lock_then_runs(tmp_path, checkpoints, questions)
 # -- 4. determinism (CPU) -----------------------------------------------------------------------------
 @pytest.fixture
 def tiny_corpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(train_mod, "corpus_documents", lambda name, split: synthetic_documents(split))
+    monkeypatch.setattr(data_mod, "corpus_documents", lambda name, split: synthetic_documents(split))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     return tmp_path
 
 
 def test_concurrent_tokenizer_builds_train_once(tiny_corpus, monkeypatch):
     """Two processes/threads sharing a cache: one trains the BPE, the other waits and loads it."""
-    trained, real_train = [], train_mod.train_bpe
+    trained, real_train = [], data_mod.train_bpe
 
     def slow_train(*args, **kwargs):
         trained.append(1)
         time.sleep(0.3)   # let the other caller arrive while the tokenizer is being built
         return real_train(*args, **kwargs)
-    monkeypatch.setattr(train_mod, "train_bpe", slow_train)
+    monkeypatch.setattr(data_mod, "train_bpe", slow_train)
     results, errors = [], []
 
     def build():
         try:
-            results.append(train_mod.get_tokenizer("bpe:300", "mixture").vocab_size)
+            results.append(data_mod.get_tokenizer("bpe:300", "mixture").vocab_size)
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             errors.append(e)
     run_concurrently(build, 2)
@@ -745,14 +740,31 @@ def test_results_rows_carry_the_schema_version_and_another_is_refused(tmp_path):
         store.check_schema()
 
 
+def test_a_checkpoint_of_the_previous_schema_loads(tmp_path, checkpoints):
+    """Schema 1 (before the backbone seam) kept the GPT architecture as flat model fields: it still loads, to the
+    same config and bit-identical weights."""
+    new = models.load(checkpoints["setdlm"])
+    old = shutil.copytree(checkpoints["setdlm"], tmp_path / "v1")
+    meta = json.loads((old / "config.json").read_text())
+    model = meta["model"]
+    arch = model.pop("backbone")["arch"]
+    model.update({k: arch[k] for k in ("n_layers", "d_model", "n_heads", "mlp_ratio", "dropout")}, schema_version=1)
+    meta["schema_version"] = 1
+    (old / "config.json").write_text(json.dumps(meta))
+    migrated = models.load(old)
+    assert migrated.config == new.config
+    assert all(torch.equal(a, b) for a, b in zip(migrated.state_dict().values(), new.state_dict().values()))
+    assert migrated.generate([[3, 4]], 6)[0].tokens == new.generate([[3, 4]], 6)[0].tokens
+
+
 def test_checkpoints_are_safetensors_with_a_schema_version(tmp_path, checkpoints):
     directory = checkpoints["bd3lm"]
     assert {p.name for p in directory.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json",
                                                     "tokenizer_meta.json"}
     meta = models.checkpoint.read_config(directory)
-    assert meta["schema_version"] == models.base.SCHEMA_VERSION == meta["model"]["schema_version"]
+    assert meta["schema_version"] == models.types.SCHEMA_VERSION and meta["model"]["backbone"]["kind"] == "gpt"
     old = shutil.copytree(directory, tmp_path / "old")
-    _set_schema(old, models.base.SCHEMA_VERSION + 1)
+    _set_schema(old, models.types.SCHEMA_VERSION + 1)
     with pytest.raises(models.CheckpointError, match="schema version"):
         models.load(old)
 
@@ -1115,15 +1127,16 @@ def test_killed_sweep_reruns_to_the_rows_of_an_uninterrupted_one(uninterrupted, 
 
 
 @pytest.mark.slow
-def test_prompt_too_long_for_a_preset_model_is_refused_after_training_without_rows(uninterrupted, tmp_path):
+def test_span_too_long_for_a_preset_model_is_refused_after_training_without_rows(uninterrupted, tmp_path):
     root, env, _ = uninterrupted
-    long = write_jsonl(tmp_path / "long.jsonl", [{"question": "Why? " * 200, "answer": "#### 1"}])
+    story = {"storyid": "long", **{f"sentence{i}": "A short sentence." for i in range(1, 6)}, "sentence3": "Why? " * 200}
+    long = write_jsonl(tmp_path / "long.jsonl", [story])
     out = tmp_path / "out"
-    proc = cli(["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k", "--data", str(long), "--out", str(out)],
-               env)
+    proc = cli(["--preset", "smoke", "--paradigm", "ar", "--task", "roc_infill1", "--data", str(long), "--out",
+                str(out)], env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert "leaves no room to answer in a context of 128" in error
+    assert "does not fit in a context of 128" in error
     assert not list(out.rglob("*.jsonl"))
 
 

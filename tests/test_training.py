@@ -10,6 +10,7 @@ import torch
 from harness.configs import TrainConfig
 from harness.train import build_model, lr_at, make_optimizer, random_windows, validation_nll
 from models import Batch
+from models.backbones import gpt_spec
 from models.tokenizers import train_bpe
 from tasks.corpus import training_documents
 
@@ -37,7 +38,7 @@ def unigram_nll(stream: torch.Tensor, vocab: int) -> float:
 @pytest.mark.parametrize("paradigm,block", [("ar", None), ("mdlm", None), ("bd3lm", 4), ("setdlm", 4)])
 def test_each_paradigm_learns(corpus, paradigm, block):
     tok, stream, held_out = corpus
-    cfg = TrainConfig(paradigm=paradigm, block_size=block, length=LENGTH, n_layers=2, d_model=64, n_heads=4,
+    cfg = TrainConfig(paradigm=paradigm, block_size=block, length=LENGTH, backbone=gpt_spec(n_layers=2, d_model=64, n_heads=4),
                       steps=STEPS, batch_size=16, lr=3e-3, warmup_steps=10, tokenizer=f"bpe:{VOCAB}")
     torch.manual_seed(0)
     model = build_model(cfg, tok)

@@ -15,10 +15,10 @@ from typing import Any
 
 import datasets
 
-from harness.lm_eval import infill_context
 from tasks import Example, TextOutput, get_task
-from tasks.base import DATA_DIR, Task
+from tasks.base import DATA_DIR, Task, infill_context
 from tasks.cnndm import SUMMARY
+from tasks.gsm8k import prompt_text
 from tasks.splits import wikitext_split
 
 ROC = {"roc_infill1": get_task("roc_infill1"), "roc_infill3": get_task("roc_infill3")}
@@ -39,6 +39,11 @@ def load_gsm8k(**_: Any) -> datasets.DatasetDict:
     """The official test split (1319 problems) and the train split for few-shot examples."""
     train = get_task("gsm8k", data_path=DATA_DIR / "gsm8k" / "train.jsonl.gz").records()
     return _splits(test=get_task("gsm8k").records(), train=train)
+
+
+def gsm8k_prompt(doc: dict[str, Any]) -> str:
+    """The native task's prompt (tasks/gsm8k.py), the single source of both."""
+    return prompt_text(doc["question"])
 
 
 # -- ROCStories infilling -----------------------------------------------------------------------

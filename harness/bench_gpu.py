@@ -1,0 +1,362 @@
+"""The GPU check: every paradigm on every backbone kind in bf16 on CUDA, our AR vs HF generate, a short training run.
+
+    python -m harness.bench_gpu                   # on a CUDA machine: writes results/bench/gpu.json (< 8 minutes)
+    python -m harness.bench_gpu --device cpu --quick --out /tmp/gpu.json   # the same code paths, tiny, on CPU
+
+Sections (each a list of rows in the JSON; a table of each is printed):
+
+* paradigms: AR, MDLM, BD3LM and SetDLM on the kinds gpt, llama (Qwen3-style: q/k norms, grouped-query
+  attention), dit and dit_legacy (adaLN), random weights scaled so that predictions are confident
+  (the default init gives near-uniform logits, where bf16 rounding alone would flip tokens), weights in
+  the bench dtype. A batch of prompts of different lengths (left padding) is decoded with the KV cache
+  on and off (AR, BD3LM, SetDLM; MDLM has none and is decoded twice) and the tokens are compared row by
+  row; the DiT kinds are also decoded with DecodeConfig(sampler="official") (the legacy DiT then runs in
+  bf16 autocast). Rows report tokens/s, NFE and `cache_rows_equal` (rows with identical tokens / batch).
+* vs_hf: a random Llama (transformers.LlamaConfig) saved as a Hugging Face folder, loaded into our
+  "llama" kind with models.pretrained.load_pretrained, greedy decoding throughput of our AR vs
+  `generate` at batch 1 and 8 (same weights, same dtype, the mask token suppressed in both, no EOS),
+  and the fraction of generated tokens on which the two agree.
+* train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
+  a learnable synthetic stream; first and last losses and tokens/s.
+
+`ok` in the JSON is true when every section ran; token equality is reported, not enforced (in bf16 the
+cached and uncached paths round differently and a near-tie can flip a token), and `cache_equal_all`
+summarises it. Without CUDA (and without --device cpu) it exits with status 2 and a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PARADIGMS = ("ar", "mdlm", "bd3lm", "setdlm")
+KINDS = ("gpt", "llama", "dit", "dit_legacy")
+BUDGET_S = 7 * 60          # stop starting new work after this (the whole check must stay under 8 minutes)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    vocab: int
+    length: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    batch: int
+    prompt_min: int
+    prompt_max: int
+    new_tokens: int
+    S: int
+    train_steps: int
+    train_batch: int
+    hf_layers: int
+    hf_d_model: int
+    hf_vocab: int
+    hf_new_tokens: int
+    repeats: int
+
+
+FULL = Sizes(vocab=2048, length=512, n_layers=4, d_model=256, n_heads=4, batch=8, prompt_min=16, prompt_max=48,
+             new_tokens=64, S=8, train_steps=50, train_batch=16, hf_layers=8, hf_d_model=1024, hf_vocab=32000,
+             hf_new_tokens=128, repeats=3)
+QUICK = Sizes(vocab=64, length=32, n_layers=2, d_model=32, n_heads=2, batch=2, prompt_min=3, prompt_max=7,
+              new_tokens=8, S=4, train_steps=3, train_batch=2, hf_layers=2, hf_d_model=64, hf_vocab=128,
+              hf_new_tokens=6, repeats=1)
+
+
+class Clock:
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.t
+
+
+def arch_kwargs(kind: str, z: Sizes) -> dict:
+    if kind == "gpt":
+        return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads)
+    if kind == "llama":
+        return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads, n_kv_heads=max(1, z.n_heads // 2),
+                    head_dim=z.d_model // z.n_heads, intermediate_size=3 * z.d_model, qk_norm=True, rope_theta=1e6)
+    if kind == "dit":
+        return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads)
+    return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads, adaln=True, cond_dim=max(16, z.d_model // 4))
+
+
+def build(paradigm: str, kind: str, z: Sizes, seed: int = 0):
+    """A random model with confident predictions (weights ~ N(0, 4 / fan_in), embeddings ~ N(0, 1))."""
+    import models
+    import models.backbones.dit  # noqa: F401  (registers the DiT kinds)
+
+    sizes = {"bd3lm": dict(block_size=z.S), "setdlm": dict(block_size=z.S, max_block_size=2 * z.S)}.get(paradigm, {})
+    torch.manual_seed(seed)
+    model = models.build(paradigm, backbone=kind, vocab_size=z.vocab, length=z.length, eos_id=1, **sizes,
+                         **arch_kwargs(kind, z))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                std = 1.0 if "embed" in name else 2.0 / math.sqrt(p.shape[1])
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model
+
+
+def make_prompts(z: Sizes, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(z.prompt_min, z.prompt_max + 1, (z.batch,), generator=g).tolist()
+    return [torch.randint(2, z.vocab - 1, (n,), generator=g).tolist() for n in lengths]
+
+
+def decode_row(model, prompts, decode, device, new_tokens: int) -> tuple[list, float, int]:
+    with Clock(device) as clock:
+        gens = model.generate(prompts, new_tokens, decode)
+    return gens, clock.seconds, sum(g.n_tokens for g in gens)
+
+
+def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
+    from models import DecodeConfig
+
+    rows = []
+    prompts = make_prompts(z)
+    for kind in KINDS:
+        for paradigm in PARADIGMS:
+            if time.perf_counter() > deadline:
+                rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
+                continue
+            model = build(paradigm, kind, z).to(device=device, dtype=dtype).eval()
+            samplers = ("harness", "official") if kind.startswith("dit") else ("harness",)
+            for sampler in samplers:
+                tau = None if paradigm == "ar" else 0.9
+                decode = DecodeConfig(sampler=sampler, threshold=tau, stop_at_eos=False)
+                model.generate(prompts[:1], 4, decode)   # warm-up (kernels, caches)
+                on, seconds, n_tokens = decode_row(model, prompts, decode, device, z.new_tokens)
+                other = decode.replace(use_cache=False) if paradigm != "mdlm" else decode
+                off, seconds_off, _ = decode_row(model, prompts, other, device, z.new_tokens)
+                equal = [a.tokens == b.tokens for a, b in zip(on, off)]
+                first_diff = [next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
+                                   min(len(a.tokens), len(b.tokens))) for a, b in zip(on, off) if a.tokens != b.tokens]
+                rows.append({"kind": kind, "paradigm": paradigm, "sampler": sampler, "threshold": tau,
+                             "batch": len(prompts), "tokens": n_tokens, "seconds": round(seconds, 4),
+                             "tokens_per_s": round(n_tokens / seconds, 1), "nfe_mean": sum(g.nfe for g in on) / len(on),
+                             "seconds_no_cache": round(seconds_off, 4),
+                             "cache_rows_equal": sum(equal) / len(equal), "first_differences": first_diff})
+            del model
+    return rows
+
+
+def _hf_folder(z: Sizes, folder: Path):
+    """A random Llama saved as a Hugging Face folder (safetensors + a word-level tokenizer with a <mask>)."""
+    import transformers
+    from tokenizers import Tokenizer as HFTokenizer, models as tok_models, pre_tokenizers
+
+    cfg = transformers.LlamaConfig(vocab_size=z.hf_vocab, hidden_size=z.hf_d_model, intermediate_size=z.hf_d_model * 11 // 4,
+                                   num_hidden_layers=z.hf_layers, num_attention_heads=max(2, z.hf_d_model // 64),
+                                   num_key_value_heads=max(1, z.hf_d_model // 128), max_position_embeddings=4096,
+                                   rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():   # confident predictions, as in the paradigms section
+        g = torch.Generator().manual_seed(0)
+        for name, p in hf.named_parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * (1.0 if "embed" in name else 2.0 / math.sqrt(p.shape[1])))
+    hf.save_pretrained(folder, safe_serialization=True)
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<mask>": 3, **{f"w{i}": i for i in range(4, z.hf_vocab)}}
+    tok = HFTokenizer(tok_models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<pad>", "<s>", "</s>", "<mask>"])
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
+                                                              "pad_token": "<pad>", "add_bos_token": False}))
+    return hf
+
+
+def bench_vs_hf(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
+    import transformers
+
+    from models import DecodeConfig
+    from models.pretrained import load_pretrained
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        hf = _hf_folder(z, folder).to(device=device, dtype=dtype)
+        ours, tok = load_pretrained(folder, paradigm="ar", device=device, dtype=dtype, length=1024)
+        mask = ours.mask_id
+        hf.generation_config.eos_token_id = None
+        hf.generation_config.pad_token_id = 0
+        for batch in (1, 8):
+            if time.perf_counter() > deadline:
+                rows.append({"batch": batch, "skipped": "time budget"})
+                continue
+            g = torch.Generator().manual_seed(batch)
+            prompts = torch.randint(4, z.hf_vocab, (batch, 32), generator=g)
+            decode = DecodeConfig(stop_at_eos=False)
+            n = z.hf_new_tokens
+
+            def ours_run():
+                with Clock(device) as c:
+                    gens = ours.generate(prompts.tolist(), n, decode)
+                return c.seconds, [gen.tokens for gen in gens]
+
+            @torch.inference_mode()
+            def hf_run():
+                ids = prompts.to(device)
+                with Clock(device) as c:
+                    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                                      suppress_tokens=[mask], use_cache=True)
+                return c.seconds, out[:, ids.shape[1]:].tolist()
+
+            ours_run(), hf_run()   # warm-up
+            times_ours, times_hf = [], []
+            for _ in range(z.repeats):   # interleaved: drifts hit both alike
+                s, ours_tokens = ours_run()
+                times_ours.append(s)
+                s, hf_tokens = hf_run()
+                times_hf.append(s)
+            agree = sum(a == b for x, y in zip(ours_tokens, hf_tokens) for a, b in zip(x, y))
+            rows.append({"batch": batch, "new_tokens": n, "ours_tokens_per_s": round(batch * n / min(times_ours), 1),
+                         "hf_tokens_per_s": round(batch * n / min(times_hf), 1),
+                         "speedup": round(min(times_hf) / min(times_ours), 3),
+                         "token_agreement": round(agree / (batch * n), 4),
+                         "hf_lengths_ok": all(len(t) == n for t in hf_tokens),
+                         "ours_seconds": times_ours, "hf_seconds": times_hf})
+        rows.insert(0, {"model": f"LlamaForCausalLM {z.hf_layers}x{z.hf_d_model}, vocab {z.hf_vocab}",
+                        "transformers": transformers.__version__})
+    return rows
+
+
+def synthetic_batch(z: Sizes, step: int, device) -> torch.Tensor:
+    """Periodic sequences (period 3..7, random phase and alphabet offset): learnable in a few steps."""
+    g = torch.Generator().manual_seed(step)
+    period = torch.randint(3, 8, (z.train_batch, 1), generator=g)
+    offset = torch.randint(2, z.vocab // 2, (z.train_batch, 1), generator=g)
+    t = torch.arange(z.length)[None] + torch.randint(0, 7, (z.train_batch, 1), generator=g)
+    return (offset + t % period).clamp(max=z.vocab - 2).to(device)
+
+
+def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
+    from models import Batch
+
+    rows = []
+    autocast = device.type == "cuda"
+    for kind in KINDS:
+        for paradigm in PARADIGMS:
+            if time.perf_counter() > deadline:
+                rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
+                continue
+            torch.manual_seed(0)
+            model = build(paradigm, kind, z).to(device)
+            for p in model.parameters():   # the default init trains better than the sharpened one
+                if p.dim() == 2:
+                    torch.nn.init.normal_(p, std=0.02)
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+            losses = []
+            with Clock(device) as clock:
+                for step in range(z.train_steps):
+                    x = synthetic_batch(z, step, device)
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                        loss = model.loss(Batch(x))
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    losses.append(float(loss.detach()))
+            last = sum(losses[-5:]) / len(losses[-5:])
+            rows.append({"kind": kind, "paradigm": paradigm, "steps": z.train_steps, "first_loss": round(losses[0], 4),
+                         "last_loss": round(last, 4), "decreased": last < losses[0], "finite": all(map(math.isfinite, losses)),
+                         "tokens_per_s": round(z.train_steps * z.train_batch * z.length / clock.seconds, 1)})
+            del model, opt
+    return rows
+
+
+def table(rows: list[dict], cols: list[str]) -> str:
+    rows = [r for r in rows if all(c in r for c in cols[:2])]
+    lines = ["  ".join(f"{c:>14}" for c in cols)]
+    for r in rows:
+        lines.append("  ".join(f"{str(r.get(c, '')):>14}" for c in cols))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on CPU")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for checking the code paths)")
+    ap.add_argument("--out", default="results/bench/gpu.json")
+    ap.add_argument("--sections", default="paradigms,vs_hf,train")
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: harness.bench_gpu needs a CUDA GPU and none is available here (torch "
+              f"{torch.__version__}, cuda {torch.version.cuda}); run it on a GPU machine, or check the code paths "
+              "on CPU with --device cpu --quick", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)   # the scaled random weights can produce subnormals, slow on x86
+        if args.quick:
+            torch.set_num_threads(1)     # tiny ops: threads only add synchronisation (and suffer on a busy machine)
+    try:
+        return _run(args, device)
+    finally:
+        if device.type == "cpu":
+            torch.set_flush_denormal(False)
+            torch.set_num_threads(threads)
+
+
+def _run(args, device: torch.device) -> int:
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
+    z = QUICK if args.quick else FULL
+    start = time.perf_counter()
+    deadline = start + BUDGET_S
+    result = {"benchmark": "gpu", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+              "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "quick": args.quick,
+              "sizes": z.__dict__, "sections": {}, "errors": {}}
+    sections = {"paradigms": lambda: bench_paradigms(z, device, dtype, deadline),
+                "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
+                "train": lambda: bench_train(z, device, deadline)}
+    columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal"],
+               "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
+               "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"]}
+    for name in args.sections.split(","):
+        t = time.perf_counter()
+        try:
+            rows = sections[name]()
+        except Exception as e:   # keep the other sections' results; the error is in the JSON
+            result["errors"][name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            print(f"[{name}] failed: {result['errors'][name]}", file=sys.stderr)
+            continue
+        result["sections"][name] = rows
+        print(f"\n[{name}] {time.perf_counter() - t:.1f} s")
+        print(table(rows, columns[name]))
+    paradigm_rows = [r for r in result["sections"].get("paradigms", []) if "cache_rows_equal" in r]
+    result["cache_equal_all"] = bool(paradigm_rows) and all(r["cache_rows_equal"] == 1.0 for r in paradigm_rows)
+    result["ok"] = not result["errors"] and all(n in result["sections"] for n in args.sections.split(","))
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nok={result['ok']} cache_equal_all={result['cache_equal_all']} in {result['seconds']} s -> {out}")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

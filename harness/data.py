@@ -1,0 +1,128 @@
+"""Training data: corpora (embedded, or streamed from the hub), tokenizers built on them, token streams.
+
+`get_tokenizer("bpe:4096", corpus)` trains a byte-level BPE on the corpus once (under a file lock, so
+concurrent sweeps share it) and caches it; `token_stream` tokenises a split once and caches it as
+safetensors; `random_windows` draws training rows from it.
+
+    python -c "from harness.data import *; t = get_tokenizer('bpe:2048', 'mixture'); print(token_stream(t, 'mixture', 'train').numel())"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from models.checkpoint import atomic_directory
+from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
+
+from .cache import cache_dir, file_lock
+from .configs import short_hash
+from .paths import hashed_component
+
+VAL_ROWS = 32   # validation rows of every training run
+HUB_CORPORA = {"openwebtext": ("Skylion007/openwebtext", None, "train", "text")}   # name -> (path, config, split, field)
+HUB_VALIDATION_DOCS = 2_000
+
+
+def vocab_size_of(tokenizer: str) -> int:
+    """The vocabulary size a tokenizer spec gives, without training it (a BPE's is its spec's)."""
+    if tokenizer.startswith("bpe:"):
+        return int(tokenizer.split(":", 1)[1])
+    return get_tokenizer(tokenizer, "").vocab_size
+
+
+ORACLE_DOCS = {"train": 20_000, "validation": 256}   # documents of fresh oracle samples per split (1.28M tokens)
+
+
+def corpus_documents(name: str, split: str) -> list[str]:
+    """Documents of a training corpus: the embedded mixture (or one of its sources), `hf:<name>`, or
+    `oracle:<language>` (samples of a tasks.oracle_language language; the split seeds them)."""
+    if name.startswith("hf:"):
+        return hub_documents(name[3:], split)
+    if name.startswith("oracle:"):
+        from tasks.oracle_language import documents
+
+        lang = oracle_language(name)
+        return documents(lang, ORACLE_DOCS[split], lang.length, seed={"train": 1, "validation": 2}[split])
+    from tasks.corpus import training_documents, validation_documents
+
+    return training_documents(name) if split == "train" else validation_documents(name)
+
+
+def hub_documents(name: str, split: str) -> list[str]:
+    """A corpus streamed from the Hugging Face hub (online users; the paper preset): the first
+    $HARNESS_HF_MAX_DOCS documents (default 200k) train, the next 2k validate. Never called for the
+    embedded corpora, so nothing here runs offline."""
+    import itertools
+
+    import datasets
+
+    path, config, hf_split, field = HUB_CORPORA.get(name, (name, None, "train", "text"))
+    limit = int(os.environ.get("HARNESS_HF_MAX_DOCS", "200000"))
+    stream = datasets.load_dataset(path, config, split=hf_split, streaming=True, trust_remote_code=False)
+    docs = [row[field] for row in itertools.islice(stream, limit + HUB_VALIDATION_DOCS)]
+    return docs[:limit] if split == "train" else docs[limit:]
+
+
+def oracle_language(spec: str):
+    """The language of an `oracle:<name>` corpus or tokenizer spec."""
+    from tasks.oracle_language import LANGUAGES
+
+    name = spec.split(":", 1)[1]
+    if name not in LANGUAGES:
+        raise ValueError(f"unknown oracle language {name!r}; known: {', '.join(LANGUAGES)}")
+    return LANGUAGES[name]
+
+
+def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
+    """'gpt2' / 'bert-base-uncased' / 'bpe:<vocab>' (trained on the corpus once, then cached) /
+    'oracle:<language>' (one token per symbol of the language, tasks.oracle_language.oracle_tokenizer)."""
+    if spec.startswith("oracle:"):
+        from tasks.oracle_language import oracle_tokenizer
+
+        return oracle_tokenizer(oracle_language(spec))
+    if not spec.startswith("bpe:"):
+        return load_tokenizer(spec)
+    vocab = int(spec.split(":", 1)[1])
+    docs = corpus_documents(corpus, "train")
+    digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
+    directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{hashed_component(corpus)}-{digest}"
+    if not (directory / "tokenizer.json").is_file():
+        with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
+            if not (directory / "tokenizer.json").is_file():
+                tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
+                with atomic_directory(directory) as tmp:
+                    tok.save(tmp)
+    return load_tokenizer(directory)
+
+
+def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
+    """All documents of a split, tokenised and joined with EOS (cached as safetensors)."""
+    key = short_hash({"tok": tok.backend.to_str(), "corpus": corpus, "split": split})
+    path = cache_dir() / "tokens" / f"{hashed_component(corpus)}-{split}-{key}.safetensors"   # hf:user/name
+    if path.is_file():
+        return load_file(str(path))["ids"]
+    docs = corpus_documents(corpus, split)
+    ids: list[int] = []
+    for enc in tok.encode_batch(docs):
+        ids.extend(enc)
+        ids.append(tok.eos_id)
+    stream = torch.tensor(ids, dtype=torch.long)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    save_file({"ids": stream}, str(tmp))
+    os.replace(tmp, path)
+    return stream
+
+
+def random_windows(stream: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    starts = torch.randint(0, stream.numel() - length, (batch,), generator=generator)
+    return torch.stack([stream[s:s + length] for s in starts.tolist()])
+
+
+def validation_rows(stream: torch.Tensor, length: int, rows: int = VAL_ROWS) -> torch.Tensor:
+    n = min(rows, stream.numel() // length)
+    return stream[:n * length].view(n, length)

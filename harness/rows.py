@@ -1,0 +1,49 @@
+"""The layout of a result row: one row per (cell, metric), written to results/<preset>/runs.jsonl.
+
+Every row carries the cell's identity (run_id, model, task), the model's S and S_max and expected
+budget, each decoding knob under its own name (harness.configs.decode_columns: None for knobs the
+paradigm does not read), the metric with its CI, the timing summary (harness.timing) and the
+environment fingerprint (harness.env), so that the report never parses a model id.
+
+    python -c "import json; print(json.loads(open('results/reference/cpu/runs.jsonl').readline()).keys())"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from tasks import Task
+
+from .configs import RunCell, decode_columns
+
+
+def finite(value):
+    """JSON has no NaN or infinity: such values are written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timing: dict, env: dict,
+                train_precision: str | None, judge=None) -> list[dict]:
+    """The result rows of one evaluated cell (one per metric)."""
+    base = {
+        "run_id": cell.run_id, "preset": cell.preset, "paradigm": cell.paradigm, "model_id": cell.model_id,
+        "task": cell.task, "n_examples": n_examples, "block_size": cell.block_size,
+        "max_block_size": cell.max_block_size, **decode_columns(cell), "expected_budget": cell.expected_budget,
+        "decode": dataclasses.asdict(cell.decode), "task_options": cell.options, "limit": cell.limit,
+        "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed,
+        "train_precision": train_precision, "decode_precision": cell.precision,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
+    }
+    judge_name = getattr(judge, "name", None) if task.needs_judge else None
+    return [
+        {**base, "metric": name, "value": finite(mv.value), "ci_low": finite(mv.ci_low),
+         "ci_high": finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
+         "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
+         "decoding_independent": task.decode_kind == "none" or name in task.decoding_independent,
+         "judge": judge_name, "n_metrics": len(metrics)}
+        for name, mv in metrics.items()
+    ]

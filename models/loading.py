@@ -1,0 +1,85 @@
+"""The one front door for every model spec: our checkpoints, the paper's published checkpoints, pretrained LMs.
+
+    model, tok = models.open_model(spec)                       # ready for generate / nll
+    model, tok = models.open_model("smollm2", paradigm="setdlm", block_size=4)   # another paradigm, same weights
+
+A spec is, in the order it is recognised:
+  * a checkpoint directory written by `models.save` (config.json with a schema version): loaded as saved;
+  * an official `kuleshov-group/*` save_pretrained folder (models/official.py), or a paper key such as
+    `owt:setdlm-smax8` (its folder is found locally, or downloaded when online);
+  * a pretrained causal LM (models/pretrained.py): a Hugging Face directory, a `.gguf` file, the short
+    name `smollm2`, or a hub id `owner/name` (downloaded when online). It loads as the AR paradigm unless
+    `paradigm` says otherwise; the diffusion paradigms start from its weights, as `--init-from` does.
+
+    python -c "import models; m, t = models.open_model('smollm2'); print(m.config.backbone.kind, t.vocab_size)"
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from .checkpoint import CONFIG_FILE, CheckpointError
+from .tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from .paradigm import ParadigmModel
+
+
+def spec_kind(spec: str | Path) -> str:
+    """'checkpoint', 'official', 'paper' or 'pretrained' (see the module docstring); never raises."""
+    from .official import PAPER_ALIASES, PAPER_CHECKPOINTS, is_official_checkpoint
+
+    text = str(spec)
+    path = Path(text).expanduser()
+    if (path / CONFIG_FILE).is_file():
+        try:
+            meta = json.loads((path / CONFIG_FILE).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return "checkpoint"            # checkpoint.load says what is wrong with it
+        if isinstance(meta, dict) and "schema_version" in meta:
+            return "checkpoint"
+        if is_official_checkpoint(path):
+            return "official"
+        return "pretrained"
+    if path.is_dir() and not any(path.glob("*.gguf")):
+        return "checkpoint"                # a directory that is not a model: checkpoint.load explains
+    if not path.exists() and text.startswith(("/", "./", "../", "~")) and not text.endswith(".gguf"):
+        return "checkpoint"                # a path that is not there: "checkpoint directory ... does not exist"
+    if text in PAPER_CHECKPOINTS or text in PAPER_ALIASES or text in PAPER_CHECKPOINTS.values():
+        return "paper"
+    return "pretrained"
+
+
+def open_model(spec: str | Path, paradigm: str | None = None, device: str | torch.device = "cpu",
+               dtype: torch.dtype = torch.float32, length: int | None = None, block_size: int | None = None,
+               max_block_size: int | None = None) -> tuple["ParadigmModel", Tokenizer]:
+    """(model in eval mode, tokenizer) of any spec. `paradigm` must match a saved checkpoint's (CheckpointError)
+    and selects the paradigm of a pretrained LM (default AR); length / block sizes apply to pretrained LMs."""
+    from .checkpoint import load
+    from .tokenizers import load_tokenizer
+
+    kind = spec_kind(spec)
+    if kind == "checkpoint":
+        model = load(spec, paradigm=paradigm, device=device).to(dtype)
+        try:
+            tokenizer = load_tokenizer(spec)
+        except (OSError, ValueError, KeyError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CheckpointError(f"checkpoint {spec}: no readable tokenizer ({first})") from None
+        return model, tokenizer
+    if kind in ("official", "paper"):
+        from .official import load_official, resolve_paper_key
+
+        directory = resolve_paper_key(str(spec)) if kind == "paper" else Path(spec)
+        model, tokenizer = load_official(directory, device=device, dtype=dtype)
+        if paradigm is not None and model.paradigm != paradigm:
+            raise CheckpointError(f"{spec} holds a {model.paradigm!r} model, not {paradigm!r}")
+        return model, tokenizer
+    from .pretrained import load_pretrained
+
+    return load_pretrained(spec, paradigm=paradigm or "ar", device=device, dtype=dtype, length=length,
+                           block_size=block_size, max_block_size=max_block_size)

@@ -1,0 +1,760 @@
+"""The SetDLM paper's published checkpoints (kuleshov-group/*) loaded into this project's paradigms.
+
+    from models.official import load_official, resolve_paper_key
+    model, tok = load_official(resolve_paper_key("owt:bd3lm-s4"))      # or any save_pretrained folder
+    gen = model.generate([[tok.bos_id]], 64, DecodeConfig(sampler="official"))[0]
+
+A published checkpoint is a transformers `save_pretrained` folder written by the official code
+(../shared/reference/published-checkpoints.md §2): `config.json` (a DenoiserConfig), `pytorch_model.bin`
+(or shards with `pytorch_model.bin.index.json`; `model.safetensors` is read when present), tokenizer
+files and flattened copies of the official code, which are ignored. Nothing is imported from the folder
+and `trust_remote_code` is never used; the pickled weights are read with
+`torch.load(weights_only=True)` only and must be a flat dict of tensors.
+
+How the folder maps onto this project:
+
+* paradigm: `architectures[0]` (AR, MDLM, BD3LM, SetDLM; the old name AnyOrderBD3LM = SetDLM). SetDLM is
+  saved with `model_type: bd3lm`, so model_type alone is not trusted; `noise_config._target_`
+  (StaggeredNoise / EaseOutPowerNoise = SetDLM) must not contradict it.
+* backbone: the class name of `backbone_config._target_`: DIT -> kind "dit", DITLegacy -> "dit_legacy"
+  (models/backbones/dit.py), AutoModelFromPreTrained (Qwen3) -> kind "llama" with q/k norms. The Qwen3
+  architecture is not in the checkpoint: it is read from the base model's config.json (the folder named
+  by `backbone_config.pretrained_model_name_or_path` relative to the checkpoint or absolute, or the
+  Hugging Face cache, offline) with the overrides of `backbone_config` applied, or else, for the known
+  Qwen3 base ids, inferred from the tensor shapes plus the documented defaults (rope_theta 1e6,
+  rms_norm_eps 1e-6; tied head when lm_head equals the embedding).
+* sizes: L = `length`; BD3LM S = `block_size`; SetDLM S = `noise_config.desired_block_size` (else the
+  `smaxN` / `dN` / `tgtN` in the folder name, as the official eval loader infers it) and S_max =
+  `noise_config.max_block_size` when smaller than L, else min(2S, L) (what the official eval loader
+  rebuilds). Token ids come from config.json (the official loader's truth), the tokenizer roles from
+  the ids, falling back to tokenizer_config.json / special_tokens_map.json for null ids.
+* ignored: `static_attention_mask` (rebuilt from L), `rotary_emb.inv_freq` (recomputed), `keep_clean_bos`
+  (training only; it also sets `Tokenizer.add_bos`), `attn_backend`, `tie_word_embeddings` of the DiT
+  (never used by the official DiT), `setdlm_*` flags (decoding: DecodeConfig(sampler="official",
+  commit_order="first_hitting") is the GSM8K harness's setdlm_fht_cache_order).
+
+`PAPER_CHECKPOINTS` maps the official scripts' keys (`owt:setdlm-smax8`, `gsm8k:bd3lm-s4`, ...) to the 32
+hub ids; `resolve_paper_key` finds one locally or downloads it (`huggingface_hub.snapshot_download`).
+`save_official` writes one of our models in the same layout (tests/fixtures_official uses it), and
+`trace_calls` records every backbone call of a decode for call-by-call comparison with the official
+sampler (tests/test_official.py).
+
+    python -m models.official owt:bd3lm-s4 --prompt-ids 50256 --new-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from .backbones import BackboneSpec
+from .backbones.dit import DiTArch, DiTLegacyArch
+from .backbones.llama import LlamaArch
+from .checkpoint import CheckpointError
+from .tokenizers import Tokenizer
+
+HUB_PREFIX = "kuleshov-group"
+ARCHITECTURES = {"AR": "ar", "MDLM": "mdlm", "BD3LM": "bd3lm", "SetDLM": "setdlm", "AnyOrderBD3LM": "setdlm"}
+PARADIGM_ARCHITECTURE = {"ar": "AR", "mdlm": "MDLM", "bd3lm": "BD3LM", "setdlm": "SetDLM"}
+MODEL_TYPES = {"ar": "ar", "mdlm": "mdlm", "bd3lm": "bd3lm", "setdlm": "bd3lm"}   # SetDLM saves as bd3lm
+BACKBONE_CLASSES = {"DIT": "dit", "DITLegacy": "dit_legacy", "AutoModelFromPreTrained": "qwen3"}
+BACKBONE_TARGETS = {"dit": "backbone_dit.DIT", "dit_legacy": "backbone_dit_legacy.DITLegacy",
+                    "qwen3": "backbone_automodel.AutoModelFromPreTrained"}
+STAGGERED_NOISES = ("StaggeredNoise", "EaseOutPowerNoise")
+LINEAR_NOISES = ("LinearNoise",)
+AUTOMODEL_KEYS = frozenset({"_target_", "automodel_cls", "pretrained_model_name_or_path", "revision",
+                            "trust_remote_code", "num_layers", "keep_top_layers", "reinit_model",
+                            "attn_implementation", "use_causal_mask"})
+DIT_KEYS = frozenset({"_target_", "length", "causal_attention", "adaln", "hidden_size", "cond_dim", "n_heads",
+                      "num_layers", "dropout", "tie_word_embeddings", "attn_backend", "vocab_size", "block_size",
+                      "pretrained_model_name_or_path", "norm_type"})
+# Qwen3 base models the paper fine-tunes (GSM8K: 1.7B) or re-initialises (CNN/DM: 0.6B config with overrides);
+# their documented defaults when no base config.json can be found (published-checkpoints.md §1.2)
+QWEN3_BASES = ("Qwen/Qwen3-0.6B-Base", "Qwen/Qwen3-1.7B-Base", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B")
+QWEN3_DEFAULTS = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6}
+BASE_DIR = "base_model"       # where save_official puts a Qwen3 base config (and where loads look first)
+DROPPED_KEYS = ("static_attention_mask", "backbone.rotary_emb.inv_freq")
+
+_DATASETS = ("gsm8k", "owt", "lm1b", "cnndm")
+_MODELS = ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16", "setdlm-smax8", "setdlm-smax16", "setdlm-smax32")
+
+
+def _hub_id(dataset: str, model: str) -> str:
+    if dataset == "gsm8k" and model.startswith("setdlm"):   # the GSM8K SetDLM ids put the dataset second
+        return f"{HUB_PREFIX}/setdlm-gsm8k-{model.split('-', 1)[1]}"
+    return f"{HUB_PREFIX}/{dataset}-{model}"
+
+
+# bash_scripts/eval_model_paths.sh of kuleshov-group/setdlms: key -> hub id (32 models)
+PAPER_CHECKPOINTS: dict[str, str] = {f"{d}:{m}": _hub_id(d, m) for d in _DATASETS for m in _MODELS}
+# the scripts also accept the desired block size d = S_max / 2 for SetDLM: owt:setdlm-d4 = owt:setdlm-smax8
+PAPER_ALIASES: dict[str, str] = {f"{d}:setdlm-d{n // 2}": f"{d}:setdlm-smax{n}" for d in _DATASETS for n in (8, 16, 32)}
+PAPER_LENGTHS = {"owt": 1024, "lm1b": 128, "cnndm": 768, "gsm8k": 1024}   # `length` of each family (reference §1)
+
+
+def paper_shape(key: str) -> dict:
+    """What a paper key says about its model without downloading it: paradigm, context L, S and S_max (for
+    planning a sweep offline; loading reads the truth from the checkpoint)."""
+    key = PAPER_ALIASES.get(key, key)
+    if key not in PAPER_CHECKPOINTS:
+        raise CheckpointError(f"unknown paper checkpoint {key!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
+    dataset, model = key.split(":")
+    paradigm, _, size = model.partition("-")
+    block_size = max_block_size = None
+    if paradigm == "bd3lm":
+        block_size = int(size[1:])                               # s4 -> S = 4
+    elif paradigm == "setdlm":
+        max_block_size = int(size[4:])                           # smax8 -> S_max = 8, S = 4
+        block_size = max_block_size // 2
+    return {"paradigm": paradigm, "length": PAPER_LENGTHS[dataset], "block_size": block_size,
+            "max_block_size": max_block_size}
+
+
+CHECKPOINTS_ENV = "SETDLM_CHECKPOINTS"   # a folder holding downloaded checkpoints, one sub-folder per repo name
+
+
+def _one_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+# -- detection and config ------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not readable JSON ({_one_line(e)})") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return value
+
+
+def is_official_checkpoint(directory: str | Path) -> bool:
+    """True for a folder whose config.json is an official DenoiserConfig (a `backbone_config` with a
+    `_target_`, and an AR/MDLM/BD3LM/SetDLM architecture or model_type); never raises."""
+    path = Path(directory) / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    if not isinstance(cfg, dict) or "schema_version" in cfg:
+        return False
+    backbone = cfg.get("backbone_config")
+    if not isinstance(backbone, dict) or not isinstance(backbone.get("_target_"), str):
+        return False
+    arch = cfg.get("architectures")
+    named = isinstance(arch, list) and arch and arch[0] in ARCHITECTURES
+    return bool(named or cfg.get("model_type") in ("ar", "mdlm", "bd3lm"))
+
+
+def _target_name(target: object) -> str:
+    return target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
+
+
+def official_paradigm(cfg: dict, where: str = "config.json") -> str:
+    """Our paradigm name for an official config: architectures[0], cross-checked with the noise schedule."""
+    arch = cfg.get("architectures")
+    noise = _target_name((cfg.get("noise_config") or {}).get("_target_"))
+    if isinstance(arch, list) and arch:
+        if arch[0] not in ARCHITECTURES:
+            raise CheckpointError(f"{where}: architectures[0]={arch[0]!r} is not one of {', '.join(ARCHITECTURES)}")
+        paradigm = ARCHITECTURES[arch[0]]
+    else:   # no architectures: model_type, with SetDLM told apart by its schedule
+        model_type = cfg.get("model_type")
+        if model_type not in ("ar", "mdlm", "bd3lm"):
+            raise CheckpointError(f"{where}: no architectures and model_type {model_type!r} is not ar, mdlm or bd3lm")
+        paradigm = "setdlm" if model_type == "bd3lm" and noise in STAGGERED_NOISES else model_type
+    if paradigm == "setdlm" and noise in LINEAR_NOISES or paradigm in ("mdlm", "bd3lm") and noise in STAGGERED_NOISES:
+        raise CheckpointError(f"{where}: architectures says {PARADIGM_ARCHITECTURE[paradigm]} but noise_config is "
+                              f"{noise}")
+    return paradigm
+
+
+def backbone_kind(cfg: dict, where: str = "config.json") -> str:
+    """'dit', 'dit_legacy' or 'qwen3' from backbone_config._target_ (flattened or not)."""
+    bc = cfg.get("backbone_config")
+    if not isinstance(bc, dict):
+        raise CheckpointError(f"{where}: no backbone_config object")
+    target = bc.get("_target_")
+    name = _target_name(target)
+    if name not in BACKBONE_CLASSES:
+        raise CheckpointError(f"{where}: unknown backbone_config._target_ {target!r}; supported: "
+                              f"{', '.join(BACKBONE_TARGETS.values())}")
+    return BACKBONE_CLASSES[name]
+
+
+def _int(value, what: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointError(f"{where}: {what} must be an integer, got {value!r}")
+    return value
+
+
+def _set_sizes(cfg: dict, directory: Path, L: int, where: str) -> tuple[int, int]:
+    """SetDLM (S, S_max) as the official eval loader rebuilds its StaggeredNoise."""
+    noise = cfg.get("noise_config") or {}
+    S = noise.get("desired_block_size")
+    if S is None:
+        name = directory.resolve().name.lower()
+        for pattern, scale in ((r"(?:^|[^a-z0-9])d(\d+)(?:$|[^a-z0-9])", 1), (r"(?:^|[^a-z0-9])tgt(\d+)(?:$|[^a-z0-9])", 1),
+                               (r"(?:^|[^a-z0-9])smax(\d+)(?:$|[^a-z0-9])", 2)):
+            m = re.search(pattern, name)
+            if m:
+                S = int(m.group(1)) // scale
+                break
+    if S is None:
+        raise CheckpointError(f"{where}: SetDLM needs noise_config.desired_block_size (or smaxN / dN in the folder "
+                              f"name) to know its set size")
+    S = _int(S, "noise_config.desired_block_size", where)
+    block = noise.get("block_size", cfg.get("block_size", L))
+    given = noise.get("max_block_size")
+    S_max = given if isinstance(given, int) and given < block else min(2 * S, L)
+    if not 1 <= S <= S_max <= L:
+        raise CheckpointError(f"{where}: SetDLM sizes S={S}, S_max={S_max} do not fit L={L}")
+    return S, S_max
+
+
+# -- weights -----------------------------------------------------------------------------------------------
+def _load_bin(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        try:
+            obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path}: refused, not a plain tensor state dict readable with "
+                              f"torch.load(weights_only=True) ({_one_line(e)})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: refused, holds a {type(obj).__name__}, not a state dict")
+    bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(f"{path}: refused, entry {bad[0]!r} is not a tensor (a state dict holds tensors only)")
+    return obj
+
+
+def read_official_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's state dict: model.safetensors (or its index) when present, else pytorch_model.bin
+    (or its shards), read with torch.load(weights_only=True)."""
+    directory = Path(directory)
+    if (directory / "model.safetensors").is_file() or (directory / "model.safetensors.index.json").is_file():
+        from .pretrained import _read_safetensors
+
+        return _read_safetensors(directory)
+    index = directory / "pytorch_model.bin.index.json"
+    if index.is_file():
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: no weight_map")
+        tensors: dict[str, torch.Tensor] = {}
+        for name in sorted(set(weight_map.values())):
+            shard = directory / name
+            if not shard.is_file():
+                raise CheckpointError(f"{index}: shard {name} is missing")
+            tensors.update(_load_bin(shard))
+        return tensors
+    if (directory / "pytorch_model.bin").is_file():
+        return _load_bin(directory / "pytorch_model.bin")
+    raise CheckpointError(f"{directory}: no pytorch_model.bin, pytorch_model.bin.index.json or model.safetensors")
+
+
+# -- backbones -----------------------------------------------------------------------------------------
+def _dit_arch(bc: dict, kind: str, where: str) -> DiTArch:
+    unknown = sorted(set(bc) - DIT_KEYS)
+    if unknown:
+        raise CheckpointError(f"{where}: unknown DiT backbone_config keys: {', '.join(unknown)}")
+    if bc.get("norm_type") not in (None, "layernorm"):
+        raise CheckpointError(f"{where}: DiT norm_type {bc['norm_type']!r} is not supported (layernorm only)")
+    try:
+        arch = (DiTLegacyArch if kind == "dit_legacy" else DiTArch)(
+            n_layers=_int(bc.get("num_layers"), "backbone_config.num_layers", where),
+            d_model=_int(bc.get("hidden_size"), "backbone_config.hidden_size", where),
+            n_heads=_int(bc.get("n_heads"), "backbone_config.n_heads", where),
+            cond_dim=_int(bc.get("cond_dim", 128), "backbone_config.cond_dim", where),
+            adaln=bool(bc.get("adaln", False)), causal=bool(bc.get("causal_attention", False)),
+            dropout=float(bc.get("dropout", 0.0) or 0.0))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{where}: {e}") from None
+    return arch
+
+
+def _dit_state(tensors: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    state = {}
+    for key, value in tensors.items():
+        if key in DROPPED_KEYS:
+            continue
+        if not key.startswith("backbone."):
+            raise CheckpointError(f"{where}: unexpected tensor {key!r} (a DiT checkpoint holds backbone.* tensors)")
+        name = key[len("backbone."):]
+        state["embed.weight" if name == "vocab_embed.embedding" else name] = value
+    return state
+
+
+def _base_config(bc: dict, directory: Path, where: str) -> dict | None:
+    """The Qwen3 base model's config.json: a folder relative to the checkpoint (or absolute), ./base_model,
+    or the Hugging Face cache (no network); None if none is found."""
+    name = bc.get("pretrained_model_name_or_path")
+    candidates = []
+    if isinstance(name, str) and name:
+        candidates += [directory / name, Path(name).expanduser()]
+    candidates.append(directory / BASE_DIR)
+    for folder in candidates:
+        if (folder / "config.json").is_file():
+            return _read_json(folder / "config.json")
+    if isinstance(name, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(name, "config.json", revision=bc.get("revision"))
+            if isinstance(cached, str) and Path(cached).is_file():
+                return _read_json(Path(cached))
+        except Exception:   # no hub client, a malformed cache: fall back to inference
+            pass
+    return None
+
+
+def _qwen3_tensors(tensors: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    out = {}
+    for key, value in tensors.items():
+        if key in DROPPED_KEYS:
+            continue
+        if key.startswith("backbone.model.model."):
+            out[key[len("backbone.model.model."):]] = value
+        elif key == "backbone.model.lm_head.weight":
+            out["lm_head.weight"] = value
+        else:
+            raise CheckpointError(f"{where}: unexpected tensor {key!r} (a Qwen3 checkpoint holds backbone.model.*)")
+    return out
+
+
+def _infer_qwen3_config(t: dict[str, torch.Tensor], base: object, where: str) -> dict:
+    if base not in QWEN3_BASES:
+        raise CheckpointError(f"{where}: the Qwen3 base config {base!r} is needed (its rope_theta and norms are not "
+                              f"in the weights): put its config.json in {BASE_DIR}/ next to config.json")
+    try:
+        D = t["embed_tokens.weight"].shape[1]
+        hd = t["layers.0.self_attn.q_norm.weight"].shape[0]
+        return {"model_type": "qwen3", "hidden_size": D, "num_hidden_layers": 1 + max(
+                    int(k.split(".")[1]) for k in t if k.startswith("layers.")),
+                "num_attention_heads": t["layers.0.self_attn.q_proj.weight"].shape[0] // hd,
+                "num_key_value_heads": t["layers.0.self_attn.k_proj.weight"].shape[0] // hd, "head_dim": hd,
+                "intermediate_size": t["layers.0.mlp.gate_proj.weight"].shape[0],
+                "vocab_size": t["embed_tokens.weight"].shape[0], "hidden_act": "silu",
+                "tie_word_embeddings": "lm_head.weight" not in t or torch.equal(t["lm_head.weight"], t["embed_tokens.weight"]),
+                **QWEN3_DEFAULTS}
+    except KeyError as e:
+        raise CheckpointError(f"{where}: missing tensor {e.args[0]!r} to infer the Qwen3 shapes") from None
+
+
+def _qwen3_arch(bc: dict, t: dict[str, torch.Tensor], directory: Path, L: int, where: str) -> LlamaArch:
+    from .pretrained import arch_from_hf_config
+
+    base = _base_config(bc, directory, where)
+    cfg = dict(base) if base is not None else _infer_qwen3_config(t, bc.get("pretrained_model_name_or_path"), where)
+    cfg.update({k: v for k, v in bc.items() if k not in AUTOMODEL_KEYS})   # Qwen3Config overrides (CNN/DM)
+    n = bc.get("num_layers", -1)
+    if isinstance(n, int) and n > 0:
+        cfg["num_hidden_layers"] = min(n, int(cfg.get("num_hidden_layers", n))) if not bc.get("reinit_model") else n
+    arch, _, _, window = arch_from_hf_config(cfg, f"{where} (Qwen3 base config)")
+    if window is not None and window < L:
+        raise CheckpointError(f"{where}: the base config's sliding window {window} < L={L} is not supported")
+    return arch
+
+
+def _qwen3_state(t: dict[str, torch.Tensor], arch: LlamaArch, rows: int, where: str) -> dict[str, torch.Tensor]:
+    from .pretrained import fused_state
+
+    expected = {"embed_tokens.weight", "norm.weight", "lm_head.weight"}
+    per_layer = ["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                 "input_layernorm.weight", "post_attention_layernorm.weight"]
+    per_layer += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"] if arch.qk_norm else []
+    per_layer += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"] if arch.qkv_bias else []
+    per_layer += ["self_attn.o_proj.bias"] if arch.o_bias else []
+    expected |= {f"layers.{i}.{p}" for i in range(arch.n_layers) for p in per_layer}
+    unexpected = sorted(set(t) - expected)
+    if unexpected:
+        raise CheckpointError(f"{where}: unexpected tensor backbone.model.model.{unexpected[0]} for a "
+                              f"{arch.n_layers}-layer Qwen3 (the base config disagrees with the weights?)")
+    if arch.tie_embeddings and "lm_head.weight" in t and not torch.equal(t["lm_head.weight"], t["embed_tokens.weight"]):
+        raise CheckpointError(f"{where}: the base config ties the head to the embedding but lm_head.weight differs "
+                              f"from embed_tokens.weight")
+    return fused_state(t, arch, rows, where)
+
+
+# -- tokenizer --------------------------------------------------------------------------------------------
+def official_tokenizer(directory: str | Path, cfg: dict) -> Tokenizer:
+    """tokenizer.json with the bos/eos/pad/mask roles of config.json's ids (tokenizer_config.json /
+    special_tokens_map.json for null ids; a missing bos or pad becomes eos, as the official code sets them)."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    directory = Path(directory)
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no tokenizer.json (only fast tokenizers are supported)")
+    try:
+        backend = HFTokenizer.from_file(str(path))
+    except Exception as e:
+        raise CheckpointError(f"{path}: not a readable tokenizer ({_one_line(e)})") from None
+    tcfg = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
+    special = _read_json(directory / "special_tokens_map.json") if (directory / "special_tokens_map.json").is_file() else {}
+    tok_cfg = cfg.get("tokenization_config") if isinstance(cfg.get("tokenization_config"), dict) else {}
+
+    def role(name: str) -> str | None:
+        i = cfg.get(f"{name}_token_id")
+        i = tok_cfg.get(f"{name}_token_id") if i is None else i
+        if isinstance(i, int) and not isinstance(i, bool):
+            token = backend.id_to_token(i)
+            if token is None or backend.token_to_id(token) != i:
+                raise CheckpointError(f"{path}: config.json's {name}_token_id={i} is not a token of the tokenizer")
+            return token
+        for source in (tcfg, special):
+            value = source.get(f"{name}_token")
+            value = value.get("content") if isinstance(value, dict) else value
+            if isinstance(value, str) and backend.token_to_id(value) is not None:
+                return value
+        return None
+
+    eos = role("eos") or role("bos") or ("<|endoftext|>" if backend.token_to_id("<|endoftext|>") is not None else
+                                         role("sep"))
+    roles = {"bos": role("bos") or eos, "eos": eos, "pad": role("pad") or eos, "mask": role("mask")}
+    missing = [r for r, tok in roles.items() if tok is None]
+    if missing:
+        raise CheckpointError(f"{directory}: no {' / '.join(missing)} token in config.json or the tokenizer files")
+    tokenizer = Tokenizer(backend, f"official:{directory.resolve().name}", roles["bos"], roles["eos"], roles["pad"],
+                          roles["mask"])
+    tokenizer.add_bos = bool(cfg.get("keep_clean_bos"))
+    return tokenizer
+
+
+# -- the loader -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OfficialInfo:
+    """What an official config.json says, in this project's terms."""
+    paradigm: str
+    kind: str             # dit, dit_legacy or qwen3
+    length: int
+    block_size: int | None
+    max_block_size: int | None
+
+
+def describe_official(directory: str | Path) -> tuple[OfficialInfo, dict]:
+    """(OfficialInfo, the raw config) of an official checkpoint folder; CheckpointError if it cannot be mapped."""
+    directory = Path(directory)
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no config.json")
+    cfg = _read_json(path)
+    where = str(path)
+    paradigm, kind = official_paradigm(cfg, where), backbone_kind(cfg, where)
+    L = _int(cfg.get("length"), "length", where)
+    S = S_max = None
+    if paradigm == "bd3lm":
+        S = _int(cfg.get("block_size"), "block_size", where)
+        if not 1 <= S <= L or L % S:
+            raise CheckpointError(f"{where}: BD3LM block_size={S} must divide length={L}")
+    elif paradigm == "setdlm":
+        S, S_max = _set_sizes(cfg, directory, L, where)
+    elif paradigm == "mdlm" and cfg.get("block_size") not in (None, L):
+        raise CheckpointError(f"{where}: MDLM with block_size={cfg['block_size']} < length={L} is a BD3LM")
+    return OfficialInfo(paradigm, kind, L, S, S_max), cfg
+
+
+def load_official(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    """(ParadigmModel in eval mode, Tokenizer) of an official `save_pretrained` folder (module docstring)."""
+    from . import from_config
+    from .types import ModelConfig
+
+    directory = Path(directory)
+    info, cfg = describe_official(directory)
+    where = str(directory)
+    tensors = read_official_weights(directory)
+    bc = cfg["backbone_config"]
+    L = info.length
+    if info.kind == "qwen3":
+        t = _qwen3_tensors(tensors, where)
+        if "embed_tokens.weight" not in t:
+            raise CheckpointError(f"{where}: missing tensor backbone.model.model.embed_tokens.weight")
+        rows = int(t["embed_tokens.weight"].shape[0])
+        arch = _qwen3_arch(bc, t, directory, L, where)
+        state, spec = _qwen3_state(t, arch, rows, where), BackboneSpec("llama", arch, source=where)
+    else:
+        state = _dit_state(tensors, where)
+        if "embed.weight" not in state:
+            raise CheckpointError(f"{where}: missing tensor backbone.vocab_embed.embedding")
+        rows = int(state["embed.weight"].shape[0])
+        arch = _dit_arch(bc, info.kind, str(directory / "config.json"))
+        spec = BackboneSpec(info.kind, arch, source=where)
+    tensors.clear()
+    vocab = cfg.get("vocab_size")
+    if vocab is not None and vocab != rows:
+        raise CheckpointError(f"{where}: config.json says vocab_size={vocab} but the embedding has {rows} rows")
+    tokenizer = official_tokenizer(directory, cfg)
+    if tokenizer.vocab_size > rows:
+        raise CheckpointError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the embedding {rows} rows")
+    config = ModelConfig(paradigm=info.paradigm, vocab_size=rows, length=L, backbone=spec, mask_id=tokenizer.mask_id,
+                         eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, block_size=info.block_size,
+                         max_block_size=info.max_block_size)
+    with torch.device("meta"):
+        model = from_config(config)
+    backbone = model.backbone
+    expected = {k: tuple(v.shape) for k, v in backbone.state_dict().items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != expected[k])
+    if missing or unexpected or wrong:
+        detail = (f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}" if unexpected else
+                  f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, expected {expected[wrong[0]]}")
+        raise CheckpointError(f"{where}: the weights do not match config.json's backbone ({detail}; "
+                              f"{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong)} mis-shaped)")
+    backbone.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
+    if hasattr(backbone, "column_major"):
+        backbone.column_major()
+    model = model.to(device=device, dtype=dtype)
+    return model.eval(), tokenizer
+
+
+# -- the paper's checkpoints ------------------------------------------------------------------------------
+def resolve_paper_key(key: str, download: bool = True, local_dir: str | Path | None = None) -> Path:
+    """The local folder of a paper checkpoint: `owt:setdlm-smax8`, `gsm8k:bd3lm-s4`, ... (PAPER_CHECKPOINTS,
+    PAPER_ALIASES) or a hub id `kuleshov-group/<name>`. Looks in `local_dir`, in $SETDLM_CHECKPOINTS/<name>,
+    in the Hugging Face cache, then (download=True and not HF_HUB_OFFLINE) downloads it with
+    huggingface_hub.snapshot_download; otherwise CheckpointError saying what to download and where to put it."""
+    key = PAPER_ALIASES.get(key, key)
+    if key in PAPER_CHECKPOINTS:
+        repo = PAPER_CHECKPOINTS[key]
+    elif key in PAPER_CHECKPOINTS.values():
+        repo = key
+    else:
+        raise CheckpointError(f"unknown paper checkpoint {key!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
+    name = repo.split("/", 1)[1]
+    folders = [Path(local_dir) / name, Path(local_dir)] if local_dir is not None else []
+    if os.environ.get(CHECKPOINTS_ENV):
+        folders.append(Path(os.environ[CHECKPOINTS_ENV]) / name)
+    for folder in folders:
+        if is_official_checkpoint(folder):
+            return folder
+    patterns = ["*.json", "*.bin", "*.safetensors", "*.txt", "*.model", "tokenizer*"]   # not the code copies
+    reason = "download=False"
+    try:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return Path(snapshot_download(repo, allow_patterns=patterns, local_files_only=True))
+        except Exception:
+            pass
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        if download and not offline:
+            try:
+                return Path(snapshot_download(repo, allow_patterns=patterns))
+            except Exception as e:
+                reason = f"download failed: {_one_line(e)}"
+        elif download:
+            reason = "HF_HUB_OFFLINE is set"
+    except ImportError:
+        reason = "huggingface_hub is not installed"
+    target = Path(os.environ.get(CHECKPOINTS_ENV) or "checkpoints") / name
+    raise CheckpointError(f"{key}: {repo} is not available here ({reason}); download it with "
+                          f"`huggingface-cli download {repo} --local-dir {target}` (then set {CHECKPOINTS_ENV}="
+                          f"{target.parent} or pass the folder to load_official)")
+
+
+# -- writing the official layout (fixtures) -----------------------------------------------------------------
+def _official_tensors(model) -> dict[str, torch.Tensor]:
+    """Our backbone's weights under the official state-dict names."""
+    backbone, kind = model.backbone, model.config.backbone.kind
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in backbone.state_dict().items()}
+    out: dict[str, torch.Tensor] = {}
+    if kind in ("dit", "dit_legacy"):
+        for k, v in state.items():
+            out["backbone.vocab_embed.embedding" if k == "embed.weight" else "backbone." + k] = v
+        hd = backbone.head_dim
+        out["backbone.rotary_emb.inv_freq"] = 1.0 / (10_000 ** (torch.arange(0, hd, 2).float() / hd))
+    elif kind == "llama":
+        a = model.config.backbone.arch
+        H, Hk, hd, Fi = a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate_size
+        p = "backbone.model.model."
+        out[p + "embed_tokens.weight"] = state["embed.weight"]
+        for i in range(a.n_layers):
+            b, o = f"blocks.{i}.", f"{p}layers.{i}."
+            q, k, v = state[b + "qkv.weight"].split([H * hd, Hk * hd, Hk * hd])
+            out[o + "self_attn.q_proj.weight"], out[o + "self_attn.k_proj.weight"] = q.contiguous(), k.contiguous()
+            out[o + "self_attn.v_proj.weight"] = v.contiguous()
+            out[o + "self_attn.o_proj.weight"] = state[b + "o.weight"]
+            if a.qk_norm:
+                out[o + "self_attn.q_norm.weight"], out[o + "self_attn.k_norm.weight"] = (state[b + "q_norm.weight"],
+                                                                                      state[b + "k_norm.weight"])
+            gate, up = state[b + "gate_up.weight"].split([Fi, Fi])
+            out[o + "mlp.gate_proj.weight"], out[o + "mlp.up_proj.weight"] = gate.contiguous(), up.contiguous()
+            out[o + "mlp.down_proj.weight"] = state[b + "down.weight"]
+            out[o + "input_layernorm.weight"] = state[b + "attn_norm.weight"]
+            out[o + "post_attention_layernorm.weight"] = state[b + "mlp_norm.weight"]
+        out[p + "norm.weight"] = state["norm.weight"]
+        out["backbone.model.lm_head.weight"] = state["embed.weight" if a.tie_embeddings else "lm_head.weight"].clone()
+    else:
+        raise ValueError(f"save_official: backbone kind {kind!r} has no official layout (dit, dit_legacy, llama)")
+    if model.config.paradigm == "setdlm":   # SetDLM re-registers it without skipping it at push time
+        from .setdlm import two_stream_set_mask
+
+        out["static_attention_mask"] = two_stream_set_mask(model.config.length)
+    return out
+
+
+def save_official(model, directory: str | Path, tokenizer: Tokenizer, name: str = "tiny") -> Path:
+    """Write `model` in the layout of a published checkpoint (config.json, pytorch_model.bin, tokenizer files;
+    for Qwen3 (llama kind with q/k norms) a base_model/config.json, which the official loader reads the
+    architecture from)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    c = model.config
+    kind = c.backbone.kind
+    arch = c.backbone.arch
+    paradigm = c.paradigm
+    ids = {"vocab_size": c.vocab_size, "mask_token_id": c.mask_id, "pad_token_id": tokenizer.pad_id,
+           "bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_vocab_size_multiple": 1}
+    if kind in ("dit", "dit_legacy"):
+        backbone_config = {"_target_": BACKBONE_TARGETS[kind], "length": c.length, "causal_attention": paradigm == "ar",
+                           "adaln": arch.adaln, "hidden_size": arch.d_model, "cond_dim": arch.cond_dim,
+                           "n_heads": arch.n_heads, "num_layers": arch.n_layers, "dropout": 0.1,
+                           "tie_word_embeddings": True, "attn_backend": "sdpa", "vocab_size": c.vocab_size,
+                           "block_size": c.block_size if paradigm == "bd3lm" else c.length,
+                           "pretrained_model_name_or_path": None}
+    elif kind == "llama" and arch.qk_norm:
+        backbone_config = {"_target_": BACKBONE_TARGETS["qwen3"], "attn_implementation": "sdpa",
+                           "automodel_cls": "AutoModelForCausalLM", "keep_top_layers": False,
+                           "num_layers": arch.n_layers, "pretrained_model_name_or_path": BASE_DIR,
+                           "reinit_model": False, "revision": None, "trust_remote_code": True,
+                           "use_causal_mask": paradigm == "ar"}
+        base = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": arch.o_bias,
+                "hidden_act": "silu", "hidden_size": arch.d_model, "intermediate_size": arch.intermediate_size,
+                "num_hidden_layers": arch.n_layers, "num_attention_heads": arch.n_heads,
+                "num_key_value_heads": arch.n_kv_heads, "head_dim": arch.head_dim, "rms_norm_eps": arch.rms_eps,
+                "rope_theta": arch.rope_theta, "rope_scaling": None, "max_position_embeddings": 4 * c.length,
+                "sliding_window": 4096, "use_sliding_window": False, "tie_word_embeddings": arch.tie_embeddings,
+                "vocab_size": c.vocab_size, "torch_dtype": "float32"}
+        (directory / BASE_DIR).mkdir(exist_ok=True)
+        (directory / BASE_DIR / "config.json").write_text(json.dumps(base, indent=2, sort_keys=True) + "\n")
+    else:
+        raise ValueError(f"save_official: backbone kind {kind!r} has no official layout (dit, dit_legacy, Qwen3)")
+    cfg = {"architectures": [PARADIGM_ARCHITECTURE[paradigm]], "model_type": MODEL_TYPES[paradigm],
+           "attn_backend": "sdpa", "backbone_config": backbone_config, "length": c.length, **ids,
+           "tokenization_config": dict(ids), "tokenizer_name": name, "torch_dtype": "float32",
+           "train_on_context": False, "transformers_version": "4.52.4"}
+    if paradigm != "ar":
+        cfg["keep_clean_bos"] = True
+    if paradigm in ("mdlm", "bd3lm"):
+        cfg["noise_config"] = {"_target_": "noise_schedule_noise_schedules.LinearNoise"}
+    elif paradigm == "setdlm":
+        cfg["noise_config"] = {"_target_": "noise_schedule_noise_schedules.StaggeredNoise", "eps": 1e-3,
+                               "block_size": c.length, "desired_block_size": c.block_size,
+                               "max_block_size": c.max_block_size, "length": c.length}
+    else:
+        cfg["noise_config"] = None
+    if paradigm in ("bd3lm", "setdlm"):
+        S = c.block_size if paradigm == "bd3lm" else c.length
+        cfg.update(block_size=S, eval_block_size=S, setdlm_eos_last_in_target_order=False, setdlm_fht_cache_order=False)
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    torch.save(_official_tensors(model), directory / "pytorch_model.bin")
+    tokenizer.backend.save(str(directory / "tokenizer.json"))
+    roles = {f"{r}_token": tokenizer.special_tokens[r] for r in ("bos", "eos", "pad", "mask")}
+    (directory / "special_tokens_map.json").write_text(json.dumps(roles, indent=2) + "\n")
+    (directory / "tokenizer_config.json").write_text(json.dumps({**roles, "tokenizer_class": "PreTrainedTokenizer"},
+                                                                indent=2) + "\n")
+    return directory
+
+
+# -- call-by-call traces ----------------------------------------------------------------------------------------
+@dataclass
+class BackboneCall:
+    """One backbone forward of a decode: its inputs, the keys its rows may attend to, the cache length
+    before it, and the raw logits (mask not suppressed) of the rows it computed."""
+    input_ids: torch.Tensor       # [B, T]
+    position_ids: torch.Tensor    # [B, T]
+    attention: torch.Tensor       # [B, T, S] bool, S = cache length + T (what attn_mask / is_causal meant)
+    cache_length: int
+    logits: torch.Tensor          # [B, T', V] float32 (T' = T unless the call kept fewer rows)
+
+
+@contextmanager
+def trace_calls(model) -> Iterator[list[BackboneCall]]:
+    """Record every backbone forward inside the block: `with trace_calls(model) as calls: model.generate(...)`."""
+    from .official_sampler import raw_logits
+
+    backbone = model.backbone
+    calls: list[BackboneCall] = []
+
+    def hook(module, args, kwargs, output):
+        names = ("input_ids", "position_ids", "attn_mask", "is_causal", "cache", "keep", "closed")
+        given = dict(zip(names, args)) | kwargs
+        ids, pos = given["input_ids"], given["position_ids"]
+        mask, causal, cache = given.get("attn_mask"), given.get("is_causal", False), given.get("cache")
+        n = cache.length if cache is not None else 0
+        B, T = ids.shape
+        S = n + T
+        if mask is not None:
+            allowed = mask.expand(B, 1, T, S)[:, 0]
+        elif causal:
+            allowed = torch.ones(T, S, dtype=torch.bool, device=ids.device).tril(S - T).expand(B, T, S)
+        else:
+            allowed = torch.ones(B, T, S, dtype=torch.bool, device=ids.device)
+        if pos.dim() == 1:
+            pos = pos.expand(B, -1)
+        calls.append(BackboneCall(ids.detach().clone(), pos.detach().clone(), allowed.detach().clone(), n,
+                                  raw_logits(module, output).detach().float().clone()))
+
+    handle = backbone.register_forward_hook(hook, with_kwargs=True)
+    try:
+        yield calls
+    finally:
+        handle.remove()
+
+
+# -- command line ------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    from .types import DecodeConfig
+
+    ap = argparse.ArgumentParser(description="Greedy decoding with a published SetDLM-paper checkpoint")
+    ap.add_argument("checkpoint", help=f"a paper key ({', '.join(list(PAPER_CHECKPOINTS)[:3])}, ...) or a folder")
+    ap.add_argument("--prompt", default=None, help="prompt text (default: the BOS token)")
+    ap.add_argument("--prompt-ids", default=None, help="comma-separated prompt token ids")
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--sampler", default="official", choices=("harness", "official", "official_unfused"))
+    ap.add_argument("--no-download", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        folder = Path(args.checkpoint)
+        if not is_official_checkpoint(folder):
+            folder = resolve_paper_key(args.checkpoint, download=not args.no_download)
+        model, tok = load_official(folder)
+        if args.prompt_ids:
+            ids = [int(x) for x in args.prompt_ids.split(",")]
+        else:
+            ids = ([tok.bos_id] if tok.add_bos or not args.prompt else []) + (tok.encode(args.prompt) if args.prompt else [])
+        gen = model.generate([ids], args.new_tokens, DecodeConfig(sampler=args.sampler, stop_at_eos=False))[0]
+    except (CheckpointError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"# {folder}: {model.config.paradigm} on {model.config.backbone.kind}, {gen.n_tokens} tokens, NFE {gen.nfe}",
+          file=sys.stderr)
+    print(tok.decode(gen.tokens))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["PAPER_ALIASES", "PAPER_CHECKPOINTS", "BackboneCall", "OfficialInfo", "describe_official",
+           "is_official_checkpoint", "load_official", "official_paradigm", "official_tokenizer",
+           "read_official_weights", "resolve_paper_key", "save_official", "trace_calls"]

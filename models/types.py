@@ -1,0 +1,228 @@
+"""The types that cross the paradigms' interface (models/paradigm.py): configs, batches, generations.
+
+    ModelConfig    everything that rebuilds a model (config.json of a checkpoint)
+    DecodeConfig   decoding settings; each paradigm reads the fields it declares (ParadigmModel.knobs)
+    Batch          a training / scoring batch
+    Generation     one generated or infilled sequence and what it cost
+
+`count_generated_tokens` is the project's single token-counting rule: every throughput
+number (tokens/s, tokens per forward) is computed from `Generation.n_tokens`, which it sets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .backbones import BackboneSpec
+from .backbones.gpt import GPTArch
+
+SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
+COMMIT_ORDERS = ("position", "first_hitting")
+SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
+
+TOKEN_COUNTING_RULE = (
+    "generated tokens only: prompt, padding and mask placeholders excluded; counted up to and "
+    "including the first EOS when the stop rule is on, nothing after it; infilled spans count "
+    "every position of the span"
+)
+
+
+def count_generated_tokens(ids: Sequence[int], eos_id: int | None, stop_at_eos: bool = True) -> int:
+    """The token-counting rule (see TOKEN_COUNTING_RULE). `ids` are generated ids, prompt excluded."""
+    if stop_at_eos and eos_id is not None:
+        for i, token in enumerate(ids):
+            if token == eos_id:
+                return i + 1
+    return len(ids)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Decoding settings. Every field means one thing; a paradigm reads the fields it declares in
+    `knobs` (models/paradigm.py) plus the sampling fields, and `ParadigmModel.resolve_decode` puts the
+    others back at their defaults, so a setting meant for another paradigm never enters a run's identity.
+
+    The paradigm-specific fields carry their meaning in `metadata["help"]` (also the CLI's --help and
+    lm-eval's model_args documentation). `sampler` picks between our decoders' behaviour ("harness") and
+    the published sampler's ("official", "official_unfused"; models/official_sampler.py). The sampling fields:
+
+    greedy / temperature / top_p: argmax, or sampling with temperature and nucleus top_p.
+    repetition_penalty: HF-style penalty on tokens already in the prompt or committed.
+    seed:       seeds the sampling generator (ignored when greedy).
+    stop_at_eos: stop a row once it has produced EOS with nothing masked before it; tokens after
+                the first EOS are dropped.
+    """
+
+    threshold: float | None = field(default=None, metadata={"help": (
+        "confidence threshold tau in (0, 1], or 'none' = exactly one token committed per step (MDLM, BD3LM, "
+        "SetDLM)")})
+    window: int | None = field(default=None, metadata={"help": "SetDLM sliding output window W (default: the "
+                                                              "trained set size S)"})
+    decode_block: int | None = field(default=None, metadata={"help": "BD3LM block size at decode (default: the "
+                                                                    "trained block size S)"})
+    steps: int | None = field(default=None, metadata={"help": "MDLM denoising steps for the whole span, shared "
+                                                             "out over chunks (default: one per token)"})
+    steps_per_block: int | None = field(default=None, metadata={"help": "BD3LM denoising steps per block "
+                                                                       "(default: one per masked token)"})
+    chunk_size: int | None = field(default=None, metadata={"help": "MDLM semi-autoregressive chunk size "
+                                                                  "(default: the whole span at once)"})
+    commit_order: str = field(default="position", metadata={"help": (
+        "SetDLM order in which the tokens accepted at one step enter the cache: position (left to right) or "
+        "first_hitting (reveal times sampled from the training schedule)")})
+    use_cache: bool = field(default=True, metadata={"help": (
+        "KV cache on/off: true or false (AR, BD3LM, SetDLM); off recomputes the visible context each step and "
+        "gives the same greedy tokens")})
+    sampler: str = field(default="harness", metadata={"help": (
+        "whose sampler to reproduce: harness (ours, the default) or official (the published "
+        "kuleshov-group/setdlms sampler, backbone call for call: separate prompt prefill, its step schedule and "
+        "stop-rule timing, MDLM's full-length mask padding, the legacy DiT's bf16 autocast; each paradigm "
+        "module lists the differences); official_unfused: BD3LM with the official fused_block_cache=false "
+        "(one extra forward per block to write it to the cache)")})
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int = 0
+    stop_at_eos: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("window", "decode_block", "steps", "steps_per_block", "chunk_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                problems.append(f"{name} must be >= 1, got {value}")
+        if self.threshold is not None and not (0.0 < self.threshold <= 1.0):
+            problems.append(f"threshold must be in (0, 1] or None, got {self.threshold}")
+        if self.temperature <= 0:
+            problems.append(f"temperature must be > 0, got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.commit_order not in COMMIT_ORDERS:
+            problems.append(f"commit_order must be one of {COMMIT_ORDERS}, got {self.commit_order!r}")
+        if self.sampler not in SAMPLERS:
+            problems.append(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def replace(self, **changes) -> "DecodeConfig":
+        return dataclasses.replace(self, **changes)
+
+
+# the fields every paradigm reads (the rest are declared per paradigm in ParadigmModel.knobs)
+SAMPLING_KNOBS = frozenset({"greedy", "temperature", "top_p", "repetition_penalty", "seed", "stop_at_eos"})
+
+
+@dataclass
+class Generation:
+    """One generated (or infilled) sequence and what it cost.
+
+    tokens:  generated ids, prompt excluded, already cut by the counting rule (so for
+             generation they end at the first EOS, which is kept).
+    nfe:     backbone forward calls during which this row was still being decoded.
+    seconds: wall time of the whole generate/infill call (prefill included); with batch > 1
+             every row of the call carries the same number.
+    tokens_per_step: tokens committed at each of this row's forwards.
+    """
+
+    tokens: list[int]
+    nfe: int
+    seconds: float
+    tokens_per_step: list[int] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.n_tokens / self.nfe if self.nfe else 0.0
+
+
+@dataclass
+class Batch:
+    """Training / scoring batch. input_ids [B, L]; attention_mask 1 = real token (0 = padding);
+    context_mask 1 = prompt/context token (given, excluded from the loss and the NLL)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    context_mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.attention_mask is None:
+            self.attention_mask = torch.ones_like(self.input_ids, dtype=torch.bool)
+        if self.context_mask is None:
+            self.context_mask = torch.zeros_like(self.input_ids, dtype=torch.bool)
+        self.attention_mask = self.attention_mask.bool()
+        self.context_mask = self.context_mask.bool()
+
+    @property
+    def target_mask(self) -> torch.Tensor:
+        return self.attention_mask & ~self.context_mask
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.context_mask.to(device))
+
+
+class ContextOverflowError(ValueError):
+    """A prompt (plus the tokens to generate) does not fit in the model's context length."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to rebuild a model (stored as config.json next to the weights).
+
+    The paradigm's own fields (block_size, max_block_size, train_on_nelbo, ...) are checked by the
+    paradigm's `check_config`; `backbone` says which transformer runs underneath (models/backbones)."""
+
+    paradigm: str
+    vocab_size: int
+    length: int                       # context length L (training sequence length)
+    backbone: BackboneSpec = field(default_factory=lambda: BackboneSpec("gpt", GPTArch()))
+    mask_id: int | None = None        # default: the last id of the vocabulary
+    eos_id: int | None = None
+    pad_id: int | None = None
+    block_size: int | None = None     # BD3LM block S; SetDLM target set size S
+    max_block_size: int | None = None  # SetDLM S_max (filled in: 2S, capped at L)
+    train_on_nelbo: bool = False      # MDLM/BD3LM: 1/t-weighted NELBO instead of the masked CE
+    antithetic: bool = True           # stratified diffusion times across the batch
+    nll_samples: int = 1              # Monte-Carlo samples (t / orders) per sequence in nll()
+
+    def __post_init__(self) -> None:
+        from .paradigm import get_paradigm
+
+        if isinstance(self.backbone, dict):
+            object.__setattr__(self, "backbone", BackboneSpec.from_dict(self.backbone))
+        if self.mask_id is None:
+            object.__setattr__(self, "mask_id", self.vocab_size - 1)
+        if self.pad_id is None:
+            object.__setattr__(self, "pad_id", self.eos_id if self.eos_id is not None else self.mask_id)
+        if self.length < 2:
+            raise ValueError(f"length must be >= 2, got {self.length}")
+        if self.nll_samples < 1:
+            raise ValueError("nll_samples must be >= 1")
+        cls = get_paradigm(self.paradigm)
+        cls.check_block_size(self.block_size, self.max_block_size, self.length)
+        object.__setattr__(self, "max_block_size", cls.resolved_max_block_size(self.block_size, self.max_block_size,
+                                                                                self.length))
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["backbone"] = self.backbone.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**d)

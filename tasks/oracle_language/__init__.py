@@ -1,0 +1,376 @@
+"""Oracle languages: synthetic token sequences whose likelihood, conditionals and infills are exactly known.
+
+An `OracleLanguage` is a stationary hidden Markov model (float64, numpy) with `n_states` hidden
+states over `n_symbols` visible symbols, built deterministically from `seed` and `coupling`:
+  * transition = coupling * sparse + (1 - coupling) * shared, where `sparse` sends state s to
+    `branching` successor states (the first successor map is one random cycle through all
+    states, so the chain is irreducible) with Dirichlet(2) weights, and every row of `shared`
+    is one Dirichlet(1) vector. coupling 0 makes the hidden states, hence the tokens, i.i.d.;
+    coupling 1 leaves each state `branching` possible successors;
+  * emission: each state owns n_symbols // n_states symbols (disjoint, random) and emits them
+    with Dirichlet(2) weights times 1 - emission_noise; the remaining emission_noise is spread
+    uniformly over all symbols, so every sequence has positive probability;
+  * the first state is drawn from the stationary distribution, so every position has the same
+    marginal and a document of any length is a window of one stationary process.
+A symbol almost identifies its state, so with strong coupling a symbol leaves only
+branching x (symbols per state) likely next symbols, and the second next symbol depends on which
+of them was taken. Committing two neighbours independently from their marginals then often
+yields a pair the oracle gives probability near emission_noise / n_symbols; AR decoding never
+does. The dependence is short-range, which a 4-layer transformer learns quickly; the exact
+neighbour mutual information (`neighbour_information`) says how much one parallel step can lose.
+No long-range agreement (symbol i fixing symbol i + d) is built in: keeping it exact needs the
+hidden state to carry d symbols, a state space of n_states * n_symbols**d.
+
+Every sequence argument is an int array whose entries are symbols 0..n_symbols-1 or MISSING (-1):
+a MISSING position is marginalised out (its emission factor is 1), which is how spans are
+infilled and how unparsable words are skipped when scoring. Likelihoods come from the scaled
+forward recursion: a normalised state belief is carried and log p(x) is the sum of the logs of the
+per-step normalisers p(x_t | x_<t), each at least emission_noise / n_symbols, so nothing
+underflows at any length; backward messages are rescaled likewise. Conditionals are differences
+of exact joint log-probabilities.
+Entropies that have no closed form (the entropy rate, a continuation's conditional entropy) are
+Monte-Carlo means over exact samples, returned with their standard error; a span conditional
+entropy is exact when n_symbols**n <= ENUMERATION_LIMIT.
+
+Symbols are written as words "a0" .. "a{V-1}" separated by single spaces (`to_text`,
+`from_text`); `oracle_tokenizer` gives one token per word. LANGUAGES names the benchmark ones.
+
+    python -m tasks.oracle_language hmm-strong     # parameters, entropies and a few samples
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers
+
+if TYPE_CHECKING:
+    from models.tokenizers import Tokenizer
+
+MISSING = -1
+ENUMERATION_LIMIT = 100_000
+SYMBOL_PREFIX = "a"
+ORACLE_SPECIALS = ["<|endoftext|>", "<|pad|>", "<|mask|>", "<|unk|>"]
+_SYMBOL_WORD = re.compile(SYMBOL_PREFIX + r"(0|[1-9][0-9]*)")
+
+
+def _categorical(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
+    """One draw per row of the non-negative weights `probs` (rows need not be normalised)."""
+    cdf = np.cumsum(probs, axis=-1)
+    u = rng.random(probs.shape[:-1])[..., None] * cdf[..., -1:]
+    return np.minimum((u >= cdf).sum(axis=-1), probs.shape[-1] - 1)
+
+
+def _as_batch(x: Sequence[int] | np.ndarray) -> np.ndarray:
+    a = np.asarray(x, dtype=np.int64)
+    return a.reshape(1, -1) if a.ndim == 1 else a
+
+
+@dataclass(frozen=True)
+class OracleLanguage:
+    """A stationary HMM over `n_symbols` symbols; see the module docstring for the construction.
+    `length` is the length of its training documents (it does not change the distribution)."""
+
+    n_states: int
+    n_symbols: int
+    coupling: float
+    seed: int
+    branching: int = 2
+    emission_noise: float = 0.02
+    length: int = 64
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_states <= self.n_symbols:
+            raise ValueError(f"need 1 <= n_states <= n_symbols, got {self.n_states} and {self.n_symbols}")
+        if not 0.0 <= self.coupling <= 1.0:
+            raise ValueError(f"coupling must be in [0, 1], got {self.coupling}")
+        if not 0.0 < self.emission_noise <= 1.0:
+            raise ValueError(f"emission_noise must be in (0, 1], got {self.emission_noise}")
+        if self.branching < 1 or self.length < 1:
+            raise ValueError(f"branching and length must be >= 1, got {self.branching} and {self.length}")
+
+    # --- the model
+
+    @functools.cached_property
+    def _parameters(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(self.seed)
+        S, V = self.n_states, self.n_symbols
+        cycle = rng.permutation(S)
+        successors = [np.empty(S, dtype=np.int64)]
+        successors[0][cycle] = np.roll(cycle, -1)
+        successors += [rng.permutation(S) for _ in range(self.branching - 1)]
+        weights = rng.dirichlet(np.full(self.branching, 2.0), size=S)
+        sparse = np.zeros((S, S))
+        for k, succ in enumerate(successors):
+            np.add.at(sparse, (np.arange(S), succ), weights[:, k])
+        shared = np.tile(rng.dirichlet(np.ones(S)), (S, 1))
+        transition = self.coupling * sparse + (1.0 - self.coupling) * shared
+
+        owned = V // S
+        home = rng.permutation(V)[: S * owned].reshape(S, owned)
+        emission = np.full((S, V), self.emission_noise / V)
+        emission[np.arange(S)[:, None], home] += (1.0 - self.emission_noise) * rng.dirichlet(np.full(owned, 2.0), S)
+
+        # stationary distribution: the left eigenvector of eigenvalue 1, by least squares
+        system = np.vstack([transition.T - np.eye(S), np.ones((1, S))])
+        initial = np.linalg.lstsq(system, np.r_[np.zeros(S), 1.0], rcond=None)[0]
+        initial = np.clip(initial, 0.0, None)
+        return initial / initial.sum(), transition, emission
+
+    @property
+    def initial(self) -> np.ndarray:
+        """[n_states] stationary distribution of the first hidden state."""
+        return self._parameters[0]
+
+    @property
+    def transition(self) -> np.ndarray:
+        """[n_states, n_states] row-stochastic transition matrix."""
+        return self._parameters[1]
+
+    @property
+    def emission(self) -> np.ndarray:
+        """[n_states, n_symbols] row-stochastic emission matrix."""
+        return self._parameters[2]
+
+    @functools.cached_property
+    def _emission_or_missing(self) -> np.ndarray:
+        """[n_states, n_symbols + 1] emissions plus a column of ones for MISSING positions."""
+        return np.hstack([self.emission, np.ones((self.n_states, 1))])
+
+    def _emission_factors(self, symbols: np.ndarray) -> np.ndarray:
+        """[n, L, n_states] emission probability of each symbol in each state (1 for MISSING)."""
+        if symbols.size and (symbols.min() < MISSING or symbols.max() >= self.n_symbols):
+            raise ValueError(f"symbols must be in 0..{self.n_symbols - 1} or MISSING ({MISSING})")
+        return self._emission_or_missing[:, np.where(symbols == MISSING, self.n_symbols, symbols)].transpose(1, 2, 0)
+
+    # --- exact likelihoods
+
+    def _predict(self, belief: np.ndarray | None, n: int = 1) -> np.ndarray:
+        """[n, S] distribution of the next state given a belief [n, S] over the current one (None: the first state)."""
+        return np.broadcast_to(self.initial, (n, self.n_states)) if belief is None else belief @ self.transition
+
+    def _forward(self, seqs: np.ndarray, belief: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+        """Filter `seqs` [n, L] from a `belief` [n, S] over the state before them (None: the start
+        of a document). Returns the belief over the last state (the input one when L is 0) and
+        log p(x_t | x_<t) of each position [n, L]."""
+        n, L = seqs.shape
+        emissions = self._emission_factors(seqs)
+        steps = np.zeros((n, L))
+        for t in range(L):
+            alpha = self._predict(belief, n) * emissions[:, t]
+            total = alpha.sum(axis=1)
+            steps[:, t] = np.log(total)
+            belief = alpha / total[:, None]
+        return belief, steps
+
+    def _backward(self, suffix: np.ndarray, n_span: int) -> np.ndarray:
+        """[n_span, S] p(suffix | state of span position k), each row rescaled to max 1 (span symbols
+        marginalised; `suffix` is one row [1, Q])."""
+        beta = np.ones(self.n_states)
+        emissions = self._emission_factors(suffix)[0]
+        for t in range(suffix.shape[1] - 1, -1, -1):
+            beta = self.transition @ (emissions[t] * beta)
+            beta = beta / beta.max()
+        out = np.empty((n_span, self.n_states))
+        for k in range(n_span - 1, -1, -1):
+            out[k] = beta
+            beta = self.transition @ beta
+            beta = beta / beta.max()
+        return out
+
+    def log_prob(self, seqs: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+        """[n] exact log p(x) of each row of `seqs` [n, L] (MISSING positions marginalised)."""
+        return self._forward(_as_batch(seqs))[1].sum(axis=1)
+
+    def step_log_probs(self, seqs: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+        """[n, L] log p(x_t | x_<t) of every position of every row."""
+        return self._forward(_as_batch(seqs))[1]
+
+    @staticmethod
+    def _joined(*parts: Sequence[int] | np.ndarray) -> np.ndarray:
+        batches = [_as_batch(p) for p in parts]
+        n = max(b.shape[0] for b in batches)
+        return np.concatenate([np.broadcast_to(b, (n, b.shape[1])) for b in batches], axis=1)
+
+    def conditional_log_prob(self, prefix: Sequence[int] | np.ndarray, continuation: Sequence[int] | np.ndarray
+                             ) -> np.ndarray:
+        """[n] log p(continuation | prefix); a 1-D prefix or continuation is shared by every row."""
+        return self.log_prob(self._joined(prefix, continuation)) - self.log_prob(_as_batch(prefix))
+
+    def infill_log_prob(self, prefix: Sequence[int] | np.ndarray, span: Sequence[int] | np.ndarray,
+                        suffix: Sequence[int] | np.ndarray) -> np.ndarray:
+        """[n] log p(span | prefix, suffix); 1-D arguments are shared by every row."""
+        span = _as_batch(span)
+        hidden = np.full((1, span.shape[1]), MISSING)
+        return self.log_prob(self._joined(prefix, span, suffix)) - self.log_prob(self._joined(prefix, hidden, suffix))
+
+    # --- spans: marginals, enumeration, sampling
+
+    def _span_messages(self, prefix: Sequence[int], n: int, suffix: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The distribution [S] of the first span state given the prefix, and the rescaled
+        p(suffix | state of span position k) [n, S]."""
+        first = self._predict(self._forward(_as_batch(prefix))[0])[0]
+        return first, self._backward(_as_batch(suffix), n)
+
+    def marginals(self, prefix: Sequence[int], n: int, suffix: Sequence[int] = ()) -> np.ndarray:
+        """[n, n_symbols] posterior marginal of each span position given prefix and suffix (forward-backward)."""
+        alpha, beta = self._span_messages(prefix, n, suffix)
+        out = np.empty((n, self.n_symbols))
+        for k in range(n):
+            state = alpha * beta[k]
+            out[k] = state / state.sum() @ self.emission
+            alpha = alpha @ self.transition
+        return out
+
+    def enumerate_span(self, prefix: Sequence[int], n: int, suffix: Sequence[int] = ()
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every span [V**n, n] (lexicographic, n >= 1) and its exact log p(span | prefix, suffix), or
+        None when V**n > ENUMERATION_LIMIT. Spans sharing a head share its forward messages."""
+        if self.n_symbols ** n > ENUMERATION_LIMIT:
+            return None
+        alpha, beta = self._span_messages(prefix, n, suffix)
+        alpha = alpha[None]
+        for k in range(n):
+            if k:
+                alpha = alpha @ self.transition
+            alpha = (alpha[:, None, :] * self.emission.T[None]).reshape(-1, self.n_states)
+            alpha = alpha / alpha.sum()  # one scale for every span: their ratios are kept
+        joint = alpha @ beta[-1]  # > 0: every emission is, and p(suffix | state) with it
+        spans = np.indices((self.n_symbols,) * n).reshape(n, -1).T
+        return spans, np.log(joint) - np.log(joint.sum())
+
+    def map_span(self, prefix: Sequence[int], n: int, suffix: Sequence[int] = ()) -> list[int] | None:
+        """The most probable span given prefix and suffix (exact, by enumeration), or None when
+        n_symbols**n > ENUMERATION_LIMIT."""
+        enumerated = self.enumerate_span(prefix, n, suffix)
+        if enumerated is None:
+            return None
+        spans, log_probs = enumerated
+        return [int(v) for v in spans[int(np.argmax(log_probs))]]
+
+    def sample_span(self, prefix: Sequence[int], n: int, suffix: Sequence[int] = (), n_samples: int = 1,
+                    rng: int | np.random.Generator | None = None) -> np.ndarray:
+        """[n_samples, n] exact samples of p(span | prefix, suffix): hidden states are drawn
+        forward through the backward messages of the suffix, symbols from their emissions.
+        With an empty suffix these are continuations of the prefix."""
+        rng = np.random.default_rng(rng)
+        first, beta = self._span_messages(prefix, n, suffix)
+        out = np.empty((n_samples, n), dtype=np.int64)
+        prior = np.broadcast_to(first, (n_samples, self.n_states))
+        for k in range(n):
+            weights = prior * beta[k]
+            states = _categorical(rng, weights)
+            out[:, k] = _categorical(rng, self.emission[states])
+            prior = self.transition[states]
+        return out
+
+    def sample(self, n: int, length: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
+        """[n, length] documents drawn from the stationary process."""
+        return self.sample_span((), length, (), n, rng)
+
+    # --- entropies
+
+    def conditional_entropy(self, prefix: Sequence[int], n: int, suffix: Sequence[int] = (), n_samples: int = 256,
+                            rng: int | np.random.Generator | None = 0) -> tuple[float, float]:
+        """H(span | prefix, suffix) / n in nats and its standard error: exact (error 0) when
+        n_symbols**n <= ENUMERATION_LIMIT, else the mean of -log p(span | prefix, suffix) / n
+        over `n_samples` exact samples."""
+        enumerated = self.enumerate_span(prefix, n, suffix)
+        if enumerated is not None:
+            log_probs = enumerated[1]
+            return float(-(np.exp(log_probs) * log_probs).sum() / n), 0.0
+        nll = -self.infill_log_prob(prefix, self.sample_span(prefix, n, suffix, n_samples, rng), suffix) / n
+        return float(nll.mean()), float(nll.std(ddof=1) / math.sqrt(n_samples))
+
+    def sequence_entropy(self, length: int, n_samples: int = 2000, rng: int | np.random.Generator | None = 0
+                         ) -> tuple[float, float]:
+        """H(X_1..X_length) / length in nats (Monte Carlo over exact samples) and its standard error."""
+        per_token = -self.log_prob(self.sample(n_samples, length, rng)) / length
+        return float(per_token.mean()), float(per_token.std(ddof=1) / math.sqrt(n_samples))
+
+    def entropy_rate(self, n_samples: int = 2000, length: int = 256, burn_in: int = 128,
+                     rng: int | np.random.Generator | None = 0) -> tuple[float, float]:
+        """The entropy rate lim H(X_t | X_<t) in nats, estimated as the mean of -log p(x_t | x_<t)
+        over positions burn_in..length-1 of `n_samples` sampled documents, with its standard error
+        over documents. H(X_t | X_<t) decreases to the rate as t grows; for the LANGUAGES its
+        means over t in [8, 16), [16, 32), ..., [128, 256) agree within their errors (~0.005 nats)."""
+        steps = -self.step_log_probs(self.sample(n_samples, length, rng))[:, burn_in:].mean(axis=1)
+        return float(steps.mean()), float(steps.std(ddof=1) / math.sqrt(n_samples))
+
+    def symbol_entropy(self) -> float:
+        """Exact entropy H(X_t) in nats of one position's marginal (the unigram entropy of the language)."""
+        p = self.initial @ self.emission
+        return float(-(p * np.log(p)).sum())
+
+    def neighbour_information(self) -> float:
+        """Exact mutual information I(X_t; X_t+1) in nats: what scoring true neighbour pairs with the
+        product of their exact marginals loses against the joint, per pair, with no context."""
+        joint = (self.initial[:, None] * self.emission).T @ self.transition @ self.emission
+        marginal = self.initial @ self.emission
+        return float((joint * np.log(joint / np.outer(marginal, marginal))).sum())
+
+    # --- text
+
+    def to_text(self, symbols: Sequence[int]) -> str:
+        """Symbols as words "a0".."a{V-1}" separated by single spaces."""
+        return " ".join(f"{SYMBOL_PREFIX}{int(s)}" for s in symbols)
+
+    def from_text(self, text: str) -> list[int]:
+        """The symbols of the whitespace-separated words of `text`; MISSING for any word that is not
+        a symbol of this language (canonical spelling only: "a07" and "a32" of 32 symbols are not)."""
+        out = []
+        for word in text.split():
+            match = _SYMBOL_WORD.fullmatch(word)
+            out.append(int(match.group(1)) if match and int(match.group(1)) < self.n_symbols else MISSING)
+        return out
+
+
+def oracle_tokenizer(lang: OracleLanguage) -> Tokenizer:
+    """WordLevel tokenizer: symbol k is token k; then <|endoftext|> (bos = eos), <|pad|>, <|mask|> and
+    <|unk|> (any other word, so that encoding foreign text never fails)."""
+    from models.tokenizers import Tokenizer  # here, not at the top: `import tasks` stays free of torch
+
+    vocab = {f"{SYMBOL_PREFIX}{k}": k for k in range(lang.n_symbols)}
+    vocab.update({tok: lang.n_symbols + i for i, tok in enumerate(ORACLE_SPECIALS)})
+    backend = HFTokenizer(models.WordLevel(vocab, unk_token="<|unk|>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.add_special_tokens(ORACLE_SPECIALS)
+    return Tokenizer(backend, f"oracle{lang.n_symbols}", "<|endoftext|>", "<|endoftext|>", "<|pad|>", "<|mask|>")
+
+
+def documents(lang: OracleLanguage, n_docs: int, length: int, seed: int) -> list[str]:
+    """`n_docs` sampled documents of `length` symbols as text (a fresh corpus per seed)."""
+    return [lang.to_text(row) for row in lang.sample(n_docs, length, seed)]
+
+
+LANGUAGES: dict[str, OracleLanguage] = {
+    # weak coupling: 70% of every transition row is the one shared distribution
+    "hmm-weak": OracleLanguage(n_states=16, n_symbols=32, coupling=0.3, seed=11),
+    # strong coupling: two likely successor states, two symbols each, so about 4 likely next symbols
+    "hmm-strong": OracleLanguage(n_states=16, n_symbols=32, coupling=0.95, seed=12),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m tasks.oracle_language",
+                                 description="Describe an oracle language: parameters, entropies, samples.")
+    ap.add_argument("name", choices=list(LANGUAGES))
+    ap.add_argument("--samples", type=int, default=3, help="documents to print")
+    args = ap.parse_args(argv)
+    lang = LANGUAGES[args.name]
+    print(f"{args.name}: {lang}")
+    rate, rate_se = lang.entropy_rate()
+    seq, seq_se = lang.sequence_entropy(lang.length)
+    print(f"entropy rate H(X_t | X_<t), t >= 128: {rate:.4f} +- {rate_se:.4f} nats/token (Monte Carlo, 1 s.e.)")
+    print(f"H(X_1..X_{lang.length}) / {lang.length}: {seq:.4f} +- {seq_se:.4f} nats/token (Monte Carlo, 1 s.e.)")
+    print(f"symbol entropy H(X_t): {lang.symbol_entropy():.4f} nats (exact)")
+    print(f"neighbour information I(X_t; X_t+1): {lang.neighbour_information():.4f} nats (exact)")
+    for text in documents(lang, args.samples, lang.length, seed=0):
+        print(text)

@@ -1,0 +1,37 @@
+"""harness/bench_gpu.py: the GPU check's code paths, run tiny on the CPU (--device cpu --quick), and its refusal
+without CUDA."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from harness import bench_gpu
+
+
+def test_quick_cpu_run_covers_every_section(tmp_path):
+    out = tmp_path / "gpu.json"
+    assert bench_gpu.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["ok"] and not result["errors"] and result["dtype"] == "float32"
+    rows = result["sections"]["paradigms"]
+    cells = {(r["kind"], r["paradigm"], r["sampler"]) for r in rows}
+    assert {(k, p) for k, p, _ in cells} == {(k, p) for k in bench_gpu.KINDS for p in bench_gpu.PARADIGMS}
+    assert {(k, s) for k, _, s in cells if s == "official"} == {("dit", "official"), ("dit_legacy", "official")}
+    assert all(r["tokens"] > 0 and r["cache_rows_equal"] == 1.0 for r in rows)   # fp32: cache on/off agree exactly
+    assert result["cache_equal_all"]
+    hf = [r for r in result["sections"]["vs_hf"] if "batch" in r]
+    assert [r["batch"] for r in hf] == [1, 8]
+    assert all(r["hf_lengths_ok"] and r["token_agreement"] == 1.0 and r["ours_tokens_per_s"] > 0 for r in hf)
+    train = result["sections"]["train"]
+    assert len(train) == 16 and all(r["finite"] and r["steps"] == bench_gpu.QUICK.train_steps for r in train)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_refuses_without_cuda(tmp_path, capsys):
+    assert bench_gpu.main(["--out", str(tmp_path / "gpu.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "CUDA" in err and "--device cpu --quick" in err
+    assert not (tmp_path / "gpu.json").exists()

@@ -1,0 +1,251 @@
+"""Tests of the oracle languages (tasks/oracle_language) and the oracle tasks (tasks/oracle.py):
+exact likelihoods, conditionals, marginals, infills and MAP spans against brute-force enumeration on
+a tiny HMM, sampling against the likelihood (chi-square), the generation metric on the oracle's own
+samples (gap ~ 0) and on a sampler that ignores neighbours (gap > 0), the tokenizer, requests,
+scoring rules and bad options. Offline, a few seconds.
+
+    pytest tests/test_oracle.py
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from models.tokenizers import Tokenizer, load_tokenizer
+from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, TaskError, TextOutput, get_task
+from tasks.oracle import INVALID_NLL
+from tasks.oracle_language import LANGUAGES, MISSING, OracleLanguage, documents, oracle_tokenizer
+
+TINY = OracleLanguage(n_states=2, n_symbols=3, coupling=0.7, seed=1, emission_noise=0.3)
+STRONG = LANGUAGES["hmm-strong"]
+
+
+def brute_force_table(lang: OracleLanguage, length: int) -> np.ndarray:
+    """p(x) of every sequence of `length` symbols, [V] * length, by summing over every hidden path."""
+    table = np.zeros((lang.n_symbols,) * length)
+    for path in itertools.product(range(lang.n_states), repeat=length):
+        weight = lang.initial[path[0]] * np.prod([lang.transition[a, b] for a, b in zip(path, path[1:])])
+        emissions = np.ones(())
+        for state in path:
+            emissions = np.multiply.outer(emissions, lang.emission[state])
+        table += weight * emissions
+    return table
+
+
+@pytest.fixture(scope="module")
+def table() -> np.ndarray:
+    return brute_force_table(TINY, 4)
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return oracle_tokenizer(STRONG)
+
+
+def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Pearson chi-square p-value of `counts` against `probs`; cells expecting < 5 are pooled."""
+    expected = probs * counts.sum()
+    small = expected < 5
+    observed = np.r_[counts[~small], counts[small].sum()]
+    expected = np.r_[expected[~small], expected[small].sum()]
+    stat = float(((observed - expected) ** 2 / np.maximum(expected, 1e-300)).sum())
+    dof = len(observed) - 1 - (expected[-1] == 0)
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2)))
+
+
+# ----------------------------------------------------------------------------- the language
+
+
+def test_log_prob_equals_brute_force_and_sums_to_one(table):
+    seqs = np.array(list(itertools.product(range(3), repeat=4)))
+    log_p = TINY.log_prob(seqs)
+    assert np.exp(log_p).sum() == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(log_p, np.log(table[tuple(seqs.T)]), rtol=0, atol=1e-12)
+    # a MISSING position is marginalised; a shorter sequence is the marginal of the longer one
+    np.testing.assert_allclose(TINY.log_prob([[1, MISSING, 0, 2]]), np.log(table[1, :, 0, 2].sum()), atol=1e-12)
+    np.testing.assert_allclose(TINY.log_prob([[2, 0]]), np.log(table[2, 0].sum()), atol=1e-12)
+    assert TINY.log_prob(np.zeros((2, 0), dtype=int)).tolist() == [0.0, 0.0]
+
+
+def test_coupling_knob_iid_to_strongly_dependent():
+    iid = OracleLanguage(n_states=16, n_symbols=32, coupling=0.0, seed=3)
+    x = iid.sample(5, 12, 0)
+    unigram = np.log(iid.initial @ iid.emission)
+    np.testing.assert_allclose(iid.log_prob(x), unigram[x].sum(axis=1), atol=1e-10)
+    assert iid.neighbour_information() == pytest.approx(0.0, abs=1e-12)
+    weak, strong = LANGUAGES["hmm-weak"].neighbour_information(), STRONG.neighbour_information()
+    assert 0.1 < weak < 0.5 < 1.0 < strong
+    assert STRONG.entropy_rate(n_samples=500)[0] < LANGUAGES["hmm-weak"].entropy_rate(n_samples=500)[0] - 1.0
+    assert OracleLanguage(16, 32, 0.95, seed=12).emission.tobytes() == STRONG.emission.tobytes()  # deterministic
+
+
+def test_sampling_matches_likelihood(table):
+    samples = TINY.sample(40_000, 4, rng=0)
+    counts = np.bincount(np.ravel_multi_index(samples.T, (3,) * 4), minlength=81)
+    assert chi_square_p_value(counts, table.ravel()) > 1e-3
+    # conditional sampling of a span between a prefix and a suffix
+    spans = TINY.sample_span([2], 2, [1], n_samples=20_000, rng=1)
+    posterior = table[2, :, :, 1] / table[2, :, :, 1].sum()
+    counts = np.bincount(spans[:, 0] * 3 + spans[:, 1], minlength=9)
+    assert chi_square_p_value(counts, posterior.ravel()) > 1e-3
+    # and the test does notice a wrong distribution
+    assert chi_square_p_value(counts, np.roll(posterior.ravel(), 1)) < 1e-3
+
+
+def test_conditionals_and_marginals_equal_brute_force(table):
+    for x in itertools.product(range(3), repeat=4):
+        three = table[x[:3]].sum()
+        assert TINY.conditional_log_prob(x[:1], x[1:3])[0] == pytest.approx(math.log(three / table[x[0]].sum()),
+                                                                            abs=1e-12)
+        assert TINY.conditional_log_prob(x[:3], x[3:])[0] == pytest.approx(math.log(table[x] / three), abs=1e-12)
+    for prefix, suffix in [((0,), (2,)), ((), (1, 2)), ((2, 1), ()), ((), ())]:
+        n = 4 - len(prefix) - len(suffix)
+        window = table[prefix] if prefix else table
+        window = window[(slice(None),) * n + suffix] if suffix else window
+        posterior = window / window.sum()
+        expected = [posterior.sum(axis=tuple(a for a in range(n) if a != k)) for k in range(n)]
+        np.testing.assert_allclose(TINY.marginals(prefix, n, suffix), expected, atol=1e-12)
+
+
+def test_infill_map_and_entropy_equal_brute_force(table):
+    for prefix, suffix in [(0,), (1,)], [(2,), (2,)], [(1,), (0,)]:
+        window = table[prefix[0], :, :, suffix[0]]
+        posterior = window / window.sum()
+        for span in itertools.product(range(3), repeat=2):
+            assert TINY.infill_log_prob(prefix, span, suffix)[0] == pytest.approx(math.log(posterior[span]), abs=1e-12)
+        assert TINY.map_span(prefix, 2, suffix) == list(np.unravel_index(np.argmax(posterior), (3, 3)))
+        entropy, error = TINY.conditional_entropy(prefix, 2, suffix)
+        assert (entropy, error) == (pytest.approx(-(posterior * np.log(posterior)).sum() / 2, abs=1e-12), 0.0)
+    # past the enumeration limit: no MAP, a Monte-Carlo entropy with its error
+    assert STRONG.map_span([1, 2], 4, [3]) is None
+    entropy, error = STRONG.conditional_entropy([1, 2], 4, [3], n_samples=400)
+    assert 0 < error < 0.1 and 0 < entropy < math.log(32)
+    # span marginals are the marginals of the enumerated posterior
+    spans, log_probs = STRONG.enumerate_span([5, 7], 3, [9, 1])
+    first = np.bincount(spans[:, 0], weights=np.exp(log_probs), minlength=32)
+    np.testing.assert_allclose(STRONG.marginals([5, 7], 3, [9, 1])[0], first, atol=1e-12)
+
+
+def test_text_and_tokenizer_round_trip(tok, tmp_path):
+    x = STRONG.sample(3, 64, rng=0)
+    text = STRONG.to_text(x[0])
+    assert STRONG.from_text(text) == x[0].tolist()
+    assert STRONG.from_text("a0 a07 a32 b1 a-1  a31\n") == [0, MISSING, MISSING, MISSING, MISSING, 31]
+    assert [tok.encode(t) for t in documents(STRONG, 3, 64, seed=0)] == x.tolist()  # symbol k is token k
+    assert tok.decode([tok.bos_id, *x[0], tok.eos_id, tok.pad_id, tok.mask_id]) == text
+    assert tok.decode([tok.bos_id, 3, tok.mask_id, 4]) == "a3 a4"
+    assert tok.vocab_size == 36 and tok.bos_id == tok.eos_id == 32
+    unknown = tok.encode("a1 hello a2")
+    assert len(unknown) == 3 and STRONG.from_text(tok.decode(unknown)) == [1, MISSING, 2]
+    tok.save(tmp_path)
+    assert load_tokenizer(tmp_path).encode(text) == x[0].tolist()
+
+
+# ----------------------------------------------------------------------------- the tasks
+
+
+def outputs_of(lang: OracleLanguage, symbols) -> dict:
+    return {"decode": TextOutput(lang.to_text(symbols), [int(s) for s in symbols])}
+
+
+def test_oracle_samples_score_zero_gap_and_independent_positions_do_not():
+    task = get_task("oracle_gen", language="hmm-strong", n_examples=150, prefix_len=16, max_new_tokens=16)
+    examples = task.examples()
+    rng = np.random.default_rng(7)
+    oracle_rows, independent_rows = [], []
+    for ex in examples:
+        prefix = ex.fields["prefix"]
+        oracle_rows.append(task.score(ex, outputs_of(STRONG, STRONG.sample_span(prefix, 16, (), 1, rng)[0])))
+        marginals = STRONG.marginals(prefix, 16)
+        independent = [rng.choice(32, p=p) for p in marginals]
+        independent_rows.append(task.score(ex, outputs_of(STRONG, independent)))
+    oracle, independent = task.aggregate(oracle_rows), task.aggregate(independent_rows)
+    assert oracle["gap"].ci_low <= 0.0 <= oracle["gap"].ci_high
+    assert independent["gap"].ci_low > oracle["gap"].ci_high and independent["gap"].value > 0.3
+    assert oracle["valid"].value == independent["valid"].value == 1.0
+    assert abs(oracle["sample_entropy"].value - STRONG.symbol_entropy()) < 0.1
+    assert oracle["sample_entropy"].ci_low < oracle["sample_entropy"].value < oracle["sample_entropy"].ci_high
+
+
+def test_gen_requests_and_scoring_rule(tok):
+    task = get_task("oracle_gen", n_examples=4, prefix_len=8, max_new_tokens=5)
+    fewer = get_task("oracle_gen", n_examples=2, prefix_len=8, max_new_tokens=5).examples()
+    assert [e.fields for e in fewer] == [e.fields for e in task.examples()[:2]]  # example i depends on i alone
+    ex = task.examples(tok, 64)[0]
+    prefix = ex.fields["prefix"]
+    assert task.requests(ex, tok, 64) == {"decode": GenerateRequest([tok.bos_id, *prefix], 5, stop_at_eos=False)}
+    # invalid words are marginalised and charged INVALID_NLL; a short text leaves its last positions invalid
+    row = task.score(ex, {"decode": TextOutput("a1 zz a2", [])})
+    expected = (-STRONG.conditional_log_prob(prefix, [1, MISSING, 2, MISSING, MISSING])[0] + 3 * INVALID_NLL) / 5
+    assert row["oracle_nll"] == pytest.approx(expected) and row["valid"] == pytest.approx(0.4)
+    assert row["gap"] == pytest.approx(expected - ex.fields["entropy"]) and row["continuation"] == "a1 ? a2 ? ?"
+    full = task.score(ex, outputs_of(STRONG, [3, 3, 3, 3, 3, 4, 4]))  # words past max_new_tokens do not count
+    assert full["oracle_nll"] == pytest.approx(-STRONG.conditional_log_prob(prefix, [3] * 5)[0] / 5)
+    assert task.aggregate([full, full])["sample_entropy"].value == 0.0
+    assert task.aggregate([row, full])["sample_entropy"].value == pytest.approx(
+        -sum(p * math.log(p) for p in (1 / 7, 1 / 7, 5 / 7)))
+    with pytest.raises(TaskError, match="do not fit in a context of 13; lower prefix_len or max_new_tokens"):
+        task.requests(ex, tok, 13)
+
+
+def test_infill_requests_and_scoring(tok):
+    task = get_task("oracle_infill", n_examples=6, prefix_len=5, span=3, suffix_len=4)
+    matches = []
+    for ex in task.examples(tok, 64):
+        f = ex.fields
+        request = task.requests(ex, tok, 64)["decode"]
+        assert request == InfillRequest([tok.bos_id, *f["prefix"]], 3, [*f["suffix"], tok.eos_id])
+        row = task.score(ex, outputs_of(STRONG, f["map_span"]))
+        assert row["exact_match"] == 1.0 and row["valid"] == 1.0
+        map_nll = -STRONG.infill_log_prob(f["prefix"], f["map_span"], f["suffix"])[0] / 3
+        assert row["infill_nll"] == pytest.approx(map_nll)
+        assert map_nll <= -STRONG.infill_log_prob(f["prefix"], [0, 0, 0], f["suffix"])[0] / 3
+        assert row["gap"] == pytest.approx(row["infill_nll"] - f["entropy"])
+        matches.append(task.score(ex, outputs_of(STRONG, [0, 0, 0]))["exact_match"])
+    assert matches.count(1.0) < len(matches)
+    wide = get_task("oracle_infill", n_examples=1, prefix_len=2, span=4, suffix_len=2)
+    row = wide.score(wide.examples()[0], {"decode": TextOutput("a1 a2 a3", [])})
+    assert "exact_match" not in row and row["valid"] == 0.75 and "exact_match" not in wide.aggregate([row])
+
+
+def test_nll_task_excess_is_model_minus_oracle(tok):
+    task = get_task("oracle_nll", language="hmm-weak", n_examples=3, length=10)
+    rows = []
+    for ex in task.examples(tok, 11):
+        symbols = ex.fields["symbols"]
+        assert task.requests(ex, tok, 11) == {"nll": NllRequest([tok.bos_id, *symbols], 1)}
+        assert ex.fields["oracle_nll"] == pytest.approx(-LANGUAGES["hmm-weak"].log_prob([symbols])[0])
+        rows.append(task.score(ex, {"nll": NllOutput(ex.fields["oracle_nll"] + 5.0, 10)}))
+    agg = task.aggregate(rows)
+    assert agg["excess"].value == pytest.approx(0.5) and agg["excess"].ci_low == pytest.approx(0.5)
+    assert agg["nll"].value == pytest.approx(agg["oracle_entropy"].value + 0.5)
+    with pytest.raises(TypeError, match="over its 10 target tokens"):
+        task.score(ex, {"nll": NllOutput(1.0, 9)})
+    with pytest.raises(TaskError, match="lower length"):
+        task.requests(ex, tok, 10)
+
+
+def test_bad_options_and_tokenizers():
+    for options, message in [
+        ({"language": "hmm-medium"}, "unknown oracle language 'hmm-medium'; valid: hmm-weak, hmm-strong"),
+        ({"source": "file", "data_path": "x.jsonl"}, "no file or hub source"),
+        ({"data_path": "x.jsonl"}, "no file or hub source"),
+        ({"source": "hf"}, "no file or hub source"),
+        ({"n_examples": 0}, "n_examples must be >= 1"),
+        ({"max_new_tokens": 0}, "max_new_tokens >= 1"),
+        ({"max_tokens": 3}, "unknown option"),
+    ]:
+        with pytest.raises(TaskError, match=message):
+            get_task("oracle_gen", **options)
+    with pytest.raises(TaskError, match="span >= 1"):
+        get_task("oracle_infill", span=0)
+    gpt2 = load_tokenizer("gpt2")
+    for name in ("oracle_gen", "oracle_infill", "oracle_nll"):
+        task = get_task(name, n_examples=1)
+        with pytest.raises(TaskError, match=r"tokenizer 'gpt2' encodes the oracle symbol 'a\d+' as 2 tokens"):
+            task.requests(task.examples(gpt2, 128)[0], gpt2, 128)
