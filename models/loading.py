@@ -40,8 +40,8 @@ def spec_kind(spec: str | Path) -> str:
             meta = json.loads((path / CONFIG_FILE).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return "checkpoint"            # checkpoint.load says what is wrong with it
-        if isinstance(meta, dict) and "schema_version" in meta:
-            return "checkpoint"
+        if not isinstance(meta, dict) or "schema_version" in meta:
+            return "checkpoint"            # ours (or not a model config at all: checkpoint.load explains)
         if is_official_checkpoint(path):
             return "official"
         return "pretrained"

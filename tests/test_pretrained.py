@@ -98,6 +98,16 @@ def comparable(ours: torch.Tensor, ref: torch.Tensor, mask_id: int) -> tuple[tor
 KINDS = ("llama", "mistral", "qwen2", "qwen3")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, 2-thread OpenMP regions stall whenever another
+    process holds a core (this file: 27 s with one thread vs 60-70 s with two under load)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
