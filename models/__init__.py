@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  (defining the classes registers them)
-from .backbones import KINDS, BackboneSpec
+from .backbones import KINDS, BackboneSpec, _ensure_kinds
 from .checkpoint import CheckpointError, load, save
 from .loading import open_model, spec_kind
 from .paradigm import PARADIGMS, Grid, ParadigmModel, get_paradigm, paradigm_names
@@ -32,6 +32,9 @@ def build(paradigm: str, backbone: str | BackboneSpec = "gpt", **kwargs) -> Para
     """A randomly initialised model: models.build("bd3lm", vocab_size=..., length=..., block_size=4,
     n_layers=2, ...). Keywords that are fields of the backbone kind's architecture go to it."""
     if isinstance(backbone, str):
+        _ensure_kinds()                   # the shipped kinds register when their modules are imported
+        if backbone not in KINDS:
+            raise ValueError(f"unknown backbone kind {backbone!r}; known: {', '.join(sorted(KINDS))}")
         arch_type = KINDS[backbone].arch_type
         arch_fields = {f.name for f in dataclasses.fields(arch_type)}
         arch = {k: kwargs.pop(k) for k in list(kwargs) if k in arch_fields}

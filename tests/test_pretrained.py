@@ -176,6 +176,43 @@ def test_greedy_generation_matches_transformers(checkpoints, kind):
     assert len({t for row in ours for t in row}) > 3, "degenerate generations would prove little"
 
 
+def test_packed_linear_matches_and_follows_weight_changes(checkpoints, monkeypatch):
+    """The prepacked oneDNN path of batched inference (models/backbones/llama.py `linear`), forced onto the
+    tiny matrices: same logits as F.linear, and a weight changed in place is repacked, not served stale."""
+    import models.backbones.llama as llama
+
+    directory, hf = checkpoints["llama"]
+    model, _ = load_pretrained(directory)
+    bb = model.backbone
+    ids = torch.randint(3, V, (3, 10), generator=torch.Generator().manual_seed(4))
+    pos = torch.arange(10).expand(3, 10)
+
+    def logits():
+        with torch.inference_mode():
+            return bb.logits(bb(ids, pos, is_causal=True))
+
+    monkeypatch.setattr(llama, "PACKED_MIN_ELEMENTS", 0)
+    packed = logits()
+    assert "_packed" in bb.blocks[0].qkv.__dict__ or not llama._ONEDNN
+    with torch.inference_mode():
+        ref = hf(ids).logits
+    a, b = comparable(packed, ref, model.mask_id)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        bb.blocks[1].gate_up.weight.mul_(0.5)
+        hf.model.layers[1].mlp.up_proj.weight.mul_(0.5)
+        hf.model.layers[1].mlp.gate_proj.weight.mul_(0.5)
+    try:
+        with torch.inference_mode():
+            ref = hf(ids).logits
+        a, b = comparable(logits(), ref, model.mask_id)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    finally:
+        with torch.no_grad():   # the module-scoped checkpoint is shared with the other tests
+            hf.model.layers[1].mlp.up_proj.weight.mul_(2.0)
+            hf.model.layers[1].mlp.gate_proj.weight.mul_(2.0)
+
+
 @pytest.mark.parametrize("paradigm", ("ar", "mdlm", "bd3lm", "setdlm"))
 def test_every_paradigm_runs_on_loaded_weights(checkpoints, paradigm):
     directory, _ = checkpoints["llama"]
