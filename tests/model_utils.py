@@ -8,12 +8,24 @@ import models
 
 VOCAB, LENGTH, EOS = 48, 48, 1
 
+# The backbone kinds the invariant suite runs on (tests/test_models.py parametrizes over them): the harness's own
+# kind, and the llama kind with every option a pretrained family brings (grouped-query attention, an explicit
+# head_dim, Qwen3's q/k norms, Qwen2's q/k/v biases).
+TINY_ARCH = {
+    "gpt": dict(n_layers=2, d_model=32, n_heads=4),
+    "llama": dict(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate_size=64,
+                  qk_norm=True, qkv_bias=True),
+}
+DEFAULT_KIND = "gpt"   # what tiny() builds when no kind is given; test_models' `backbone_kind` fixture sets it
+
 
 def tiny(paradigm: str, block_size: int | None = 4, seed: int = 0, length: int = LENGTH, sharp: bool = True,
-         **kw) -> models.ParadigmModel:
-    """A random 2-layer model; `sharp` rescales weights so predictions are confident and varied."""
+         kind: str | None = None, **kw) -> models.ParadigmModel:
+    """A random 2-layer model of backbone `kind` (default DEFAULT_KIND); `sharp` rescales weights so predictions
+    are confident and varied."""
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=VOCAB, length=length, n_layers=2, d_model=32, n_heads=4, eos_id=EOS, **kw)
+    kind = kind or DEFAULT_KIND
+    cfg = dict(vocab_size=VOCAB, length=length, eos_id=EOS, backbone=kind, **TINY_ARCH[kind], **kw)
     if paradigm in ("bd3lm", "setdlm"):
         cfg["block_size"] = block_size
     model = models.build(paradigm, **cfg).eval()
