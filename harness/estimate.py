@@ -167,6 +167,8 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
     for model_id, external in plan.external.items():
         lines.append(f"  evaluate {model_id}: {external.spec} ({external.config.paradigm}, L={external.config.length}"
                      f"{', not downloaded yet: not in the estimate' if not hasattr(external.config, 'to_dict') else ''})")
+    if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
+        lines.append(f"  gen-PPL judge: {plan.judge.name}")
     per_task = Counter(cell.task for cell in cells)
     if per_task:
         lines.append("  cells: " + ", ".join(f"{task} {n}" for task, n in per_task.items()))

@@ -61,8 +61,7 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
         ensure_trained(cfg, device, progress=progress)
     judge = None
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
-        judge = ARJudge(_load_planned(plan, plan.judge.model_id, dev,
-                                   precision=cells[0].precision))
+        judge = ARJudge(_load_judge(plan, dev, cells[0].precision), plan.judge.name)
     tasks = {}
     bar = progress_bar(len(cells), f"sweep {plan.preset.name}", enabled=progress)
     done = 0
@@ -93,6 +92,12 @@ def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> Loa
     except models.CheckpointError as e:
         raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {e}; delete "
                                      f"{directory} and rerun to retrain it") from None
+
+
+def _load_judge(plan: Plan, dev: torch.device, precision: str) -> LoadedModel:
+    if plan.judge.train is not None:   # the sweep's own AR model
+        return _load_planned(plan, plan.judge.model_id, dev, precision=precision)
+    return load_model(plan.judge.spec, dev, plan.judge.model_id, paradigm="ar", precision=precision)
 
 
 # -- ray ----------------------------------------------------------------------------------------------
@@ -160,12 +165,12 @@ def _worker_model(payload: dict, device: torch.device, precision: str) -> Loaded
     return _WORKER_MODELS[key]
 
 
-def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, existing: list[dict]
+def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, judge_name: str | None, existing: list[dict]
                  ) -> tuple[list[dict], list[dict]]:
     """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten."""
     dev = resolve_device(cell.device)
     loaded = _worker_model(model, dev, cell.precision)
-    ar_judge = ARJudge(_worker_model(judge, dev, cell.precision)) if judge is not None else None
+    ar_judge = ARJudge(_worker_model(judge, dev, cell.precision), judge_name) if judge is not None else None
     key = (cell.task, cell.task_options)
     if key not in _WORKER_TASKS:
         _WORKER_TASKS[key] = get_task(cell.task, **cell.options)
@@ -232,9 +237,14 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
                 ref = train_task.remote(cfg, device, payloads[cfg.init_from.model_id] if isinstance(cfg.init_from, TrainConfig) else None)
                 payloads[cfg.model_id] = ref
                 pending[ref] = ("train", cfg)
+        if plan.judge is not None and plan.judge.spec is not None:   # a pretrained judge: workers open it
+            payloads.setdefault(plan.judge.model_id, ray.put({"model_id": plan.judge.model_id, "spec": plan.judge.spec,
+                                                              "paradigm": "ar", "length": None, "block_size": None}))
         for cell in cells:
-            judge = payloads[plan.judge.model_id] if TASKS[cell.task].needs_judge else None
-            ref = cell_task.remote(cell, payloads[cell.model_id], judge, store.example_rows(cell.run_id))
+            needs = TASKS[cell.task].needs_judge
+            judge = payloads[plan.judge.model_id] if needs else None
+            ref = cell_task.remote(cell, payloads[cell.model_id], judge, plan.judge.name if needs else None,
+                                   store.example_rows(cell.run_id))
             pending[ref] = ("cell", cell)
         driver_sha = git_sha()
         bar = progress_bar(len(cells), f"sweep {plan.preset.name} (ray)", enabled=progress)

