@@ -19,7 +19,7 @@ gradient-variance claim reads `bench/gradvar.json` (`python -m harness.bench gra
 
 Comparisons are built from what the results contain: budget-matched pairs are SetDLM with
 S_max = 2S against BD3LM with block S (both expected budget S/2, spec §6), at every threshold
-both ran.
+both ran. Rows of a pretrained reference (SmolLM2 in the cpu preset) take no part.
 
     python -m harness.report --results results/reference --plots plots   # writes tables/claims.md|csv
 """
@@ -55,6 +55,8 @@ class Results:
         self.dir, self.bench_dir = preset_dir, bench_dir
         by_run: dict[str, dict] = {}
         for row in runs:
+            if row.get("reference") is True:   # a pretrained reference is no paradigm's result
+                continue
             by_run.setdefault(row["run_id"], {**row, "metrics": {}})["metrics"][row["metric"]] = row
         self.cells = list(by_run.values())
         self._examples: dict[str, dict] = {}

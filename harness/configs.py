@@ -141,6 +141,7 @@ class RunCell:
     block_size: int | None = None        # the model's S (for the report; part of model_id already)
     max_block_size: int | None = None    # SetDLM's S_max (for the report, which never parses a model id)
     expected_budget: float | None = None
+    reference: bool = False              # a pretrained reference (e.g. SmolLM2), kept out of the paradigm comparison
 
     @property
     def run_id(self) -> str:

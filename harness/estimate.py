@@ -172,8 +172,8 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
     per_task = Counter(cell.task for cell in cells)
     if per_task:
         lines.append("  cells: " + ", ".join(f"{task} {n}" for task, n in per_task.items()))
-    if plan.external:   # models the user brings: every cell, so that a reproduction run can be checked first
-        lines += [f"    {cell.label}" for cell in cells]
+    if plan.external:   # models evaluated as they are: each of their cells, so that a reproduction can be checked
+        lines += [f"    {cell.label}" for cell in cells if cell.model_id in plan.external]
     if est is not None and est.total_seconds == 0 and plan.external:
         lines.append("estimate: none (the published checkpoints are not downloaded yet)")
     elif est is not None:

@@ -21,7 +21,11 @@ stored in the checkpoint) and `harness` (any paradigm, read from the checkpoint)
                    (its default cuda:0 falls back to the CPU when CUDA is missing);
   precision=auto|fp32|bf16   decoding precision; auto = bf16 where it is native (harness/precision.py);
   max_length       default and at most the model's context length;
-  max_gen_toks     256 by default; a task's generation_kwargs override it.
+  max_gen_toks     256 by default; a task's generation_kwargs override it;
+  add_bos_token    whether bos precedes every context: by default always for the harness's own models
+                   (trained so), and what the tokenizer does for a pretrained LM (SmolLM2: no), as
+                   lm-eval's `hf` model; without bos an empty context, and the first rolling window,
+                   start from eos (lm-eval's eot prefix).
 batch_size comes from lm-eval (--batch_size, an integer).
 Bad model_args (an unknown name, a value of the wrong type or range such as window=abc or
 threshold=5, the wrong paradigm for the model name, a checkpoint that is missing or cannot be
@@ -31,7 +35,8 @@ A knob that cannot change the result of a request type is reported once per knob
 SetDLM; Fast-dLLM #38).
 
 Requests:
-  * Every context is encoded as [bos] + tokenizer.encode(context).
+  * Every context is encoded as [bos] + tokenizer.encode(context) (without bos where add_bos_token
+    is false).
   * generate_until: greedy unless the request asks for do_sample with temperature > 0 (then
     temperature and top_p apply); generation stops at EOS or after max_gen_toks tokens, and the
     text is cut at the first occurrence of any `until` string (stop strings do not end decoding
@@ -45,17 +50,20 @@ Requests:
     eos. The AR baseline sees only the prefix and generates that many tokens (models/ar.py).
     A story too long for the context loses suffix tokens from the right, then prefix tokens
     from the left. max_gen_toks does not apply; `until` strings still cut the text.
-  * loglikelihood: -NLL of the continuation tokens given the context tokens (tokenised
-    separately, the context's trailing whitespace moved to the continuation as lm-eval's HF
-    model does; a long context is truncated from the left). is_greedy: the continuation equals
+  * loglikelihood: -NLL of the continuation tokens given the context tokens (as lm-eval's own
+    models: the context's trailing whitespace moved to the continuation, context + continuation
+    encoded once, the continuation being the tokens after the context's own encoding; a long
+    context is truncated from the left). is_greedy: the continuation equals
     the paradigm's deterministic greedy decode of as many tokens from the context with every
     visible masked position committed at once (threshold -> 0): exact greedy decoding (argmax at
     every position) for AR; for MDLM the argmax of every position with the whole continuation
     masked, in one forward; for BD3LM / SetDLM the same per block / window.
   * loglikelihood_rolling: lm-eval's get_rolling_token_windows / make_disjoint_window cut the
-    text into windows of at most max_length tokens, each token scored once: bos is the context
-    of the first window, the preceding token that of the next ones (the last window gets a full
-    context); the window log-likelihoods are summed.
+    text into windows of at most max_length tokens, each token scored once: bos (eos without
+    add_bos_token) is the context of the first window, the preceding token that of the next ones
+    (the last window gets a full context); the window log-likelihoods are summed. max_length
+    counts every token of a scored sequence, the target included: lm-eval's `hf` model counts
+    input positions, so its windows at max_length N are ours at N + 1.
 For MDLM, BD3LM and SetDLM both likelihood types are Monte-Carlo estimates of an upper bound on
 the NLL (the NELBO; for SetDLM the NLL along sampled generation orders), so the reported
 log-likelihoods are lower bounds and perplexities upper bounds, not exact values like AR's.
@@ -139,6 +147,18 @@ def knob_value(name: str, value: Any) -> Any:
         raise ModelArgsError(f"model_args {e}") from None
 
 
+def knob_bool(name: str, value: Any) -> bool:
+    """A boolean model_arg (lm-eval passes strings from the command line); ModelArgsError naming it."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ModelArgsError(f"model_args {name} must be true or false, got {value!r}")
+
+
 class HarnessLM(LM):
     """An lm-eval model over a checkpoint of any paradigm (see the module docstring)."""
 
@@ -166,7 +186,7 @@ class HarnessLM(LM):
 
     def __init__(self, checkpoint: str | Path | None = None, device: str | None = "auto",
                  max_length: int | None = None, max_gen_toks: int = 256, batch_size: int | str | None = 1,
-                 max_batch_size: int | None = None, precision: str = "auto",
+                 max_batch_size: int | None = None, precision: str = "auto", add_bos_token: bool | str | None = None,
                  **knobs: Any):  # max_batch_size: passed by lm-eval, unused
         super().__init__()
         name = self.paradigm_name or "harness"
@@ -176,7 +196,7 @@ class HarnessLM(LM):
         unknown = sorted(set(knobs) - set(KNOBS))
         if unknown:
             raise ModelArgsError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
-                             f"max_length, max_gen_toks, precision, {', '.join(KNOBS)}")
+                                 f"max_length, max_gen_toks, precision, add_bos_token, {', '.join(KNOBS)}")
         self.knobs = {k: knob_value(k, v) for k, v in knobs.items() if v is not None}
         try:
             self.decode = DecodeConfig(**self.knobs)
@@ -195,6 +215,13 @@ class HarnessLM(LM):
         self.paradigm = self.loaded.model.paradigm
         self._check_paradigm(self.paradigm)
         self.tokenizer = self.loaded.tokenizer
+        # bos before every context: always for the harness's own models (they were trained with it); for a pretrained
+        # LM what its tokenizer does (SmolLM2: no), as lm-eval's `hf` model, whose prefix is then eos (its eot token)
+        if add_bos_token is None:
+            self.add_bos = self.tokenizer.add_bos if kind == "pretrained" else True
+        else:
+            self.add_bos = knob_bool("add_bos_token", add_bos_token)
+        self.prefix_id = self.tokenizer.bos_id if self.add_bos else self.tokenizer.eos_id
         self.max_length = min(self.loaded.length, int(max_length or self.loaded.length))
         if self.max_length < 2:
             raise ModelArgsError(f"max_length must be >= 2, got {max_length}")
@@ -252,7 +279,7 @@ class HarnessLM(LM):
         for i, r in enumerate(requests):
             tokens = self.tokenizer.encode(r.args[0])
             for ctx, pred in map(make_disjoint_window, get_rolling_token_windows(
-                    token_list=tokens, prefix_token=self.tokenizer.bos_id, max_seq_len=self.max_length - 1,
+                    token_list=tokens, prefix_token=self.prefix_id, max_seq_len=self.max_length - 1,
                     context_len=1)):
                 windows.append(NllRequest(ctx + pred, len(ctx)))
                 owner.append(i)
@@ -296,7 +323,7 @@ class HarnessLM(LM):
 
     def _generate_request(self, context: str, max_gen: int) -> GenerateRequest:
         L = self.max_length
-        full = [self.tokenizer.bos_id] + self.tokenizer.encode(context)
+        full = self._context(self.tokenizer.encode(context))
         prompt, n_new = fit_generation(full, max_gen, L)   # the context policy of every task (tasks/base.py)
         if len(prompt) < len(full):
             self._warn_once(f"contexts too long to leave room for max_gen_toks={max_gen} in the context length {L} "
@@ -309,7 +336,7 @@ class HarnessLM(LM):
     def _infill_request(self, context: str) -> InfillRequest:
         parts = json.loads(context[len(INFILL_MARKER):])
         tok, L = self.tokenizer, self.max_length
-        prefix = [tok.bos_id] + tok.encode(parts["prefix"])
+        prefix = self._context(tok.encode(parts["prefix"]))
         n_masked = len(tok.encode(parts["middle"]))
         suffix = tok.encode(parts["suffix"]) + [tok.eos_id]
         fitted = fit_infill(prefix, n_masked, suffix, L)   # the context policy of every task (tasks/base.py)
@@ -324,17 +351,28 @@ class HarnessLM(LM):
         n_spaces = len(context) - len(context.rstrip())
         if n_spaces:
             context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
-        ctx, cont = self.tokenizer.encode(context), self.tokenizer.encode(continuation)
+        # as lm-eval's own models: the whole text encoded once, the continuation is what follows the context's tokens
+        whole, ctx = self.tokenizer.encode(context + continuation), self.tokenizer.encode(context)
+        cont = whole[len(ctx):]
         if not cont:
             raise ValueError(f"loglikelihood request with an empty continuation (context {context[-50:]!r})")
-        room = self.max_length - 1 - len(cont)
+        ctx = whole[:len(ctx)]
+        lead = 1 if self.add_bos or not ctx else 0   # bos, or the eos prefix of an empty context
+        room = self.max_length - lead - len(cont)
         if room < 0:
             raise ValueError(f"a continuation of {len(cont)} tokens does not fit in the context length "
-                             f"{self.max_length} after bos")
+                             f"{self.max_length}{' after bos' if lead else ''}")
         if len(ctx) > room:
             self._warn_once("loglikelihood contexts too long for the context length are truncated from the left")
             ctx = ctx[len(ctx) - room:]
-        return [self.tokenizer.bos_id] + ctx, cont
+        return self._context(ctx), cont
+
+    def _context(self, ids: list[int]) -> list[int]:
+        """A context's tokens as the model sees them: after bos (add_bos), else as they are (an empty one: the
+        eos prefix, as lm-eval's `hf` model)."""
+        if self.add_bos:
+            return [self.tokenizer.bos_id] + ids
+        return ids if ids else [self.prefix_id]
 
     def _score(self, requests: list[NllRequest], disable_tqdm: bool) -> list[NllOutput]:
         """execute_nll in batches; batch c seeds the Monte-Carlo noise with seed * SEED_STRIDE + c."""

@@ -34,7 +34,7 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
         "task": cell.task, "n_examples": n_examples, "block_size": cell.block_size,
         "max_block_size": cell.max_block_size, **decode_columns(cell), "expected_budget": cell.expected_budget,
         "decode": dataclasses.asdict(cell.decode), "task_options": cell.options, "limit": cell.limit,
-        "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed,
+        "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed, "reference": cell.reference,
         "train_precision": train_precision, "decode_precision": cell.precision,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
     }

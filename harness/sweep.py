@@ -228,7 +228,7 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     fp32, bf16) is resolved for `device` and applies to training and decoding alike."""
     chosen_paradigms = _split(paradigms, paradigm_names(), "paradigm") or paradigm_names()
     families = (preset, *preset.families)
-    chosen_tasks = _split(tasks, tuple(TASKS), "task") or tuple(t.name for f in families for t in f.tasks)
+    chosen_tasks = _split(tasks, tuple(TASKS), "task") or tuple(dict.fromkeys(t.name for f in families for t in f.tasks))
     _check_common(limit, batch_size, data, chosen_tasks)
 
     precision = _precision(precision, device)
@@ -238,9 +238,14 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
         mine = tuple(t for t in chosen_tasks if family.lists(t) or (i == 0 and not any(f.lists(t) for f in families)))
         if not mine:
             continue
+        if family.reference and any(spec == "smollm2" for spec, _ in family.external) and not smollm2_installed():
+            notes.append(f"the pretrained reference ({family.description}) is left out: SmolLM2 is not installed "
+                         f"({SMOLLM2_INSTALL})")
+            continue
         if family.external:   # models evaluated as they are: opened once to read their configs
             outside = {spec_model_id(spec): external_model(spec, **options) for spec, options in family.external}
-            outside = {k: e for k, e in outside.items() if e.config.paradigm in chosen_paradigms}
+            outside = {k: e for k, e in outside.items() if e.config.paradigm in chosen_paradigms
+                       and (block_size is None or e.config.block_size in (None, block_size))}
             targets = [(model_id, e.config) for model_id, e in outside.items()]
             external.update(outside)
         else:
@@ -248,11 +253,11 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
                          if block_size is None or c.block_size in (None, block_size)]
             targets = [(c.model_id, c) for c in models_of]
             train += models_of
-        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes,
-                                 batch_size=batch_size, device=device, seed=seed, precision=precision)
+        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes, batch_size=batch_size,
+                                 device=device, seed=seed, precision=precision, reference=family.reference)
         cells += family_cells
-    if block_size is not None and not any(c.block_size == block_size for c in train) and not external:
-        sizes = sorted({c.block_size for f in families for c in f.train_configs() if c.block_size})
+    if block_size is not None and not any(c.block_size == block_size for c in (*train, *(e.config for e in external.values()))):
+        sizes = sorted({c.block_size for f in families if not f.external for c in f.train_configs() if c.block_size})
         raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
     judge = _judge(preset, cells, seed, precision, device)
     if judge is not None and judge.train is not None and judge.train not in train:

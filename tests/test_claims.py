@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from harness.claims import Results, overall, paired, verdict
+from harness.store import REQUIRED_KEYS
 from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, load_runs,
-                            oracle_section, plot_task, readme_section)
+                            oracle_section, plot_task, pretrained_section, readme_section, task_table)
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,6 +106,30 @@ def test_readme_section_is_generated_from_the_committed_results():
         "README is stale: python -m harness.report --results results/reference --plots plots --readme README.md"
     oracle = oracle_section(load_runs(REFERENCE / "cpu"), "cpu")
     assert oracle is not None and oracle in readme, "README's oracle table is stale (same command)"
+    pretrained = pretrained_section(load_runs(REFERENCE / "cpu"), "cpu")
+    assert pretrained is not None and pretrained in readme, "README's pretrained table is stale (same command)"
+
+
+def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tmp_path):
+    """A reference row that beats everything on both axes is drawn and tabled, but is neither on the Pareto
+    front nor in any claim (which still finds its AR comparison: the reference is another AR row)."""
+    ar, ref = _cell("ar1", "ar"), _cell("ref1", "ar", model_id="smollm2", reference=True)
+    sd, bd = _cell("a", "setdlm", 4), _cell("b", "bd3lm", 4)
+    rows = []
+    for cell, value, speed in ((ar, 0.1, 10.0), (sd, 0.2, 5.0), (bd, 0.15, 6.0), (ref, 0.9, 100.0)):
+        rows.append({**dict.fromkeys(REQUIRED_KEYS), **cell, "preset": "cpu", "value": value, "ci_low": value,
+                     "ci_high": value, "tokens_per_s": speed, "tokens_per_s_ci_low": speed, "tokens_per_s_ci_high": speed,
+                     "tokens_per_forward": 1.0, "nfe_mean": 10.0, "device": "cpu", "dtype": "float32"})
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = load_runs(tmp_path)
+    assert set(df[df.model_id == "smollm2"].family) == {"smollm2 (AR, pretrained reference)"}
+    table = task_table(df, "gsm8k").set_index("run_id")
+    # the reference dominates every point; without it the three compared points are all non-dominated
+    assert not table.loc["ref1", "pareto"] and table.loc[["ar1", "a", "b"], "pareto"].all()
+    results = Results(tmp_path, rows, None)
+    assert {c["run_id"] for c in results.cells} == {"ar1", "a", "b"} and results.one("gsm8k", "ar")["run_id"] == "ar1"
+    assert plot_task(df, "gsm8k", "exact_match", tmp_path / "front.png")
+    assert "smollm2 (AR, pretrained reference)" in plot_task(df, "gsm8k", "exact_match", tmp_path / "front.png")
 
 
 def test_results_rows_say_what_the_report_needs():

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "tasks" / "lm_eval"
 LENGTH = 128
 ALL_TASKS = ["harness_gsm8k", "harness_roc_infill1", "harness_roc_infill3", "harness_cnndm",
-             "harness_ppl_wikitext", "harness_ppl_file"]
+             "harness_ppl_wikitext", "harness_ppl_file", "harness_storycloze"]
 TEXT = "The cat sat on the mat. She had 3 apples and bought 5 more, so she had 8 apples."
 
 
@@ -121,6 +121,8 @@ def check_results(out: dict, paradigm: str, task_names: list[str]) -> None:
             keys = ["exact_match,strict-match", "exact_match,flexible-extract"]
         elif name.startswith("harness_ppl"):
             keys = ["word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none"]
+        elif name == "harness_storycloze":
+            keys = ["acc,none", "acc_norm,none"]
         else:
             keys = [f"{m},none" for m in ("rouge1", "rouge2", "rougeL")] + (
                 ["rougeLsum,none"] if name == "harness_cnndm" else [])

@@ -52,6 +52,19 @@ def load_roc_stories(**_: Any) -> datasets.DatasetDict:
     return _splits(test=ROC["roc_infill1"].records())
 
 
+def load_story_cloze(**_: Any) -> datasets.DatasetDict:
+    """Story Cloze 2016 validation with both endings, in the field names of the hub's LSDSem/story_cloze."""
+    import csv
+
+    with open(DATA_DIR / "rocstories" / "cloze_test_val__spring2016.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return _splits(test=[{
+        "story_id": r["InputStoryid"], **{f"input_sentence_{i}": r[f"InputSentence{i}"] for i in range(1, 5)},
+        "sentence_quiz1": r["RandomFifthSentenceQuiz1"], "sentence_quiz2": r["RandomFifthSentenceQuiz2"],
+        "answer_right_ending": int(r["AnswerRightEnding"]),
+    } for r in rows])
+
+
 def roc_infill1_context(doc: dict[str, Any]) -> str:
     return infill_context(*ROC["roc_infill1"].pieces(doc["sentences"]))
 
