@@ -24,8 +24,8 @@ stored in the checkpoint) and `harness` (any paradigm, read from the checkpoint)
   max_gen_toks     256 by default; a task's generation_kwargs override it;
   add_bos_token    whether bos precedes every context: by default always for the harness's own models
                    (trained so), and what the tokenizer does for a pretrained LM (SmolLM2: no), as
-                   lm-eval's `hf` model; without bos an empty context, and the first rolling window,
-                   start from eos (lm-eval's eot prefix).
+                   lm-eval's `hf` model; an empty context and the first rolling window start from
+                   lm-eval's prefix token either way (bos, or eos for a tokenizer without one).
 batch_size comes from lm-eval (--batch_size, an integer).
 Bad model_args (an unknown name, a value of the wrong type or range such as window=abc or
 threshold=5, the wrong paradigm for the model name, a checkpoint that is missing or cannot be
@@ -59,8 +59,8 @@ Requests:
     every position) for AR; for MDLM the argmax of every position with the whole continuation
     masked, in one forward; for BD3LM / SetDLM the same per block / window.
   * loglikelihood_rolling: lm-eval's get_rolling_token_windows / make_disjoint_window cut the
-    text into windows of at most max_length tokens, each token scored once: bos (eos without
-    add_bos_token) is the context of the first window, the preceding token that of the next ones
+    text into windows of at most max_length tokens, each token scored once: the prefix token
+    (bos) is the context of the first window, the preceding token that of the next ones
     (the last window gets a full context); the window log-likelihoods are summed. max_length
     counts every token of a scored sequence, the target included: lm-eval's `hf` model counts
     input positions, so its windows at max_length N are ours at N + 1.
@@ -216,12 +216,13 @@ class HarnessLM(LM):
         self._check_paradigm(self.paradigm)
         self.tokenizer = self.loaded.tokenizer
         # bos before every context: always for the harness's own models (they were trained with it); for a pretrained
-        # LM what its tokenizer does (SmolLM2: no), as lm-eval's `hf` model, whose prefix is then eos (its eot token)
+        # LM what its tokenizer does (SmolLM2: no), as lm-eval's `hf` model. What stands before an empty context and
+        # the first rolling window is lm-eval's prefix token: bos where the tokenizer has one, else eos
         if add_bos_token is None:
             self.add_bos = self.tokenizer.add_bos if kind == "pretrained" else True
         else:
             self.add_bos = knob_bool("add_bos_token", add_bos_token)
-        self.prefix_id = self.tokenizer.bos_id if self.add_bos else self.tokenizer.eos_id
+        self.prefix_id = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else self.tokenizer.eos_id
         self.max_length = min(self.loaded.length, int(max_length or self.loaded.length))
         if self.max_length < 2:
             raise ModelArgsError(f"max_length must be >= 2, got {max_length}")
@@ -357,7 +358,7 @@ class HarnessLM(LM):
         if not cont:
             raise ValueError(f"loglikelihood request with an empty continuation (context {context[-50:]!r})")
         ctx = whole[:len(ctx)]
-        lead = 1 if self.add_bos or not ctx else 0   # bos, or the eos prefix of an empty context
+        lead = 1 if self.add_bos or not ctx else 0   # bos, or the prefix token of an empty context
         room = self.max_length - lead - len(cont)
         if room < 0:
             raise ValueError(f"a continuation of {len(cont)} tokens does not fit in the context length "
@@ -369,9 +370,9 @@ class HarnessLM(LM):
 
     def _context(self, ids: list[int]) -> list[int]:
         """A context's tokens as the model sees them: after bos (add_bos), else as they are (an empty one: the
-        eos prefix, as lm-eval's `hf` model)."""
+        prefix token, as lm-eval's `hf` model)."""
         if self.add_bos:
-            return [self.tokenizer.bos_id] + ids
+            return [self.prefix_id] + ids
         return ids if ids else [self.prefix_id]
 
     def _score(self, requests: list[NllRequest], disable_tqdm: bool) -> list[NllOutput]:

@@ -103,6 +103,8 @@ def pareto_mask(quality: list[float], speed: list[float], higher_is_better: bool
 def precision_label(row: dict) -> str:
     """'trained fp32, decoded fp32'; rows written before precision was recorded fall back to the decode dtype."""
     decoded = row.get("decode_precision") or DTYPE_NAMES.get(row.get("dtype"), row.get("dtype") or "?")
+    if row.get("train_precision") is None and is_reference(row):   # weights from elsewhere, not trained here
+        return f"pretrained, decoded {decoded}"
     return f"trained {row.get('train_precision') or '?'}, decoded {decoded}"
 
 
@@ -468,7 +470,8 @@ def pretrained_section(df: pd.DataFrame, preset: str) -> str | None:
         rows.append({"task": task, "metric": prim.iloc[0].metric + (" (higher is better)" if hib else " (lower is better)"),
                      ref.iloc[0].family: cell(ref.iloc[0]), "trained AR": cell(ar.iloc[0]) if not ar.empty else "",
                      "best trained configuration": f"{cell(best)} ({best.family} {best.setting})" if best is not None else "",
-                     "n": int(ref.iloc[0].n_examples)})
+                     "n (reference / trained)": f"{int(ref.iloc[0].n_examples)} / "
+                                                f"{int(ours.iloc[0].n_examples) if not ours.empty else '-'}"})
     table = pd.DataFrame(rows)
     return f"{PRETRAINED_BEGIN.format(preset=preset)}\n{table.to_markdown(index=False)}\n{PRETRAINED_END}"
 
