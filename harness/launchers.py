@@ -237,12 +237,14 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
                 ref = train_task.remote(cfg, device, payloads[cfg.init_from.model_id] if isinstance(cfg.init_from, TrainConfig) else None)
                 payloads[cfg.model_id] = ref
                 pending[ref] = ("train", cfg)
-        if plan.judge is not None and plan.judge.spec is not None:   # a pretrained judge: workers open it
-            payloads.setdefault(plan.judge.model_id, ray.put({"model_id": plan.judge.model_id, "spec": plan.judge.spec,
-                                                              "paradigm": "ar", "length": None, "block_size": None}))
+        judge_key = plan.judge.model_id if plan.judge is not None else None
+        if plan.judge is not None and plan.judge.spec is not None:   # a pretrained judge: workers open it, under
+            judge_key = f"judge-{plan.judge.model_id}"                # its own key (the same LM may also be a
+            payloads[judge_key] = ray.put({"model_id": judge_key, "spec": plan.judge.spec,   # cell's model, at
+                                           "paradigm": "ar", "length": None, "block_size": None})   # another length)
         for cell in cells:
             needs = TASKS[cell.task].needs_judge
-            judge = payloads[plan.judge.model_id] if needs else None
+            judge = payloads[judge_key] if needs else None
             ref = cell_task.remote(cell, payloads[cell.model_id], judge, plan.judge.name if needs else None,
                                    store.example_rows(cell.run_id))
             pending[ref] = ("cell", cell)
