@@ -50,6 +50,16 @@ DECODE_KNOBS = {f.name: {"float": float, "int": int, "str": str, "bool": bool}[f
 KNOB_HELP = {f.name: f.metadata.get("help") for f in dataclasses.fields(DecodeConfig) if f.name in DECODE_KNOBS}
 
 
+def parse_bool(value: Any) -> bool:
+    """true/false, 1/0, yes/no, on/off (any case) or a bool; ValueError otherwise."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        return text in ("true", "1", "yes", "on")
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def knob_value(name: str, value: Any) -> Any:
     """A decoding knob given as text (or as a number by lm-eval) in its DecodeConfig type; ValueError saying
     what was expected. threshold takes none/off for "one token per step"."""
@@ -59,11 +69,7 @@ def knob_value(name: str, value: Any) -> Any:
         return None
     try:
         if kind is bool:
-            if isinstance(value, bool):
-                return value
-            if text in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                return text in ("true", "1", "yes", "on")
-            raise ValueError
+            return parse_bool(value)
         if kind is int:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError

