@@ -349,7 +349,6 @@ class HarnessLM(LM):
         cont = whole[len(ctx):]
         if not cont:
             raise ValueError(f"loglikelihood request with an empty continuation (context {context[-50:]!r})")
-        ctx = whole[:len(ctx)]
         lead = 1 if self.add_bos or not ctx else 0   # bos, or the prefix token of an empty context
         room = self.max_length - lead - len(cont)
         if room < 0:
