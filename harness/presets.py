@@ -204,9 +204,9 @@ _CPU_SMOLLM2 = Preset(
 # featuriser (about 2-3 minutes) and a cold sweep measured at ~32 minutes idle were paid for by the natural-text
 # family's S = 16 models (BD3LM S = 16, SetDLM S_max = 32: about 5 minutes of training and 2-3 of evaluation):
 # at this scale they decode text no better than S = 4, and the oracle family is where the paradigms differ.
-# The SmolLM2 reference row (about 6 minutes: measured 7.1 min alone with a cold MAUVE feature cache, perplexity
-# 2.7 of them at 0.7 s per 256-token row) was paid for by its own perplexity rows (32 per corpus), tau = 0.9 on
-# text (it never fires there), and shorter training of the text AR (560 -> 480 steps) and MDLM (300 -> 240).
+# The SmolLM2 reference row (5.0 minutes in the committed sweep; 7.1 alone with a cold MAUVE feature cache, 2.7
+# of them perplexity at 0.7 s per 256-token row) was paid for by its own perplexity rows (32 per corpus), tau =
+# 0.9 on text (it never fires there), and shorter training of the text AR (560 -> 480 steps) and MDLM (300 -> 240).
 # The cpu preset adapts every diffusion model from the trained AR model (as the paper's GSM8K models all
 # start from one AR base model): trained from scratch in ~2 minutes each, the diffusion models only learn
 # the unigram distribution and decode degenerate text, so no decoding comparison would mean anything.
