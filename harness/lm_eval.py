@@ -19,7 +19,10 @@ stored in the checkpoint) and `harness` (any paradigm, read from the checkpoint)
   seed: the DecodeConfig knobs (models/types.py; harness.cli.DECODE_KNOBS lists them);
   device=auto|cpu|cuda[:N]   auto by default; on the command line use lm-eval's --device instead
                    (its default cuda:0 falls back to the CPU when CUDA is missing);
-  precision=auto|fp32|bf16   decoding precision; auto = bf16 where it is native (harness/precision.py);
+  precision=auto|fp32|bf16   decoding precision; auto = for a pretrained LM the precision of its own weights,
+                   as lm-eval's `hf` model with dtype=auto (SmolLM2's GGUF: fp32); for an official checkpoint fp32
+                   (its stored weights); for the harness's own checkpoints what harness/precision.py picks for
+                   decoding here (fp32 on every CPU, bf16 on CUDA);
   max_length       default and at most the model's context length;
   max_gen_toks     256 by default; a task's generation_kwargs override it;
   add_bos_token    whether bos precedes every context: by default always for the harness's own models
@@ -126,6 +129,18 @@ def pick_device(device: str | None) -> torch.device:
     return torch.device(device)
 
 
+def decoding_precision(requested: str, checkpoint: str | Path, kind: str, device_type: str) -> str:
+    """model_args precision: fp32/bf16 as given; auto -> a pretrained LM's stored precision (lm-eval's `hf` with
+    dtype=auto), an official checkpoint's fp32, else harness.precision's decoding rule for this device."""
+    if requested == "auto" and kind == "pretrained":
+        from models.pretrained import stored_precision
+
+        return stored_precision(checkpoint)
+    if requested == "auto" and kind in ("official", "paper"):
+        return "fp32"
+    return resolve_precision(requested, device_type, "decode")
+
+
 def cut_at_stop(text: str, until: list[str]) -> str:
     """`text` up to the first occurrence of any stop string."""
     for stop in until:
@@ -198,7 +213,8 @@ class HarnessLM(LM):
             self._check_paradigm(stored)
         dev = pick_device(device)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
-        self.loaded = load_model(self.checkpoint, dev, precision=resolve_precision(precision, dev.type),
+        self.loaded = load_model(self.checkpoint, dev, precision=decoding_precision(precision, self.checkpoint, kind,
+                                                                                    dev.type),
                                  paradigm=self.paradigm_name if kind == "pretrained" else None)
         self.paradigm = self.loaded.model.paradigm
         self._check_paradigm(self.paradigm)

@@ -1,34 +1,52 @@
-"""Device and numeric precision of training and decoding: bf16 only where the hardware computes it natively.
+"""Device and numeric precision, chosen per phase: training and decoding each run in what is faster here.
 
 `resolve_device("auto")` is CUDA when available, else the CPU.
 
-bf16 autocast pays off on CUDA GPUs with bf16 support and on CPUs with bf16 instructions
-(AVX512-BF16 or AMX). Elsewhere, e.g. on a CPU whose torch reports capability `AVX2`, torch
-emulates bf16 in software and a training step is 11-15x slower than in fp32 (`python -m harness.bench
-train`, two runs on 2 AMD EPYC cores). `auto` therefore
-resolves, by a capability check (no timing probe, so the choice never flips between runs of
-one machine):
+`--precision auto` resolves separately for the two phases, by a fixed rule on what the hardware
+reports (no timing probe at run time, so the choice never flips between runs of one machine). The
+rule's thresholds were measured with `python -m harness.bench train` (fp32 vs bf16 autocast step
+time) and `python -m harness.bench decode` (fp32 vs bf16 decoding, batch 1 and 8):
 
-* CUDA: bf16 when `torch.cuda.is_bf16_supported()`, else fp32;
-* CPU: bf16 when torch reports AVX512-BF16 or AMX tiles, else fp32.
+| hardware                                  | training | decoding |
+|-------------------------------------------|----------|----------|
+| CPU, capability AVX2 (bf16 emulated)      | fp32     | fp32     |
+| CPU with AVX512-BF16 or AMX               | bf16     | fp32     |
+| CUDA GPU with bf16 support                | bf16     | bf16     |
 
-The resolved precision ("fp32" or "bf16") is a field of `TrainConfig` (so it is part of every
-checkpoint's `model_id`) and of `RunCell` (so of every `run_id`); result rows record both the
-precision the model was trained in and the one it was decoded in.
+* Training: a step is 11-15x slower in emulated bf16 (AVX2) and about 2x faster where the CPU has bf16
+  instructions (AMX) or a GPU does; the optimiser keeps fp32 master weights either way (autocast).
+* Decoding on a CPU is latency-bound at batch 1: casting to bf16 adds conversions around every small
+  matmul, and the cpu-preset models decode at 0.59-0.68x of their fp32 speed in bf16 on AMX (issue
+  notes; `bench decode`'s precision rows measure it on any machine). fp32 it is, on every CPU kind.
+* Measuring instruments are not models under test: the gen-PPL judge, the MAUVE featuriser and the
+  pretrained reference row compute in fp32 everywhere (`INSTRUMENT_PRECISION`; the genppl option
+  `judge_precision` and the mauve option `features_precision` override it).
 
-    python -m harness.precision          # what `auto` means on this machine, and why
+The resolved precisions are fields of `TrainConfig` (training, so part of every checkpoint's
+`model_id`) and of `RunCell` (decoding, so of every `run_id`); result rows record both.
+
+Tests and CI can force what `auto` means, for both phases, with the environment variable
+`HARNESS_AUTO_PRECISION=fp32|bf16` (the default test suite runs its precision-sensitive tests under
+both, so a machine of one CPU kind also checks the other kind's path).
+
+    python -m harness.precision          # what `auto` means on this machine, per phase, and why
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import torch
 
-PRECISIONS = ("fp32", "bf16")
+from models.types import DTYPES, PRECISIONS
+
 CHOICES = ("auto",) + PRECISIONS
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PHASES = ("train", "decode")
+DTYPE_PRECISIONS = {dtype: name for name, dtype in DTYPES.items()}
+FORCE_AUTO_ENV = "HARNESS_AUTO_PRECISION"
+INSTRUMENT_PRECISION = "fp32"   # the gen-PPL judge, the MAUVE featuriser and pretrained reference rows
 
 
 def resolve_device(device: str) -> torch.device:
@@ -67,25 +85,50 @@ def native_bf16(device_type: str) -> bool:
     return False
 
 
-def resolve_precision(requested: str, device_type: str) -> str:
-    """'auto' -> 'bf16' where bf16 is native on `device_type`, else 'fp32'; 'fp32'/'bf16' as given."""
+def forced_auto() -> str | None:
+    """What HARNESS_AUTO_PRECISION forces `auto` to (None when unset); ValueError for another value."""
+    value = os.environ.get(FORCE_AUTO_ENV, "").strip()
+    if not value:
+        return None
+    if value not in PRECISIONS:
+        raise ValueError(f"{FORCE_AUTO_ENV}={value!r}: choose one of {', '.join(PRECISIONS)} (or unset it)")
+    return value
+
+
+def resolve_precision(requested: str, device_type: str, phase: str = "decode") -> str:
+    """'fp32'/'bf16' as given; 'auto' -> the table of the module docstring for `phase` ('train' or 'decode')
+    on `device_type`, or what HARNESS_AUTO_PRECISION forces."""
     if requested not in CHOICES:
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(CHOICES)}")
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; choose one of {', '.join(PHASES)}")
     if requested != "auto":
         return requested
-    return "bf16" if native_bf16(device_type) else "fp32"
+    forced = forced_auto()
+    if forced is not None:
+        return forced
+    if not native_bf16(device_type):
+        return "fp32"
+    if device_type == "cpu" and phase == "decode":
+        return "fp32"
+    return "bf16"
 
 
 def explain(device_type: str) -> str:
-    """One line: what `auto` resolves to here and why (printed by the sweep and this module)."""
-    chosen = resolve_precision("auto", device_type)
+    """One line: what `auto` resolves to here for each phase and why (printed by the sweep and this module)."""
+    train, decode = (resolve_precision("auto", device_type, phase) for phase in PHASES)
+    head = f"precision auto -> training {train}, decoding {decode} on {device_type}"
+    if forced_auto() is not None:
+        return f"{head} (forced by {FORCE_AUTO_ENV})"
     if device_type == "cuda":
-        why = "CUDA with bf16 support" if chosen == "bf16" else "this GPU has no bf16 support"
+        why = "CUDA with bf16 support" if train == "bf16" else "this GPU has no bf16 support"
+    elif train == "bf16":
+        why = (f"CPU has bf16 instructions (capability {torch.backends.cpu.get_cpu_capability()}); "
+               f"decoding small models at batch 1 is faster in fp32")
     else:
-        capability = torch.backends.cpu.get_cpu_capability()
-        why = (f"CPU has bf16 instructions (capability {capability})" if chosen == "bf16" else
-               f"CPU capability {capability}, no AVX512-BF16/AMX: bf16 would be emulated, over 10x slower")
-    return f"precision auto -> {chosen} on {device_type} ({why})"
+        why = (f"CPU capability {torch.backends.cpu.get_cpu_capability()}, no AVX512-BF16/AMX: bf16 would be "
+               f"emulated, over 10x slower")
+    return f"{head} ({why})"
 
 
 if __name__ == "__main__":

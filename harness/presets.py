@@ -77,9 +77,9 @@ class Preset:
     def train_configs(self, paradigms: tuple[str, ...] | None = None, seed: int = 0, precision: str = "auto",
                       device: str = "cpu") -> list[TrainConfig]:
         """The models to train on `device` (every registered paradigm unless `paradigms` says which); `seed` and
-        `precision` ("auto" resolves per harness.precision) apply to every model, the AR parent of adapted
+        `precision` ("auto" resolves for training per harness.precision) apply to every model, the AR parent of adapted
         ones included."""
-        base = self.base.replace(seed=seed, precision=resolve_precision(precision, device))
+        base = self.base.replace(seed=seed, precision=resolve_precision(precision, device, "train"))
         ar = base.replace(paradigm="ar", block_size=None, steps=self.steps["ar"])
         out = []
         for paradigm in paradigms or paradigm_names():

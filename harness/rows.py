@@ -44,6 +44,7 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
          "ci_high": finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
          "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
          "decoding_independent": task.decode_kind == "none" or name in task.decoding_independent,
-         "judge": judge_name, "n_metrics": len(metrics)}
+         "judge": judge_name, "judge_precision": getattr(judge, "precision", None) if task.needs_judge else None,
+         "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]

@@ -9,7 +9,8 @@
     python -m harness.run --sweep --plan                   # what a sweep would train and run, and how long
 
 Before any work a sweep prints what it will train and run and a time estimate probed on this machine
-(harness/estimate.py); training and decoding run in bf16 only where it is native (harness/precision.py).
+(harness/estimate.py); `--precision auto` picks each phase's precision for this hardware (harness/precision.py:
+training in bf16 where it is native, decoding in bf16 on CUDA only).
 Results go to <out>/<preset>/ (default results/cpu/); the committed reference results in
 results/reference/ are never read as a cache: they are drawn beside yours in the plots (<out>/plots/).
 
@@ -68,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "to leave them out)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--precision", default="auto",
-                    help="auto (bf16 only where it is native: CUDA, or a CPU with AVX512-BF16/AMX), fp32 or bf16")
+                    help="auto (per phase: training in bf16 where it is native, CUDA or a CPU with AVX512-BF16/AMX; "
+                         "decoding in bf16 on CUDA only), fp32 or bf16; the gen-PPL judge, the MAUVE featuriser and "
+                         "pretrained reference rows compute in fp32 whatever this says")
     ap.add_argument("--plan", action="store_true", help="print what would be trained and run, with a time estimate, "
                                                         "and stop")
     ap.add_argument("--seed", type=int, default=0)

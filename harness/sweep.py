@@ -22,11 +22,11 @@ import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
 from tasks import TASKS, Task, TaskError, get_task
-from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
+from tasks.genppl import DEFAULT_JUDGE, DEFAULT_JUDGE_PRECISION, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
 from .configs import RunCell, TrainConfig, options_tuple
-from .precision import resolve_precision
+from .precision import INSTRUMENT_PRECISION, resolve_precision
 from .presets import Preset, TaskSpec
 from .runner import cell_requests, checkpoint_model_id, load_model, spec_model_id
 from .store import ResultsStore
@@ -66,11 +66,13 @@ class External:
 @dataclass(frozen=True)
 class Judge:
     """The causal LM that scores gen-PPL samples (the genppl task option `judge`): the sweep's own AR model
-    (`train`), or a spec opened as the AR paradigm (`spec`: SmolLM2, any pretrained LM, an AR checkpoint)."""
+    (`train`), or a spec opened as the AR paradigm (`spec`: SmolLM2, any pretrained LM, an AR checkpoint), computing
+    in `precision` (the genppl option `judge_precision`: fp32 unless a user says otherwise)."""
     model_id: str
     name: str                          # in every gen-PPL row and label
     train: TrainConfig | None = None
     spec: str | None = None
+    precision: str = INSTRUMENT_PRECISION
 
 
 @dataclass(frozen=True)
@@ -196,17 +198,22 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
 
 
 def _judge(preset: Preset, cells: list[RunCell], seed: int, precision: str, device: str) -> Judge | None:
-    """The one judge of the cells that need one (their `judge` task option); PlanError if they name several."""
-    specs = sorted({c.options.get("judge", DEFAULT_JUDGE) for c in cells if TASKS[c.task].needs_judge})
+    """The one judge of the cells that need one (their `judge` and `judge_precision` task options); PlanError if
+    they name several. `precision` is the requested one ("auto" too): it trains the sweep's own AR judge."""
+    judging = [c for c in cells if TASKS[c.task].needs_judge]
+    specs = sorted({c.options.get("judge", DEFAULT_JUDGE) for c in judging})
     if not specs:
         return None
     if len(specs) > 1:
         raise PlanError(f"one sweep has one gen-PPL judge; these cells name several: {', '.join(specs)}")
+    precisions = sorted({c.options.get("judge_precision", DEFAULT_JUDGE_PRECISION) for c in judging})
+    if len(precisions) > 1:
+        raise PlanError(f"one sweep judges in one precision; these cells name several: {', '.join(precisions)}")
     if specs[0] == OWN_AR_JUDGE:
         ar = next(c for c in preset.train_configs(("ar",), seed, precision, device))
-        return Judge(ar.model_id, f"ar:{ar.model_id}", train=ar)
+        return Judge(ar.model_id, f"ar:{ar.model_id}", train=ar, precision=precisions[0])
     model_id = spec_model_id(specs[0])
-    return Judge(model_id, model_id, spec=specs[0])
+    return Judge(model_id, model_id, spec=specs[0], precision=precisions[0])
 
 
 def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
@@ -215,13 +222,15 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
                precision: str = "auto") -> Plan:
     """Every (model, decode setting, task) cell of a preset; `decode` (knob -> value) narrows the grid
     to one setting, whose knobs win over the preset's per-task decoding overrides. `precision` (auto,
-    fp32, bf16) is resolved for `device` and applies to training and decoding alike."""
+    fp32, bf16) is resolved for `device` per phase (harness.precision: `auto` may train and decode in different
+    precisions); a pretrained reference family decodes in fp32 whatever it says (it is a yardstick)."""
     chosen_paradigms = _split(paradigms, paradigm_names(), "paradigm") or paradigm_names()
     families = (preset, *preset.families)
     chosen_tasks = _split(tasks, tuple(TASKS), "task") or tuple(dict.fromkeys(t.name for f in families for t in f.tasks))
     _check_common(limit, batch_size, data, chosen_tasks)
 
-    precision = _precision(precision, device)
+    decode_precision = _precision(precision, device, "decode")
+    _precision(precision, device, "train")   # an unknown name is a PlanError here, not a ValueError later
     train, cells, external, notes = [], [], {}, []
     for i, family in enumerate(families):
         # a task runs on the family that lists it; a task no family lists runs on the first (natural-text) one
@@ -244,7 +253,8 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
             targets = [(c.model_id, c) for c in models_of]
             train += models_of
         family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes, batch_size=batch_size,
-                                 device=device, seed=seed, precision=precision, reference=family.reference)
+                                 device=device, seed=seed, reference=family.reference,
+                                 precision=INSTRUMENT_PRECISION if family.reference else decode_precision)
         cells += family_cells
     if block_size is not None and not any(c.block_size == block_size for c in (*train, *(e.config for e in external.values()))):
         sizes = sorted({c.block_size for f in families if not f.external for c in f.train_configs() if c.block_size})
@@ -266,7 +276,7 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     directory name / the spec's short name; paradigm, block size and budget: its model config. `precision` is
     the decoding precision."""
     spec = str(spec)
-    precision = _precision(precision, device)
+    decode_precision = _precision(precision, device, "decode")
     if paradigm is not None and paradigm not in paradigm_names():
         raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(paradigm_names())}")
     chosen_tasks = _split(task, tuple(TASKS), "task")
@@ -282,7 +292,7 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
                 if models.spec_kind(spec) == "checkpoint" else spec_model_id(spec))
     notes: list[str] = []
     cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes,
-                      batch_size=batch_size, device=device, seed=seed, precision=precision)
+                      batch_size=batch_size, device=device, seed=seed, precision=decode_precision)
     judge = _judge(preset, cells, seed, precision, device)
     train = (judge.train,) if judge is not None and judge.train is not None else ()
     return Plan(preset, train, tuple(cells), judge, {model_id: external}, tuple(dict.fromkeys(notes)))
@@ -326,9 +336,9 @@ def check_checkpoints(plan: Plan) -> None:
                 raise PlanError(f"{e} (model {external.spec})") from None
 
 
-def _precision(requested: str, device: str) -> str:
+def _precision(requested: str, device: str, phase: str) -> str:
     try:
-        return resolve_precision(requested, device)
+        return resolve_precision(requested, device, phase)
     except ValueError as e:
         raise PlanError(str(e)) from None
 

@@ -171,13 +171,14 @@ def main(argv: list[str] | None = None) -> int:
                          "--paradigm: its backbone, weights and tokenizer (--n-layers etc. do not apply)")
     ap.add_argument("--corpus")
     ap.add_argument("--precision", choices=CHOICES, default="auto",
-                    help="fp32, bf16 (autocast), or auto: bf16 only where it is native (default)")
+                    help="fp32, bf16 (autocast), or auto: bf16 only where it is native and faster (default; "
+                         "python -m harness.precision says what it picks here)")
     ap.add_argument("--train-on-nelbo", action="store_true", default=None)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--save-every", type=number(int, 0), default=100)
     args = ap.parse_args(argv)
     try:
-        precision = resolve_precision(args.precision, resolve_device(args.device).type)
+        precision = resolve_precision(args.precision, resolve_device(args.device).type, "train")
         cfg = TrainConfig(paradigm=args.paradigm, block_size=args.block_size, precision=precision)
         if args.preset:
             from .presets import get_preset

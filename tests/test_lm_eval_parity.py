@@ -73,9 +73,10 @@ def evaluate(model: str, model_args: dict, tasks: list[str], limit: int, **kwarg
 
 
 def both(hf_dir: Path, tasks: list[str], limit: int, **kwargs) -> tuple[dict, dict]:
-    ours = evaluate("ar", {"checkpoint": "smollm2", "device": "cpu", "precision": "fp32", "max_length": WINDOW + 1},
-                    tasks, limit, **kwargs)
-    theirs = evaluate("hf", {"pretrained": str(hf_dir), "device": "cpu", "dtype": "float32", "max_length": WINDOW},
+    """Both backends under their default precision (ours: auto, the GGUF's fp32; theirs: dtype=auto, the saved
+    directory's float32), whatever the CPU is."""
+    ours = evaluate("ar", {"checkpoint": "smollm2", "device": "cpu", "max_length": WINDOW + 1}, tasks, limit, **kwargs)
+    theirs = evaluate("hf", {"pretrained": str(hf_dir), "device": "cpu", "dtype": "auto", "max_length": WINDOW},
                       tasks, limit, **kwargs)
     return ours, theirs
 

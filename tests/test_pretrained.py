@@ -292,9 +292,10 @@ def test_smollm2_matches_transformers_gguf_load(monkeypatch):
         ours = forward()                                     # F.linear (MKL), the kernels transformers runs
     a, b = comparable(ours, ref, model.mask_id)
     torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
-    # the packed kernels sum in another order: within fp32 rounding of the same logits (|logits| ~ 25 here)
+    # the packed kernels sum in another order, which depends on the CPU's vector width (AVX2 or AVX-512): within
+    # fp32 rounding of the same logits (|logits| ~ 25 here; 1.1e-4 seen on AVX-512, 30 layers deep)
     a, b = comparable(packed, ref, model.mask_id)
-    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(a, b, atol=2.5e-4, rtol=1e-5)
     prompt = tok.encode("The capital of France is")
     with torch.inference_mode():
         ref_tokens = hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt):]

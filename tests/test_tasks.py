@@ -313,6 +313,7 @@ def test_wikitext_article_splitter():
 
 class FakeJudge:
     name = "fake-judge"
+    precision = "fp32"
 
     def score_texts(self, texts):
         return [(float(len(t.split())), len(t.split())) for t in texts]  # 1 nat per word
@@ -323,7 +324,8 @@ def test_genppl_scores_and_labels_the_judge(tok):
     ex = task.examples()[0]
     varied = task.score(ex, {"decode": TextOutput("a b c d", [1, 2, 3, 4, 5, 6, 7, 8])}, judge=FakeJudge())
     repeated = task.score(ex, {"decode": TextOutput("x x", [9, 9, 9, tok.eos_id])}, judge=FakeJudge())
-    assert varied["judge"] == "fake-judge" and varied["unigram_entropy"] == pytest.approx(math.log(8))
+    assert varied["judge"] == "fake-judge" and varied["judge_precision"] == "fp32"
+    assert varied["unigram_entropy"] == pytest.approx(math.log(8))
     assert varied["early_end"] == 0.0 and repeated["early_end"] == 1.0 and repeated["unigram_entropy"] == 0.0
     agg = task.aggregate([varied, repeated])
     assert agg["gen_ppl"].value == pytest.approx(math.e)
@@ -351,7 +353,7 @@ def test_genppl_prompts_truncated_from_the_left_and_unconditional(tmp_path, tok)
 
 
 def test_mauve_separates_same_and_shifted_distributions(monkeypatch):
-    def fake_features(texts, features):  # one 8-d Gaussian per text; "garbage" texts shifted far away
+    def fake_features(texts, features, precision="fp32"):  # one 8-d Gaussian per text; "garbage" texts shifted far away
         rows = [np.random.default_rng(int(hashlib.md5(t.encode()).hexdigest()[:8], 16)).normal(size=8) for t in texts]
         return np.stack([r + (6.0 if t.startswith("garbage") else 0.0) for r, t in zip(rows, texts)])
 
