@@ -18,6 +18,7 @@ the hours are spent; the sweep prints the measured time at the end.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -26,16 +27,17 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
-from tasks import TASKS
+from tasks import TASKS, get_task
 
 from .configs import RunCell, TrainConfig
 from .data import vocab_size_of
 from .precision import DTYPES
 from .progress import format_duration
+from .timing import Stopwatch
 
 PROBE_MAX_ROWS = 16         # the probe step runs at most this many rows and scales to the batch
 PROBE_PROMPT, PROBE_NEW = 8, 16
-INFILL_TOKENS = 40          # a typical ROCStories span (1 sentence ~ 15 tokens, 3 sentences ~ 50)
+INFILL_TOKENS = 40          # an infilled span, for a task that declares no typical_new_tokens
 EVAL_SCALE = 1.4          # a sweep's forwards cost more than the probe's best-of-3 (bigger caches, Python between)
 CELL_SECONDS = 0.25
 
@@ -66,14 +68,15 @@ def model_config_of(cfg: TrainConfig) -> dict:
     return cfg.model_config(vocab, mask_id=vocab - 1, eos_id=0, pad_id=None).to_dict()
 
 
-def _timed(fn, repeats: int = 3) -> float:
-    """The fastest of `repeats` timed calls after a warm-up (a shared machine's hiccups only slow calls down)."""
+def _timed(fn, repeats: int = 3, device: torch.device | str = "cpu") -> float:
+    """The fastest of `repeats` timed calls after a warm-up (a shared machine's hiccups only slow calls down); on
+    CUDA each call is timed to the end of its queued kernels."""
     fn()
     best = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        with Stopwatch(device) as sw:
+            fn()
+        best = min(best, sw.seconds)
     return best
 
 
@@ -94,7 +97,7 @@ def probe_train_step(cfg: TrainConfig, device: torch.device) -> float:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return _timed(step, repeats=2) * cfg.batch_size / rows
+    return _timed(step, repeats=2, device=device) * cfg.batch_size / rows
 
 
 @torch.inference_mode()
@@ -103,10 +106,19 @@ def probe_eval(model_config: dict, device: torch.device, precision: str) -> tupl
     model = random_model(model_config, device).to(DTYPES[precision]).eval()
     prompt = list(range(3, 3 + PROBE_PROMPT))
     decode = model.resolve_decode(DecodeConfig(stop_at_eos=False), model.config)
-    forward = _timed(lambda: model.generate([prompt], PROBE_NEW, decode)) / PROBE_NEW
+    forward = _timed(lambda: model.generate([prompt], PROBE_NEW, decode), device=device) / PROBE_NEW
     row = torch.randint(3, model.config.vocab_size, (1, model.config.length), generator=torch.Generator().manual_seed(0))
-    score = _timed(lambda: model.nll(Batch(row.to(device))))
+    score = _timed(lambda: model.nll(Batch(row.to(device))), device=device)
     return forward, score
+
+
+@functools.lru_cache(maxsize=None)
+def _new_tokens(task: str, options: tuple) -> int:
+    """Tokens one request of the task typically decodes: its max_new_tokens, else what it declares (an infilled
+    span: tasks.base.Task.typical_new_tokens), else a default by kind. The task is built, its data never read."""
+    made = get_task(task, **dict(options))
+    default = INFILL_TOKENS if made.decode_kind == "infill" else 64
+    return int(getattr(made, "max_new_tokens", None) or made.typical_new_tokens or default)
 
 
 def _cell_forwards(cell: RunCell, length: int) -> tuple[int, int]:
@@ -115,8 +127,7 @@ def _cell_forwards(cell: RunCell, length: int) -> tuple[int, int]:
     n = cell.limit or 100
     if task_cls.decode_kind == "none":
         return 0, n
-    new = cell.options.get("max_new_tokens") or (INFILL_TOKENS if task_cls.decode_kind == "infill" else 64)
-    new = min(int(new), length)
+    new = min(_new_tokens(cell.task, cell.task_options), length)
     forwards = min(cell.decode.steps, new) if cell.decode.steps else new   # MDLM's step budget (None elsewhere)
     return (n + cell.warmup) * forwards, n
 
@@ -164,9 +175,22 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
                      f"{parent}{took}")
     if cached:
         lines.append(f"  reuse {len(cached)} cached model(s): {', '.join(c.model_id for c in cached)}")
+    downloads = {}
     for model_id, external in plan.external.items():
+        note = ""
+        if models.spec_kind(external.spec) == "paper":
+            from models.official import paper_download_bytes
+
+            downloads[model_id] = paper_download_bytes(external.spec)
+            note = f", ~{downloads[model_id] / 1e9:.1f} GB download, when its first cell runs"
+        if not hasattr(external.config, "to_dict"):
+            note += ", not in the estimate"
         lines.append(f"  evaluate {model_id}: {external.spec} ({external.config.paradigm}, L={external.config.length}"
-                     f"{', not downloaded yet: not in the estimate' if not hasattr(external.config, 'to_dict') else ''})")
+                     f"{note})")
+    if downloads:
+        lines.append(f"  disk: ~{sum(downloads.values()) / 1e9:.1f} GB for all {len(downloads)} checkpoint(s) in the "
+                     f"Hugging Face cache; peak ~{max(downloads.values()) / 1e9:.1f} GB with --delete-downloads (each "
+                     f"deleted after its cells)")
     if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
         lines.append(f"  gen-PPL judge: {plan.judge.name}")
     per_task = Counter(cell.task for cell in cells)

@@ -37,6 +37,8 @@ from typing import Any, Callable, ClassVar, Iterable, Sequence, Union
 
 import numpy as np
 
+from models import jsonio
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SOURCES = ("embedded", "file", "hf")
 DECODE_KINDS = ("generate", "infill", "none")
@@ -156,20 +158,30 @@ def file_format(path: str | Path) -> str:
     return FORMATS[suffix]
 
 
+MAX_DATA_BYTES = 1 << 30   # a data file, decompressed: far above any task's data, far below a gzip bomb's
+
+
 def read_text(path: str | Path) -> str:
-    """The whole file as text (UTF-8, universal newlines; .gz decompressed transparently)."""
+    """The whole file as text (UTF-8, universal newlines; .gz decompressed transparently). Only a regular file
+    (not a device, FIFO or a symlink to one: /dev/zero never ends) of at most MAX_DATA_BYTES, also once inflated."""
     path = Path(path)
+    if path.is_dir():
+        raise TaskError(f"data path is a directory, not a file: {path}")
+    if not path.exists():
+        raise TaskError(f"data file not found: {path}")
+    if not path.is_file():
+        raise TaskError(f"{path}: not a regular file (a device, FIFO or socket cannot be a data file)")
+    inflated = " once decompressed" if path.name.endswith(".gz") else ""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TaskError(f"data file not found: {path}") from None
-    except IsADirectoryError:
-        raise TaskError(f"data path is a directory, not a file: {path}") from None
-    if path.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except OSError as err:
-            raise TaskError(f"{path}: not a valid gzip file ({err})") from None
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+            raw = f.read(MAX_DATA_BYTES + 1)
+    except OSError as err:   # gzip.BadGzipFile, EOFError of a truncated gzip, a file that cannot be read
+        raise TaskError(f"{path}: {'not a valid gzip file' if path.name.endswith('.gz') else 'unreadable'} "
+                        f"({err})") from None
+    except EOFError as err:
+        raise TaskError(f"{path}: not a valid gzip file ({err})") from None
+    if len(raw) > MAX_DATA_BYTES:
+        raise TaskError(f"{path}: more than {MAX_DATA_BYTES:,} bytes of data{inflated}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -188,7 +200,7 @@ def read_records(path: str | Path) -> list[Record]:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
+                data = jsonio.loads(line)
             except json.JSONDecodeError as err:
                 raise TaskError(f"{path}:{lineno}: malformed JSON line ({err.msg} at column {err.colno})") from None
             if not isinstance(data, dict):
@@ -279,6 +291,9 @@ class Task(abc.ABC):
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[dict[str, bool]]
     decode_kind: ClassVar[str]
+    # tokens one request typically decodes when the task has no max_new_tokens of its own (an infilled span),
+    # for the time estimate printed before a sweep (harness/estimate.py); None: the estimate's default
+    typical_new_tokens: ClassVar[int | None] = None
     needs_judge: ClassVar[bool] = False
     string_fields: ClassVar[tuple[str, ...]] = ()
     metric_labels: ClassVar[dict[str, str]] = {}

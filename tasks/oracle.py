@@ -239,6 +239,7 @@ class OracleInfill(_OracleTask):
             raise TaskError(f"task {self.name}: need prefix_len >= 0, span >= 1 and suffix_len >= 0, "
                             f"got {prefix_len}, {span} and {suffix_len}")
         self.prefix_len, self.span, self.suffix_len = prefix_len, span, suffix_len
+        self.typical_new_tokens = span
 
     def sample_example(self, i: int) -> dict[str, Any]:
         rng = self.example_rng(i)

@@ -93,6 +93,7 @@ class RocInfill1(_RocInfill):
 
     name = "roc_infill1"
     hidden = (2, 3)
+    typical_new_tokens = 15   # one sentence
     metric_labels = {m: f"{m} (ROCStories 1-sentence infill)" for m in _RocInfill.higher_is_better}
 
 
@@ -101,4 +102,5 @@ class RocInfill3(_RocInfill):
 
     name = "roc_infill3"
     hidden = (1, 4)
+    typical_new_tokens = 50   # three sentences
     metric_labels = {m: f"{m} (ROCStories 3-sentence infill)" for m in _RocInfill.higher_is_better}
