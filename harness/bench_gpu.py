@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from models.paradigm import Timer as Stopwatch
 
 PARADIGMS = ("ar", "mdlm", "bd3lm", "setdlm")
 KINDS = ("gpt", "llama", "dit", "dit_legacy")
@@ -69,22 +72,6 @@ FULL = Sizes(vocab=2048, length=512, n_layers=4, d_model=256, n_heads=4, batch=8
 QUICK = Sizes(vocab=64, length=32, n_layers=2, d_model=32, n_heads=2, batch=2, prompt_min=3, prompt_max=7,
               new_tokens=8, S=4, train_steps=3, train_batch=2, hf_layers=2, hf_d_model=64, hf_vocab=128,
               hf_new_tokens=6, repeats=1)
-
-
-class Clock:
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def __enter__(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.t = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.seconds = time.perf_counter() - self.t
 
 
 def arch_kwargs(kind: str, z: Sizes) -> dict:
@@ -122,36 +109,56 @@ def make_prompts(z: Sizes, seed: int = 0) -> list[list[int]]:
     return [torch.randint(2, z.vocab - 1, (n,), generator=g).tolist() for n in lengths]
 
 
-def decode_row(model, prompts, decode, device, new_tokens: int) -> tuple[list, float, int]:
-    with Clock(device) as clock:
-        gens = model.generate(prompts, new_tokens, decode)
-    return gens, clock.seconds, sum(g.n_tokens for g in gens)
+def decode_row(model, prompts, decode, device, new_tokens: int, repeats: int) -> tuple[list, float, int]:
+    """(generations, median seconds of `repeats` timed calls, tokens): warmed up on exactly these prompts, lengths
+    and settings first, so that first-call kernel selection and lazy loading stay out of the timed calls."""
+    model.generate(prompts, new_tokens, decode)
+    seconds = []
+    for _ in range(repeats):
+        with Stopwatch(device) as clock:
+            gens = model.generate(prompts, new_tokens, decode)
+        seconds.append(clock.seconds)
+    return gens, statistics.median(seconds), sum(g.n_tokens for g in gens)
+
+
+def error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
+    """One row per (kind, paradigm, sampler); a model that fails is an `error` row in its place, and the others
+    still run."""
     from models import DecodeConfig
 
     rows = []
     prompts = make_prompts(z)
     for kind in KINDS:
         for paradigm in PARADIGMS:
-            if time.perf_counter() > deadline:
-                rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
-                continue
-            model = build(paradigm, kind, z).to(device=device, dtype=dtype).eval()
             samplers = ("harness", "official") if kind.startswith("dit") else ("harness",)
+            if time.perf_counter() > deadline:
+                rows += [{"kind": kind, "paradigm": paradigm, "sampler": s, "skipped": "time budget"} for s in samplers]
+                continue
+            try:
+                model = build(paradigm, kind, z).to(device=device, dtype=dtype).eval()
+            except Exception as e:   # noqa: BLE001  (recorded in its row)
+                rows += [{"kind": kind, "paradigm": paradigm, "sampler": s, "error": error_text(e)} for s in samplers]
+                continue
             for sampler in samplers:
                 tau = None if paradigm == "ar" else 0.9
-                decode = DecodeConfig(sampler=sampler, threshold=tau, stop_at_eos=False)
-                model.generate(prompts[:1], 4, decode)   # warm-up (kernels, caches)
-                on, seconds, n_tokens = decode_row(model, prompts, decode, device, z.new_tokens)
-                other = decode.replace(use_cache=False) if paradigm != "mdlm" else decode
-                off, seconds_off, _ = decode_row(model, prompts, other, device, z.new_tokens)
+                row = {"kind": kind, "paradigm": paradigm, "sampler": sampler, "threshold": tau, "batch": len(prompts)}
+                try:
+                    decode = DecodeConfig(sampler=sampler, threshold=tau, stop_at_eos=False)
+                    on, seconds, n_tokens = decode_row(model, prompts, decode, device, z.new_tokens, z.repeats)
+                    other = decode.replace(use_cache=False) if paradigm != "mdlm" else decode
+                    off, seconds_off, _ = decode_row(model, prompts, other, device, z.new_tokens, z.repeats)
+                except Exception as e:   # noqa: BLE001  (recorded in its row)
+                    rows.append({**row, "error": error_text(e)})
+                    print(f"[paradigms] {kind} {paradigm} {sampler} failed: {rows[-1]['error']}", file=sys.stderr)
+                    continue
                 equal = [a.tokens == b.tokens for a, b in zip(on, off)]
                 first_diff = [next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
                                    min(len(a.tokens), len(b.tokens))) for a, b in zip(on, off) if a.tokens != b.tokens]
-                rows.append({"kind": kind, "paradigm": paradigm, "sampler": sampler, "threshold": tau,
-                             "batch": len(prompts), "tokens": n_tokens, "seconds": round(seconds, 4),
+                rows.append({**row, "tokens": n_tokens, "seconds": round(seconds, 4),
                              "tokens_per_s": round(n_tokens / seconds, 1), "nfe_mean": sum(g.nfe for g in on) / len(on),
                              "seconds_no_cache": round(seconds_off, 4),
                              "cache_rows_equal": sum(equal) / len(equal), "first_differences": first_diff})
@@ -211,14 +218,14 @@ def bench_vs_hf(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: fl
             n = z.hf_new_tokens
 
             def ours_run():
-                with Clock(device) as c:
+                with Stopwatch(device) as c:
                     gens = ours.generate(prompts.tolist(), n, decode)
                 return c.seconds, [gen.tokens for gen in gens]
 
             @torch.inference_mode()
             def hf_run():
                 ids = prompts.to(device)
-                with Clock(device) as c:
+                with Stopwatch(device) as c:
                     out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
                                       suppress_tokens=[mask], use_cache=True)
                 return c.seconds, out[:, ids.shape[1]:].tolist()
@@ -261,24 +268,28 @@ def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
             if time.perf_counter() > deadline:
                 rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
                 continue
-            torch.manual_seed(0)
-            model = build(paradigm, kind, z).to(device)
-            for p in model.parameters():   # the default init trains better than the sharpened one
-                if p.dim() == 2:
-                    torch.nn.init.normal_(p, std=0.02)
-            model.train()
-            opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-            losses = []
-            with Clock(device) as clock:
-                for step in range(z.train_steps):
-                    x = synthetic_batch(z, step, device)
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                        loss = model.loss(Batch(x))
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    opt.step()
-                    losses.append(float(loss.detach()))
+            try:
+                torch.manual_seed(0)
+                model = build(paradigm, kind, z).to(device)
+                for p in model.parameters():   # the default init trains better than the sharpened one
+                    if p.dim() == 2:
+                        torch.nn.init.normal_(p, std=0.02)
+                model.train()
+                opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+                losses = []
+                with Stopwatch(device) as clock:
+                    for step in range(z.train_steps):
+                        x = synthetic_batch(z, step, device)
+                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                            loss = model.loss(Batch(x))
+                        opt.zero_grad(set_to_none=True)
+                        loss.backward()
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                        opt.step()
+                        losses.append(float(loss.detach()))
+            except Exception as e:   # noqa: BLE001  (recorded in its row)
+                rows.append({"kind": kind, "paradigm": paradigm, "error": error_text(e)})
+                continue
             last = sum(losses[-5:]) / len(losses[-5:])
             rows.append({"kind": kind, "paradigm": paradigm, "steps": z.train_steps, "first_loss": round(losses[0], 4),
                          "last_loss": round(last, 4), "decreased": last < losses[0], "finite": all(map(math.isfinite, losses)),
@@ -333,28 +344,42 @@ def _run(args, device: torch.device) -> int:
     sections = {"paradigms": lambda: bench_paradigms(z, device, dtype, deadline),
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
                 "train": lambda: bench_train(z, device, deadline)}
-    columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal"],
+    columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
                "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
                "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"]}
-    for name in args.sections.split(","):
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    names = args.sections.split(",")
+
+    def save() -> None:
+        """The JSON as it stands (rewritten after every section, so an outer time limit keeps what finished)."""
+        rows = [r for section in result["sections"].values() for r in section]
+        paradigm_rows = [r for r in result["sections"].get("paradigms", []) if "cache_rows_equal" in r]
+        result["cache_equal_all"] = bool(paradigm_rows) and all(r["cache_rows_equal"] == 1.0 for r in paradigm_rows)
+        result["row_errors"] = sum("error" in r for r in rows)
+        result["ok"] = (not result["errors"] and not result["row_errors"]
+                        and all(n in result["sections"] for n in names))
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(out)
+
+    for name in names:
         t = time.perf_counter()
         try:
             rows = sections[name]()
         except Exception as e:   # keep the other sections' results; the error is in the JSON
-            result["errors"][name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            result["errors"][name] = error_text(e)
             print(f"[{name}] failed: {result['errors'][name]}", file=sys.stderr)
+            save()
             continue
         result["sections"][name] = rows
         print(f"\n[{name}] {time.perf_counter() - t:.1f} s")
         print(table(rows, columns[name]))
-    paradigm_rows = [r for r in result["sections"].get("paradigms", []) if "cache_rows_equal" in r]
-    result["cache_equal_all"] = bool(paradigm_rows) and all(r["cache_rows_equal"] == 1.0 for r in paradigm_rows)
-    result["ok"] = not result["errors"] and all(n in result["sections"] for n in args.sections.split(","))
-    result["seconds"] = round(time.perf_counter() - start, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nok={result['ok']} cache_equal_all={result['cache_equal_all']} in {result['seconds']} s -> {out}")
+        save()
+    save()
+    print(f"\nok={result['ok']} cache_equal_all={result['cache_equal_all']} row errors {result['row_errors']} in "
+          f"{result['seconds']} s -> {out}")
     return 0 if result["ok"] else 1
 
 

@@ -26,12 +26,12 @@ both ran. Rows of a pretrained reference (SmolLM2 in the cpu preset) take no par
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from models import jsonio
 from tasks.base import mean_ci
 
 from .store import ResultsStore
@@ -93,7 +93,7 @@ class Results:
 
     def gradvar(self) -> dict | None:
         path = self.bench_dir / "gradvar.json" if self.bench_dir is not None else None
-        return json.loads(path.read_text()) if path is not None and path.is_file() else None
+        return jsonio.loads(path.read_text()) if path is not None and path.is_file() else None
 
 
 def label(cell: dict) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,16 @@ from .env import REPO
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a scheduler's or `kill`'s stop) ends the command as Ctrl-C does: KeyboardInterrupt unwinds it, so
+    locks and Ray are released, finished work stays, and the INTERRUPTED line says how to resume (exit 130)."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():   # (a caller's worker thread cannot set handlers)
+        signal.signal(signal.SIGTERM, stop)
 
 
 class Parser(argparse.ArgumentParser):

@@ -54,8 +54,11 @@ class LauncherError(ValueError):
     """A launcher cannot start (e.g. Ray is not installed); reported by the CLI with exit status 2."""
 
 
-def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: bool) -> int:
-    """Train what is missing, then evaluate `cells`; returns the number of cells finished."""
+def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: bool,
+              delete_downloads: bool = False) -> int:
+    """Train what is missing, then evaluate `cells` model by model (a paper checkpoint is downloaded and loaded when
+    its first cell runs; with `delete_downloads` its Hugging Face cache snapshot is deleted after its last cell, so
+    the disk holds one checkpoint at a time); returns the number of cells finished."""
     dev = resolve_device(device)
     for cfg in needed_models(plan, cells):
         ensure_trained(cfg, device, progress=progress)
@@ -77,6 +80,14 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
             store.append_runs(rows)
             done += 1
             bar.update(1)
+        del loaded
+        spec = plan.external[model_id].spec if model_id in plan.external else None
+        if delete_downloads and spec is not None and models.spec_kind(spec) == "paper":
+            from models.official import delete_paper_snapshot
+
+            freed = delete_paper_snapshot(spec)
+            if freed:
+                print(f"deleted the downloaded {spec} ({freed / 1e9:.1f} GB) after its cells", file=sys.stderr)
     bar.close()
     return done
 
@@ -112,8 +123,20 @@ def import_ray():
 
 
 def checkpoint_payload(model_id: str, directory: Path) -> dict:
-    """A checkpoint directory as plain data (relative path -> bytes), to travel through Ray's object store."""
-    files = {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    """A checkpoint directory as plain data (file name -> bytes), to travel through Ray's object store: the
+    checkpoint's own files only (models.checkpoint.CHECKPOINT_FILES; nothing else a user keeps in the folder), and
+    a symlink among them only if it stays inside the folder (CheckpointError otherwise: a symlinked secret or a big
+    file elsewhere never reaches the cluster)."""
+    directory = Path(directory)
+    inside = directory.resolve()
+    files = {}
+    for name in models.checkpoint.CHECKPOINT_FILES:
+        path = directory / name
+        if path.is_symlink() and inside not in path.resolve().parents:
+            raise models.CheckpointError(f"checkpoint {directory}: {name} is a symlink to {path.resolve()}, outside "
+                                         f"the checkpoint's folder; it is not shipped to Ray workers")
+        if path.is_file():
+            files[name] = path.read_bytes()
     return {"model_id": model_id, "files": files}
 
 
@@ -321,7 +344,8 @@ def preview(plan: Plan, cells: list[RunCell], device: str) -> str:
 
 
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
-            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1) -> ResultsStore:
+            progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1,
+            delete_downloads: bool = False) -> ResultsStore:
     """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock; the plan
     and its time estimate are printed first, the measured time last."""
     if launcher not in LAUNCHERS:
@@ -339,7 +363,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         if cells:
             t0 = time.perf_counter()
             if launcher == "local":
-                run_local(plan, cells, store, device, progress)
+                run_local(plan, cells, store, device, progress, delete_downloads)
             else:
                 run_ray(plan, cells, store, progress, ray_address, ray_cpus)
             print(f"ran {len(cells)} cells in {format_duration(time.perf_counter() - t0)} (training included)",

@@ -78,7 +78,6 @@ harness.runner, so all paradigms score the same tokens.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any, ClassVar
@@ -94,7 +93,7 @@ from harness import cli
 from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.runner import SEED_STRIDE, execute_decode, execute_nll, load_model
-from models import DecodeConfig, get_paradigm, paradigm_names
+from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
 from tasks.base import INFILL_MARKER, fit_generation, fit_infill
 
@@ -343,7 +342,7 @@ class HarnessLM(LM):
         return GenerateRequest(prompt, n_new)
 
     def _infill_request(self, context: str) -> InfillRequest:
-        parts = json.loads(context[len(INFILL_MARKER):])
+        parts = jsonio.loads(context[len(INFILL_MARKER):])
         tok, L = self.tokenizer, self.max_length
         prefix = self._context(tok.encode(parts["prefix"]))
         n_masked = len(tok.encode(parts["middle"]))

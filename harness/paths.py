@@ -20,7 +20,11 @@ examples file (harness.store), a report row's task (harness.report), corpus name
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,127}")
 
@@ -35,6 +39,20 @@ def safe_component(text, what: str, error: type[Exception] = ValueError) -> str:
         raise error(f"{what} {text!r} is not a safe name (letters, digits and . _ + = - only, not starting with "
                     f"a dot, at most 128 characters); it is used as a file name")
     return text
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` (same suffix, so writers that go by it still do) to write instead; it replaces
+    `path` atomically when the block succeeds, and is removed when it fails, so a failed write (a full disk, an
+    interrupted plot) never leaves a truncated figure or table over a good one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def hashed_component(text: str) -> str:

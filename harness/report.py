@@ -43,7 +43,7 @@ from models import get_paradigm, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
 from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
-from .paths import safe_component  # noqa: E402
+from .paths import replacing, safe_component  # noqa: E402
 from .store import REQUIRED_KEYS, StoreError, numbered_jsonl  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
@@ -136,6 +136,7 @@ NUMBERS = ("value", "ci_low", "ci_high", "threshold", "expected_budget", "tokens
            "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward")
 WHOLE_NUMBERS = ("block_size", "max_block_size", "window", "decode_block", "steps", "steps_per_block", "chunk_size",
                  "n_examples")
+MAX_NUMBER = 2.0 ** 53   # beyond float64's exact integers: no count, rate or size of a row is that large
 
 
 def checked_rows(path: Path) -> list[dict]:
@@ -151,15 +152,29 @@ def checked_rows(path: Path) -> list[dict]:
         if row["paradigm"] not in paradigm_names():
             raise ReportError(f"{where}: unknown paradigm {row['paradigm']!r}; valid: {', '.join(paradigm_names())}")
         safe_component(row["task"], f"{where}: task", ReportError)
-        for key in ("model_id", "preset"):
+        for key in ("model_id", "preset", "metric"):
             if not isinstance(row[key], str):
                 raise ReportError(f"{where}: {key} {row[key]!r} is not a string")
+            try:
+                row[key].encode("utf-8")
+            except UnicodeEncodeError:   # a lone surrogate ("\ud800") parses, and cannot be written to a table
+                raise ReportError(f"{where}: {key} {row[key]!r} is not valid Unicode text") from None
+        for key in ("primary", "higher_is_better"):
+            if not isinstance(row[key], bool):
+                raise ReportError(f"{where}: {key} {row[key]!r} is not true or false")
         for key in NUMBERS + WHOLE_NUMBERS:
             value = row.get(key)
             kinds = (int,) if key in WHOLE_NUMBERS else (int, float)
             if (value is not None or key == "n_examples") and (isinstance(value, bool) or not isinstance(value, kinds)):
                 raise ReportError(f"{where}: {key} {value!r} is not a{' whole' if key in WHOLE_NUMBERS else ''} "
                                   f"number")
+            if value is not None and not abs(value) <= MAX_NUMBER:   # NaN, infinities and 400-digit integers
+                raise ReportError(f"{where}: {key} {str(value)[:40]} is not a finite number of sensible size")
+            low = 0 if key == "n_examples" else 1
+            if key in WHOLE_NUMBERS and value is not None and value < low:
+                raise ReportError(f"{where}: {key} {value} must be >= {low}")
+        if row.get("threshold") is not None and not 0 < row["threshold"] <= 1:
+            raise ReportError(f"{where}: threshold {row['threshold']} is not in (0, 1]")
         rows.append(row)
     return rows
 
@@ -339,7 +354,8 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.83, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return list(handles)
 
@@ -385,7 +401,8 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
     fig.legend(loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return True
 
@@ -484,7 +501,8 @@ def update_readme(path: Path, section: str, preset: str, begin_marker: str = REA
     end = text.find(end_marker)
     if begin < 0 or end < begin:
         return False
-    path.write_text(text[:begin] + section + text[end + len(end_marker):])
+    with replacing(path) as tmp:
+        tmp.write_text(text[:begin] + section + text[end + len(end_marker):])
     return True
 
 
@@ -492,9 +510,11 @@ def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "") -> N
     if table.empty:
         return
     directory.mkdir(parents=True, exist_ok=True)
-    table.to_csv(directory / f"{name}.csv", index=False, float_format="%.6g")
+    with replacing(directory / f"{name}.csv") as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
     md = table.to_markdown(index=False, floatfmt=".4g")
-    (directory / f"{name}.md").write_text((f"{note}\n\n" if note else "") + md + "\n")
+    with replacing(directory / f"{name}.md") as tmp:
+        tmp.write_text((f"{note}\n\n" if note else "") + md + "\n")
 
 
 def build_report(results: str | Path = "results", plots: str | Path = "results/plots",
@@ -540,8 +560,10 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         _write(summary_table(df), tables, "summary", "Primary metric of every task per configuration.")
         summary, details = claims_tables(preset_dir, bench_dir(results))
         if not summary.empty:
-            (tables / "claims.md").write_text(claims_markdown(summary, details))
-            details.to_csv(tables / "claims.csv", index=False, float_format="%.6g")
+            with replacing(tables / "claims.md") as tmp:
+                tmp.write_text(claims_markdown(summary, details))
+            with replacing(tables / "claims.csv") as tmp:
+                details.to_csv(tmp, index=False, float_format="%.6g")
         written.append(tables)
         if readme is not None and preset_dir.name == readme_preset:
             if not update_readme(Path(readme), readme_section(summary, details, readme_preset), readme_preset):

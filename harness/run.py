@@ -31,11 +31,13 @@ from pathlib import Path
 from models import get_paradigm, paradigm_names
 from tasks import TASKS, TaskError
 
-from .cli import INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, number, reference_option
+from .cli import (
+    INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, interrupt_on_sigterm, number, reference_option,
+)
 from .launchers import LAUNCHERS, execute, import_ray, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore, StoreError
-from .sweep import PlanError, check_checkpoints, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
+from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, preflight, resolve_device, results_dir
 from .train import TrainingError
 
 positive_int = number(int, 1)
@@ -81,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ray-cpus", type=positive_int, default=1,
                     help="with --launcher ray: CPUs each task requests when not on cuda (default 1)")
     ap.add_argument("--wait", action="store_true", help="wait for another sweep writing the same results directory")
+    ap.add_argument("--delete-downloads", action="store_true",
+                    help="delete each downloaded paper checkpoint from the Hugging Face cache after its cells (the "
+                         "disk then holds one at a time: --plan prints the peak); --launcher local only")
     ap.add_argument("--no-report", action="store_true", help="skip rebuilding tables and plots at the end")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     return ap
@@ -92,6 +97,8 @@ def make_plan(args):
         raise PlanError(f"unknown launcher {args.launcher!r}; valid: {', '.join(LAUNCHERS)}")
     if args.launcher != "ray" and args.ray_address:
         raise PlanError("--ray-address applies to --launcher ray")
+    if args.launcher == "ray" and args.delete_downloads:
+        raise PlanError("--delete-downloads applies to --launcher local (Ray workers keep their own caches)")
     if args.launcher == "ray":
         import_ray()  # with Ray missing: how to install it, before any work
     # with Ray the GPUs may be on the workers only: --device cuda is not checked on the driver
@@ -157,7 +164,8 @@ def warn_inert_knobs(args, plan) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The CLI: exit 0, 2 with one `error:` line for any bad input, 130 on Ctrl-C (with one line saying how
-    to resume: finished cells and example chunks, and saved training state, are kept)."""
+    to resume: finished cells and example chunks, and saved training state, are kept); SIGTERM as Ctrl-C."""
+    interrupt_on_sigterm()
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -179,9 +187,9 @@ def _main(argv: list[str] | None) -> int:
             store = ResultsStore(results_dir(args.out, plan.preset.name))
             print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
             return 0
-        check_checkpoints(plan)
+        preflight(plan)
         store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
-                        args.ray_cpus)
+                        args.ray_cpus, args.delete_downloads)
     except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:   # CheckpointError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,6 +19,9 @@ Layout (the contract `harness.report` and outside checks read; design.md "Result
   so is a line that is not a JSON object with its keys (`run_id` and `metric` in runs.jsonl,
   `example_id` in examples), naming the file and line.
 * run ids become file names only through harness.paths.safe_component.
+* Nothing in a results directory is followed out of it: the lock and the row files are opened with
+  O_NOFOLLOW, and a directory any of whose entries is a symlink is refused (StoreError) before
+  anything is written, so a planted `.lock -> ~/.bashrc` cannot truncate the file it points to.
 
     python -c "from harness.store import ResultsStore; print(len(ResultsStore('results/cpu').runs()))"
 """
@@ -32,6 +35,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from models import jsonio
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
@@ -70,7 +75,7 @@ def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int
     for lineno, line in enumerate(data[:end + 1].splitlines(), start=1):
         if line.strip():
             try:
-                row = json.loads(line)
+                row = jsonio.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 why = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
                 raise StoreError(f"{path}:{lineno}: corrupt results line ({why}); move the file away to start "
@@ -106,13 +111,24 @@ def _cut_torn_tail(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
+def open_nofollow(path: Path, flags: int) -> int:
+    """os.open of a results file that refuses a symlink in its place (StoreError), instead of writing through it."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        if os.path.islink(path):
+            raise StoreError(f"{path} is a symlink (to {os.path.realpath(path)}); results files are never followed "
+                             f"out of their directory: remove it") from None
+        raise
+
+
 def append_jsonl(path: Path, rows: list[dict]) -> None:
     """Append rows as one write (after cutting off a torn last line left by a killed writer)."""
     if not rows:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
     try:
         _cut_torn_tail(fd)
         if os.write(fd, payload) != len(payload):
@@ -152,10 +168,12 @@ class ResultsStore:
     @contextmanager
     def lock(self, wait: bool = False) -> Iterator[None]:
         """Exclusive writer lock; a second sweep on the same directory waits (wait=True) or is refused.
-        A directory that cannot be written (read-only, or a file in the way) is a StoreError."""
+        A directory that cannot be written (read-only, or a file in the way) or that holds a symlink is a
+        StoreError."""
+        self.refuse_symlinks()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT)
         except OSError as e:
             blocker = next((p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir()), None)
             why = f"{blocker} is a file, not a directory" if blocker else (e.strerror or str(e)).lower()
@@ -177,6 +195,18 @@ class ResultsStore:
             yield
         finally:
             os.close(fd)
+
+    def refuse_symlinks(self) -> None:
+        """StoreError naming the first symlink among the directory's entries (at any depth; the directory itself
+        may be one, e.g. --out on another disk)."""
+        if not self.root.is_dir():
+            return
+        for folder, dirs, files in os.walk(self.root):
+            for name in sorted(dirs + files):
+                path = Path(folder) / name
+                if path.is_symlink():
+                    raise StoreError(f"{path} is a symlink (to {os.path.realpath(path)}); a results directory holds "
+                                     f"only its own files: remove it or use another --out")
 
     # -- cells -----------------------------------------------------------------------------------
     def runs(self) -> list[dict]:

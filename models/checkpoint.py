@@ -28,6 +28,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from . import jsonio
 from .types import SCHEMA_VERSION, ModelConfig
 
 if TYPE_CHECKING:
@@ -35,10 +36,57 @@ if TYPE_CHECKING:
     from .tokenizers import Tokenizer
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+# every file a checkpoint directory consists of (models.save, with the tokenizer's two): what is shipped of it
+CHECKPOINT_FILES = (CONFIG_FILE, WEIGHTS_FILE, "tokenizer.json", "tokenizer_meta.json")
 
 
 class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded (missing files, corrupt, wrong paradigm or schema)."""
+
+
+def check_tensors(tensors: dict, where: str | Path) -> dict:
+    """`tensors` (name -> tensor) as weights a model may load: dense, on the CPU, floating point and finite
+    (CheckpointError naming `where` and the first tensor that is not: NaN weights would otherwise load and decode
+    `<unk>` forever, and a sparse or meta tensor crash mid-cell)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(f"{where}: entry {name!r} is a {type(t).__name__}, not a tensor")
+        if t.layout != torch.strided or t.is_meta or t.device.type != "cpu":
+            raise CheckpointError(f"{where}: tensor {name!r} is {t.layout} on {t.device}, not a dense CPU tensor")
+        if not t.is_floating_point():
+            raise CheckpointError(f"{where}: tensor {name!r} holds {t.dtype}, not floating-point weights")
+        if not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{where}: tensor {name!r} holds non-finite values (NaN or infinity)")
+    return tensors
+
+
+def shard_files(directory: Path, index: Path) -> list[Path]:
+    """The shards a weight index (`index`: model.safetensors.index.json or pytorch_model.bin.index.json in
+    `directory`) names in its weight_map, each once, in order: plain file names of regular files in `directory`,
+    never a path (`../x`, `/etc/x`, `a/b`) nor a symlink that leads out of the folder (CheckpointError naming the
+    index and the shard)."""
+    try:
+        weight_map = jsonio.loads(index.read_text()).get("weight_map")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, RecursionError) as e:
+        raise CheckpointError(f"{index}: not a weight index ({type(e).__name__})") from None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index}: no weight_map object")
+    names: list = []
+    for name in weight_map.values():
+        if name not in names:
+            names.append(name)
+    paths = []
+    for name in names:
+        if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\x00"):
+            raise CheckpointError(f"{index}: shard {str(name)[:80]!r} is not a plain file name in {directory} "
+                                  f"(shards must lie in the checkpoint's own folder)")
+        path = directory / name
+        if path.is_symlink() and directory.resolve() not in path.resolve().parents:
+            raise CheckpointError(f"{index}: shard {name} is a symlink to {path.resolve()}, outside {directory}")
+        if not path.is_file():
+            raise CheckpointError(f"{index}: shard {name} is missing")
+        paths.append(path)
+    return paths
 
 
 @contextmanager
@@ -183,7 +231,7 @@ def read_config(directory: str | Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {directory} has no {CONFIG_FILE}")
     try:
-        meta = json.loads(path.read_text())
+        meta = jsonio.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
     if not isinstance(meta, dict):
@@ -234,8 +282,10 @@ def load(directory: str | Path, paradigm: str | None = None, device: str | torch
     if not weights.is_file():
         raise CheckpointError(f"checkpoint {directory} has no {WEIGHTS_FILE}")
     try:
-        state = load_file(str(weights), device=str(device))
+        state = check_tensors(load_file(str(weights)), weights)
     except (SafetensorError, OSError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{weights} is not a readable safetensors file ({e})") from None
     model = from_config(config).to(device)
     try:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import jsonio
 from .checkpoint import CONFIG_FILE, CheckpointError
 from .tokenizers import Tokenizer
 
@@ -37,7 +38,7 @@ def spec_kind(spec: str | Path) -> str:
     path = Path(text).expanduser()
     if (path / CONFIG_FILE).is_file():
         try:
-            meta = json.loads((path / CONFIG_FILE).read_text())
+            meta = jsonio.loads((path / CONFIG_FILE).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return "checkpoint"            # checkpoint.load says what is wrong with it
         if not isinstance(meta, dict) or "schema_version" in meta:

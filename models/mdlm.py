@@ -208,8 +208,8 @@ class MDLMModel(ParadigmModel):
         cols = torch.arange(C2, device=device)
         rel = cols[None] - pad[:, None]                      # each row's position per column
         window = (rel >= 0) & (rel < L)
-        x = torch.full((B, C2), mask_id, dtype=ids.dtype, device=device)
-        x[:, :C] = ids
+        x = torch.full((B, C2 + 1), mask_id, dtype=ids.dtype, device=device)   # column C2: scratch for the writes
+        x[:, :C] = ids                                                         # of chunk columns beyond L
         x_pos = rel.clamp(0, L - 1)
         span2 = torch.zeros(B, C2, dtype=torch.bool, device=device)
         span2[:, :C] = span
@@ -232,17 +232,19 @@ class MDLMModel(ParadigmModel):
         arange_chunk = torch.arange(chunk, device=device)
         for c, counts in enumerate(schedules):
             lo = start + c * chunk                           # chunk c: positions [lo, lo + chunk) of each row
-            chunk_cols = (pad + lo)[:, None] + arange_chunk
             valid = (lo[:, None] + arange_chunk < L) & (c < n_chunks)[:, None]
-            chunk_cols = chunk_cols.clamp(max=C2 - 1)
-            candidate = valid & decodable.gather(1, chunk_cols) & (x.gather(1, chunk_cols) == mask_id) & ~done[:, None]
+            # a chunk that runs past L (chunk_size not dividing L) writes its out-of-range columns to the scratch
+            # column, never onto a real one (clamping them onto column C2 - 1 overwrote the token committed there)
+            write_cols = torch.where(valid, (pad + lo)[:, None] + arange_chunk, C2)
+            read_cols = write_cols.clamp(max=C2 - 1)
+            candidate = valid & decodable.gather(1, read_cols) & (x.gather(1, read_cols) == mask_id) & ~done[:, None]
             for k in counts:
                 if not bool(candidate.any()):
                     break
-                h = self.backbone(x, x_pos, attn_mask=attn_mask)
-                tokens, conf = chooser(self.backbone.logits(h.gather(1, chunk_cols[..., None].expand(-1, -1, h.shape[-1]))))
+                h = self.backbone(x[:, :C2], x_pos, attn_mask=attn_mask)
+                tokens, conf = chooser(self.backbone.logits(h.gather(1, read_cols[..., None].expand(-1, -1, h.shape[-1]))))
                 chosen = select_commits(conf, candidate, k, decode.threshold)
-                x.scatter_(1, chunk_cols, torch.where(chosen, tokens, x.gather(1, chunk_cols)))
+                x.scatter_(1, write_cols, torch.where(chosen, tokens, x.gather(1, write_cols)))
                 chooser.mark(tokens, chosen)
                 log.record(~done, chosen.sum(dim=1))
                 candidate = candidate & ~chosen

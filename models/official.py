@@ -48,6 +48,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,10 +57,11 @@ from typing import Iterator
 
 import torch
 
+from . import jsonio
 from .backbones import BackboneSpec
 from .backbones.dit import DiTArch, DiTLegacyArch
 from .backbones.llama import LlamaArch
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, check_tensors, shard_files
 from .tokenizers import Tokenizer
 
 HUB_PREFIX = "kuleshov-group"
@@ -101,10 +103,13 @@ PAPER_ALIASES: dict[str, str] = {f"{d}:setdlm-d{n // 2}": f"{d}:setdlm-smax{n}" 
 PAPER_LENGTHS = {"owt": 1024, "lm1b": 128, "cnndm": 768, "gsm8k": 1024}   # `length` of each family (reference §1)
 
 
+PAPER_KEYS: dict[str, str] = {repo: key for key, repo in PAPER_CHECKPOINTS.items()}   # hub id -> key
+
+
 def paper_shape(key: str) -> dict:
-    """What a paper key says about its model without downloading it: paradigm, context L, S and S_max (for
-    planning a sweep offline; loading reads the truth from the checkpoint)."""
-    key = PAPER_ALIASES.get(key, key)
+    """What a paper key (or its hub id, kuleshov-group/...) says about its model without downloading it: paradigm,
+    context L, S and S_max (for planning a sweep offline; loading reads the truth from the checkpoint)."""
+    key = PAPER_KEYS.get(key, PAPER_ALIASES.get(key, key))
     if key not in PAPER_CHECKPOINTS:
         raise CheckpointError(f"unknown paper checkpoint {key!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
     dataset, model = key.split(":")
@@ -119,6 +124,53 @@ def paper_shape(key: str) -> dict:
             "max_block_size": max_block_size}
 
 
+# The published backbones per family (published-checkpoints.md §1.1-1.2): (kind, architecture, embedding rows). Only
+# planning reads them, to size a download before it happens (paper_download_bytes); loading reads the checkpoint.
+PAPER_BACKBONES = {
+    "owt": ("dit", {"n_layers": 12, "d_model": 768, "n_heads": 12}, 50258),
+    "lm1b": ("dit", {"n_layers": 12, "d_model": 768, "n_heads": 12}, 30522),
+    "cnndm": ("llama", {"n_layers": 28, "d_model": 256, "n_heads": 16, "n_kv_heads": 8, "head_dim": 128,
+                        "intermediate_size": 768, "qk_norm": True}, 151936),
+    "gsm8k": ("llama", {"n_layers": 28, "d_model": 2048, "n_heads": 16, "n_kv_heads": 8, "head_dim": 128,
+                        "intermediate_size": 6144, "qk_norm": True}, 151936),
+}
+
+
+def paper_download_bytes(key: str) -> int:
+    """About how many bytes a paper checkpoint's download takes: its parameters in float32 (the published
+    pytorch_model.bin files are fp32 pickles; the Qwen3 ones save the tied lm_head as a second copy, counted here),
+    from the family's architecture built on the meta device (nothing is allocated or downloaded)."""
+    from . import build
+
+    shape = paper_shape(key)
+    kind, arch, vocab = PAPER_BACKBONES[PAPER_KEYS.get(key, PAPER_ALIASES.get(key, key)).split(":")[0]]
+    if kind == "llama":
+        arch = {**arch, "tie_embeddings": False}
+    with torch.device("meta"):
+        model = build(shape["paradigm"], backbone=kind, vocab_size=vocab, length=shape["length"],
+                      block_size=shape["block_size"], max_block_size=shape["max_block_size"], **arch)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
+def delete_paper_snapshot(key: str) -> int:
+    """Delete a paper checkpoint's snapshot from the Hugging Face cache (after its cells ran, so that a sweep needs
+    the disk of one checkpoint at a time); returns the bytes freed (0 when the cache does not hold it, e.g. a
+    SETDLM_CHECKPOINTS folder, which is never touched)."""
+    from huggingface_hub import scan_cache_dir
+
+    repo_id = PAPER_CHECKPOINTS[PAPER_KEYS.get(key, PAPER_ALIASES.get(key, key))] if "/" not in key else key
+    try:
+        cache = scan_cache_dir()
+    except Exception:   # noqa: BLE001  (no cache directory yet: nothing to delete)
+        return 0
+    freed = 0
+    for repo in cache.repos:   # the repo's whole cache folder: snapshots, refs and blobs (no other repo shares them)
+        if repo.repo_id == repo_id and repo.repo_type == "model":
+            shutil.rmtree(repo.repo_path)
+            freed += int(repo.size_on_disk)
+    return freed
+
+
 CHECKPOINTS_ENV = "SETDLM_CHECKPOINTS"   # a folder holding downloaded checkpoints, one sub-folder per repo name
 
 
@@ -129,7 +181,7 @@ def _one_line(e: BaseException) -> str:
 # -- detection and config ------------------------------------------------------------------------------
 def _read_json(path: Path) -> dict:
     try:
-        value = json.loads(path.read_text())
+        value = jsonio.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not readable JSON ({_one_line(e)})") from None
     if not isinstance(value, dict):
@@ -142,7 +194,7 @@ def is_official_checkpoint(directory: str | Path) -> bool:
     `_target_`, and an AR/MDLM/BD3LM/SetDLM architecture or model_type); never raises."""
     path = Path(directory) / "config.json"
     try:
-        cfg = json.loads(path.read_text())
+        cfg = jsonio.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     if not isinstance(cfg, dict) or "schema_version" in cfg:
@@ -231,6 +283,10 @@ def _load_bin(path: Path) -> dict[str, torch.Tensor]:
                 raise
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:   # an unpickling error, a truncated or foreign file: one message
+        if type(e).__name__ == "UnpicklingError" or "weights_only" in str(e):   # (torch's own text advises the
+            raise CheckpointError(f"{path}: refused, it holds Python objects beyond tensors (a pickle that could "
+                                  f"run code when loaded); it must never be loaded with torch.load's unpickling allowed"
+                                  ) from None                                   # unsafe way: not repeated here)
         raise CheckpointError(f"{path}: refused, not a plain tensor state dict readable with "
                               f"torch.load(weights_only=True) ({_one_line(e)})") from None
     if not isinstance(obj, dict):
@@ -238,7 +294,7 @@ def _load_bin(path: Path) -> dict[str, torch.Tensor]:
     bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
     if bad:
         raise CheckpointError(f"{path}: refused, entry {bad[0]!r} is not a tensor (a state dict holds tensors only)")
-    return obj
+    return check_tensors({k: v for k, v in obj.items() if k not in DROPPED_KEYS}, path)
 
 
 def read_official_weights(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -251,14 +307,8 @@ def read_official_weights(directory: str | Path) -> dict[str, torch.Tensor]:
         return _read_safetensors(directory)
     index = directory / "pytorch_model.bin.index.json"
     if index.is_file():
-        weight_map = _read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: no weight_map")
         tensors: dict[str, torch.Tensor] = {}
-        for name in sorted(set(weight_map.values())):
-            shard = directory / name
-            if not shard.is_file():
-                raise CheckpointError(f"{index}: shard {name} is missing")
+        for shard in shard_files(directory, index):
             tensors.update(_load_bin(shard))
         return tensors
     if (directory / "pytorch_model.bin").is_file():

@@ -10,8 +10,11 @@ pieces here:
 * `official_commit_counts`: the official predict-and-noise schedule k_i = round(t_i B) - round(t_{i+1} B),
   t = linspace(1, 0, min(T, B) + 1) in float64, with B the block (chunk, window set) size, not the
   number of masks left in it.
-* `OfficialTokenChooser`: greedy choice as the official denoisers compute it when the logits are in
-  bf16/fp16 (log-softmax, exp and argmax in the logits' dtype); in float32 it is the TokenChooser.
+* `OfficialTokenChooser`: with an official sampler, greedy choice as the official denoisers compute it
+  when the logits are in bf16/fp16 (log-softmax, exp and argmax in the logits' dtype); with the harness
+  sampler, or float32 logits, it is the TokenChooser, whose confidences are float32 whatever the
+  logits' dtype (bf16 arithmetic rounds near-certain confidences to 1.0 and flips commit decisions
+  near tau).
 * `raw_logits`: the output head without the mask-logit suppression (HF `generate`, which the official
   AR uses on Qwen3 backbones, does not suppress it).
 
@@ -77,14 +80,16 @@ class OfficialTokenChooser(TokenChooser):
     """TokenChooser whose greedy path follows the official arithmetic for half-precision logits:
     diffusion denoisers take p = exp(logits - logsumexp(logits)), AR takes exp(log_softmax(logits)),
     both in the logits' dtype, then argmax and p(argmax) (ties between rounded probabilities go to the
-    lower id, as torch.argmax does). float32 logits, sampling and repetition penalties use TokenChooser."""
+    lower id, as torch.argmax does). The harness sampler, float32 logits, sampling and repetition penalties
+    use TokenChooser (float32)."""
 
     def __init__(self, *args, ar: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.ar = ar
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if logits.dtype == torch.float32 or not self.decode.greedy or self.seen is not None:
+        if (logits.dtype == torch.float32 or not is_official(self.decode) or not self.decode.greedy
+                or self.seen is not None):
             return super().__call__(logits)
         log_p = logits.log_softmax(-1) if self.ar else logits - torch.logsumexp(logits, dim=-1, keepdim=True)
         probs = log_p.exp()

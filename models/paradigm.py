@@ -60,20 +60,22 @@ class Grid:
 
 
 class Timer:
-    """Wall time of one generate/infill call, prefill included (synchronises CUDA)."""
+    """Wall time of a block of work on `device`, e.g. one generate/infill call with its prefill: on CUDA it waits
+    for that device's queued work (cuda:N, not only the current device) before starting and before stopping."""
 
     def __init__(self, device: torch.device | str):
-        self.cuda = torch.device(device).type == "cuda"
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
 
     def __enter__(self) -> "Timer":
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
         self.start = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
         self.seconds = time.perf_counter() - self.start
 
 

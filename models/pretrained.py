@@ -45,6 +45,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
+import os
 import re
 import sys
 import time
@@ -53,9 +55,10 @@ from pathlib import Path
 
 import torch
 
+from . import jsonio
 from .backbones import BackboneSpec
 from .backbones.llama import LlamaArch
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, check_tensors, shard_files
 from .tokenizers import Tokenizer
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -146,7 +149,7 @@ def stored_precision(spec: str | Path) -> str:
     if src.kind != "hf":
         return "fp32"
     try:
-        cfg = json.loads((src.path / "config.json").read_text())
+        cfg = jsonio.loads((src.path / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise PretrainedError(f"{src.path / 'config.json'}: not readable JSON ({e})") from None
     dtype = cfg.get("torch_dtype", cfg.get("dtype")) if isinstance(cfg, dict) else None
@@ -171,9 +174,12 @@ def _rope_theta(cfg: dict, where: str) -> float:
         raise PretrainedError(f"{where}: per-layer-type rope_parameters are not supported")
     params = dict(params or {})
     scaling = cfg.get("rope_scaling") or {}
-    rope_type = params.get("rope_type") or params.get("type") or scaling.get("rope_type") or scaling.get("type")
-    if rope_type not in (None, "default"):
-        raise PretrainedError(f"{where}: rope scaling {rope_type!r} is not supported (only the default rotary)")
+    if not isinstance(scaling, dict):
+        raise PretrainedError(f"{where}: rope_scaling must be an object or null, got {type(scaling).__name__}")
+    for block in (params, scaling):   # either may carry it: a default rope_parameters does not hide a rope_scaling
+        rope_type = block.get("rope_type") or block.get("type")
+        if rope_type not in (None, "default"):
+            raise PretrainedError(f"{where}: rope scaling {rope_type!r} is not supported (only the default rotary)")
     if cfg.get("partial_rotary_factor", 1.0) != 1.0:
         raise PretrainedError(f"{where}: partial_rotary_factor={cfg['partial_rotary_factor']} is not supported")
     return float(params.get("rope_theta", cfg.get("rope_theta", 10_000.0)))
@@ -227,19 +233,13 @@ def _read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
 
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as e:
-            raise PretrainedError(f"{index}: not a safetensors index ({e})") from None
+        files = shard_files(directory, index)
     elif (directory / "model.safetensors").is_file():
-        files = ["model.safetensors"]
+        files = [directory / "model.safetensors"]
     else:
         raise PretrainedError(f"{directory}: no model.safetensors or model.safetensors.index.json")
     tensors: dict[str, torch.Tensor] = {}
-    for name in files:
-        path = directory / name
-        if not path.is_file():
-            raise PretrainedError(f"{index}: shard {name} is missing")
+    for path in files:
         try:
             tensors.update(load_file(str(path)))
         except (SafetensorError, OSError) as e:
@@ -256,7 +256,7 @@ def _token_string(value) -> str | None:
 def read_hf(src: Source, length: int | None) -> None:
     cfg_path = src.path / "config.json"
     try:
-        cfg = json.loads(cfg_path.read_text())
+        cfg = jsonio.loads(cfg_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PretrainedError(f"{cfg_path}: not valid JSON ({e})") from None
     if "schema_version" in cfg and "model" in cfg:
@@ -275,10 +275,10 @@ def read_hf(src: Source, length: int | None) -> None:
         raise PretrainedError(f"{tok_path}: not a readable tokenizer ({str(e).splitlines()[0] if str(e) else e})") from None
     tcfg = {}
     if (src.path / "tokenizer_config.json").is_file():
-        tcfg = json.loads((src.path / "tokenizer_config.json").read_text())
+        tcfg = jsonio.loads((src.path / "tokenizer_config.json").read_text())
     special = {}
     if (src.path / "special_tokens_map.json").is_file():
-        special = json.loads((src.path / "special_tokens_map.json").read_text())
+        special = jsonio.loads((src.path / "special_tokens_map.json").read_text())
 
     def role(name: str, id_key: str) -> str | None:
         token = _token_string(tcfg.get(name)) or _token_string(special.get(name))
@@ -297,6 +297,9 @@ def read_hf(src: Source, length: int | None) -> None:
         template = (src.path / "chat_template.jinja").read_text()
     src.chat_template = template if isinstance(template, str) else json.dumps(template)
     add_bos = tcfg.get("add_bos_token")
+    if add_bos is not None and not isinstance(add_bos, bool):
+        raise PretrainedError(f"{src.path / 'tokenizer_config.json'}: add_bos_token must be true, false or absent, "
+                              f"got {add_bos!r}")
     if add_bos is None:   # what the tokenizer's own post-processor does
         bos_id = src.backend.token_to_id(src.roles["bos"]) if src.roles["bos"] else None
         add_bos = bos_id is not None and src.backend.encode("a", add_special_tokens=True).ids[:1] == [bos_id]
@@ -419,6 +422,12 @@ def read_gguf(src: Source, length: int | None) -> None:
     ok = dequantizable_types()
     permute = arch_name == "llama"
     block = re.compile(r"blk\.(\d+)\.(.+)")
+    # every header checked against what the metadata implies before any tensor is dequantized (a size bomb: a
+    # sparse file whose output.weight header says (2^27, 32) would otherwise ask for 16 GiB)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    rows = len(tokens.data) if tokens is not None else int(meta("vocab_size", 0, required=False) or 0)
+    shapes = hf_shapes(src.arch, rows)
+    hf_names = {}
     for t in reader.tensors:
         if t.name in GGUF_NAMES:
             hf_name = GGUF_NAMES[t.name]
@@ -430,6 +439,17 @@ def read_gguf(src: Source, length: int | None) -> None:
         if qtype not in ok:
             raise PretrainedError(f"{where}: tensor {t.name!r} has quantization type {qtype}, which cannot be "
                                   f"dequantized; supported: {', '.join(sorted(ok))}")
+        shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+        if hf_name not in shapes:
+            raise PretrainedError(f"{where}: tensor {t.name!r} is not part of the {src.arch.n_layers}-layer model its "
+                                  f"metadata describes")
+        if shape != shapes[hf_name]:
+            raise PretrainedError(f"{where}: tensor {t.name!r} has shape {shape}, but the metadata implies "
+                                  f"{shapes[hf_name]} (vocabulary {rows}, embedding_length {src.arch.d_model})")
+        hf_names[t.name] = hf_name
+    check_memory(sum(math.prod(s) for s in shapes.values()), where)
+    for t in reader.tensors:
+        hf_name = hf_names[t.name]
         w = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy())
         w = w.reshape(tuple(int(n) for n in reversed(t.shape.tolist())))
         if permute and (".attn_q." in t.name or ".attn_k." in t.name):
@@ -548,42 +568,77 @@ def _check_window(window: int | None, length: int, where: str) -> None:
                               f"length <= {window} so that the window never applies")
 
 
+def hf_shapes(arch: LlamaArch, vocab_rows: int) -> dict[str, tuple[int, ...]]:
+    """Every transformers-named tensor (without the "model." prefix) a checkpoint of `arch` holds, with its shape:
+    what a loader checks a file's headers against before it copies or dequantizes anything."""
+    D, H, Hk, hd, F = arch.d_model, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.intermediate_size
+    shapes = {"embed_tokens.weight": (vocab_rows, D), "norm.weight": (D,)}
+    if not arch.tie_embeddings:
+        shapes["lm_head.weight"] = (vocab_rows, D)
+    for i in range(arch.n_layers):
+        p, a = f"layers.{i}.", f"layers.{i}.self_attn."
+        shapes.update({p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+                       a + "q_proj.weight": (H * hd, D), a + "k_proj.weight": (Hk * hd, D),
+                       a + "v_proj.weight": (Hk * hd, D), a + "o_proj.weight": (D, H * hd),
+                       p + "mlp.gate_proj.weight": (F, D), p + "mlp.up_proj.weight": (F, D),
+                       p + "mlp.down_proj.weight": (D, F)})
+        if arch.qkv_bias:
+            shapes.update({a + "q_proj.bias": (H * hd,), a + "k_proj.bias": (Hk * hd,), a + "v_proj.bias": (Hk * hd,)})
+        if arch.o_bias:
+            shapes[a + "o_proj.bias"] = (D,)
+        if arch.qk_norm:
+            shapes.update({a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)})
+    return shapes
+
+
+def check_memory(n_elements: int, where: str, bytes_per_element: int = 4) -> None:
+    """PretrainedError unless `n_elements` weights fit in this machine's memory (a size bomb: a few KB of headers
+    or metadata that ask for terabytes), before anything is allocated."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return
+    need = n_elements * bytes_per_element
+    if need > memory:
+        raise PretrainedError(f"{where}: its shapes describe {need / 2**30:,.1f} GiB of weights, more than this "
+                              f"machine's {memory / 2**30:,.1f} GiB of memory (a damaged or hostile file?)")
+
+
 def fused_state(tensors: dict[str, torch.Tensor], arch: LlamaArch, vocab_rows: int, where: str,
                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """The backbone's state dict from transformers-named tensors (q/k/v and gate/up concatenated);
     a missing or mis-shaped tensor raises PretrainedError naming it."""
-    D, H, Hk, hd, F = arch.d_model, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.intermediate_size
+    shapes = hf_shapes(arch, vocab_rows)
 
-    def take(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    def take(name: str) -> torch.Tensor:
         t = tensors.get(name)
         if t is None:
             raise PretrainedError(f"{where}: missing tensor {name!r}")
-        if tuple(t.shape) != shape:
-            raise PretrainedError(f"{where}: tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
+        if tuple(t.shape) != shapes[name]:
+            raise PretrainedError(f"{where}: tensor {name!r} has shape {tuple(t.shape)}, expected {shapes[name]}")
         return t.to(dtype)
 
-    state = {"embed.weight": take("embed_tokens.weight", (vocab_rows, D)), "norm.weight": take("norm.weight", (D,))}
+    state = {"embed.weight": take("embed_tokens.weight"), "norm.weight": take("norm.weight")}
     if not arch.tie_embeddings:
-        state["lm_head.weight"] = take("lm_head.weight", (vocab_rows, D))
+        state["lm_head.weight"] = take("lm_head.weight")
     for i in range(arch.n_layers):
         p, a = f"layers.{i}.", f"layers.{i}.self_attn."
         b = f"blocks.{i}."
-        state[b + "attn_norm.weight"] = take(p + "input_layernorm.weight", (D,))
-        state[b + "mlp_norm.weight"] = take(p + "post_attention_layernorm.weight", (D,))
-        state[b + "qkv.weight"] = torch.cat([take(a + "q_proj.weight", (H * hd, D)), take(a + "k_proj.weight", (Hk * hd, D)),
-                                             take(a + "v_proj.weight", (Hk * hd, D))])
+        state[b + "attn_norm.weight"] = take(p + "input_layernorm.weight")
+        state[b + "mlp_norm.weight"] = take(p + "post_attention_layernorm.weight")
+        state[b + "qkv.weight"] = torch.cat([take(a + "q_proj.weight"), take(a + "k_proj.weight"),
+                                             take(a + "v_proj.weight")])
         if arch.qkv_bias:
-            state[b + "qkv.bias"] = torch.cat([take(a + "q_proj.bias", (H * hd,)), take(a + "k_proj.bias", (Hk * hd,)),
-                                               take(a + "v_proj.bias", (Hk * hd,))])
-        state[b + "o.weight"] = take(a + "o_proj.weight", (D, H * hd))
+            state[b + "qkv.bias"] = torch.cat([take(a + "q_proj.bias"), take(a + "k_proj.bias"),
+                                               take(a + "v_proj.bias")])
+        state[b + "o.weight"] = take(a + "o_proj.weight")
         if arch.o_bias:
-            state[b + "o.bias"] = take(a + "o_proj.bias", (D,))
+            state[b + "o.bias"] = take(a + "o_proj.bias")
         if arch.qk_norm:
-            state[b + "q_norm.weight"] = take(a + "q_norm.weight", (hd,))
-            state[b + "k_norm.weight"] = take(a + "k_norm.weight", (hd,))
-        state[b + "gate_up.weight"] = torch.cat([take(p + "mlp.gate_proj.weight", (F, D)),
-                                                 take(p + "mlp.up_proj.weight", (F, D))])
-        state[b + "down.weight"] = take(p + "mlp.down_proj.weight", (D, F))
+            state[b + "q_norm.weight"] = take(a + "q_norm.weight")
+            state[b + "k_norm.weight"] = take(a + "k_norm.weight")
+        state[b + "gate_up.weight"] = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")])
+        state[b + "down.weight"] = take(p + "mlp.down_proj.weight")
     return state
 
 
@@ -669,7 +724,7 @@ def load_pretrained(spec: str | Path, paradigm: str = "ar", device: str | torch.
     with torch.device("meta"):
         model = from_config(config)
     backbone = model.backbone
-    backbone.load_state_dict(state, strict=True, assign=True)
+    backbone.load_state_dict(check_tensors(state, src.path), strict=True, assign=True)
     assert not backbone.rotary.cos.is_meta   # reset_rotary builds the (non-persistent) tables off meta
     backbone.column_major()                   # the layout random-init models get (see LlamaBackbone)
     model = model.to(device=device, dtype=dtype)

@@ -22,6 +22,8 @@ from typing import Iterable, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from . import jsonio
+
 ASSETS = Path(__file__).resolve().parent / "assets" / "tokenizers"
 BUILTIN = ("gpt2", "bert-base-uncased")
 
@@ -68,7 +70,7 @@ class Tokenizer:
     @classmethod
     def from_directory(cls, directory: str | Path) -> "Tokenizer":
         directory = Path(directory)
-        meta = json.loads((directory / "tokenizer_meta.json").read_text())
+        meta = jsonio.loads((directory / "tokenizer_meta.json").read_text())
         backend = HFTokenizer.from_file(str(directory / "tokenizer.json"))
         return cls(backend, meta["name"], meta["bos"], meta["eos"], meta["pad"], meta["mask"])
 

@@ -385,9 +385,10 @@ def test_pickled_objects_are_refused(tmp_path, written, capsys):
             (folder / f.name).write_bytes(f.read_bytes())
     state = torch.load(folder / "pytorch_model.bin", weights_only=True)
     torch.save({**state, "evil": Payload()}, folder / "pytorch_model.bin")
-    with pytest.raises(CheckpointError, match="refused") as e:
+    with pytest.raises(CheckpointError, match="refused, it holds Python objects") as e:
         load_official(folder)
     assert "\n" not in str(e.value) and "this must never run" not in capsys.readouterr().out
+    assert "weights_only" not in str(e.value) and "must never be loaded" in str(e.value)   # no unsafe advice
     torch.save({**state, "step": 3}, folder / "pytorch_model.bin")   # allowed by weights_only, still not a tensor
     with pytest.raises(CheckpointError, match="not a tensor"):
         load_official(folder)

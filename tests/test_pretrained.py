@@ -364,6 +364,36 @@ def write_gguf(path, hf=None, cfg=None, quant_tensor: str | None = None) -> None
     w.close()
 
 
+def test_gguf_headers_are_checked_against_the_metadata_before_any_dequantization(tmp_path, checkpoints, monkeypatch):
+    """A size bomb: a tensor header larger than the metadata implies (here output.weight with 8x the vocabulary's
+    rows; a sparse file can claim gigabytes) is refused before anything is dequantized, and so is metadata that
+    describes more weights than the machine has memory."""
+    pytest.importorskip("gguf")
+    import models.pretrained as pretrained
+
+    _, hf = checkpoints["llama"]
+    state = {**hf.state_dict(), "lm_head.weight": torch.zeros(8 * V, hf.config.hidden_size)}
+
+    class Bomb:
+        config = hf.config
+
+        def state_dict(self):
+            return state
+
+    write_gguf(tmp_path / "bomb.gguf", Bomb())
+    dequantized = []
+    real = pretrained._gguf().quants.dequantize
+    monkeypatch.setattr("gguf.quants.dequantize", lambda *a: dequantized.append(a) or real(*a))
+    with pytest.raises(PretrainedError, match=r"'output.weight' has shape \(768, 32\), but the metadata implies"):
+        load_pretrained(tmp_path / "bomb.gguf")
+    assert not dequantized
+    write_gguf(tmp_path / "fine.gguf", hf)
+    monkeypatch.setattr(pretrained.os, "sysconf", lambda name: 16 if name == "SC_PHYS_PAGES" else 4096)   # 64 KiB
+    with pytest.raises(PretrainedError, match="GiB of weights, more than this machine's"):
+        load_pretrained(tmp_path / "fine.gguf")
+    assert not dequantized
+
+
 def test_gguf_permutation_round_trip(tmp_path, checkpoints):
     """A GGUF written the way llama.cpp writes llama models loads back to transformers' logits."""
     pytest.importorskip("gguf")
@@ -424,11 +454,27 @@ def test_refuses_rope_scaling_and_short_sliding_windows(tmp_path, checkpoints):
              lambda c: {**c, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}})
     with pytest.raises(PretrainedError, match="rope scaling 'linear'"):
         load_pretrained(tmp_path / "r")
+    shutil.copytree(checkpoints["llama"][0], tmp_path / "s")   # a default rope_parameters beside a rope_scaling
+    _rewrite(tmp_path / "s", "config.json", lambda c: {**c, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
+                                                        "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    with pytest.raises(PretrainedError, match="rope scaling 'yarn'"):
+        load_pretrained(tmp_path / "s")
     shutil.copytree(checkpoints["mistral"][0], tmp_path / "w")
     _rewrite(tmp_path / "w", "config.json", lambda c: {**c, "sliding_window": 16})
     with pytest.raises(PretrainedError, match="sliding-window.*length <= 16"):
         load_pretrained(tmp_path / "w")
     assert load_pretrained(tmp_path / "w", length=16)[0].config.length == 16   # the window never applies
+
+
+def test_add_bos_token_must_be_a_boolean(tmp_path, checkpoints):
+    import shutil
+
+    shutil.copytree(checkpoints["llama"][0], tmp_path / "b")
+    config = tmp_path / "b" / "tokenizer_config.json"
+    old = json.loads(config.read_text()) if config.is_file() else {}
+    config.write_text(json.dumps({**old, "add_bos_token": "no"}))
+    with pytest.raises(PretrainedError, match=r"tokenizer_config.json: add_bos_token must be true, false or absent"):
+        load_pretrained(tmp_path / "b")
 
 
 @pytest.mark.parametrize("damage", ("missing", "misshaped"))

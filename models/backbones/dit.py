@@ -112,7 +112,8 @@ class TimestepEmbedder(nn.Module):
         return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 
     def forward(self, sigma: torch.Tensor) -> torch.Tensor:
-        return self.mlp(self.frequencies(sigma))
+        # the frequencies are computed in float32; the MLP runs in its weights' dtype (bf16 weights on a GPU)
+        return self.mlp(self.frequencies(sigma).to(self.mlp[0].weight.dtype))
 
 
 class DiTBlock(nn.Module):

@@ -1,0 +1,32 @@
+"""One JSON reader for every file the harness takes from elsewhere (configs, weight indexes, result rows, --data).
+
+`loads` is `json.loads`, except that two inputs Python's parser takes or chokes on are a `json.JSONDecodeError`
+like any other malformed input, so every reader reports them as it reports a decode error (one line naming the
+file, and the line for JSONL):
+  * a document nested too deeply for the parser (`[[[[...]]]]` thousands deep: a RecursionError);
+  * `NaN`, `Infinity` and `-Infinity`, which are not JSON (the harness writes a non-finite number as null), and
+    which would otherwise reach configs and result rows as numbers (an infinite throughput is "Pareto-optimal").
+
+    python -c "from models.jsonio import loads; loads('[' * 100000)"      # JSONDecodeError, not RecursionError
+"""
+
+from __future__ import annotations
+
+import json
+
+
+class _NotJSON(Exception):
+    pass
+
+
+def _constant(name: str):
+    raise _NotJSON(name)
+
+
+def loads(text: str | bytes) -> object:
+    try:
+        return json.loads(text, parse_constant=_constant)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+    except _NotJSON as e:
+        raise json.JSONDecodeError(f"{e} is not a JSON number", text if isinstance(text, str) else "", 0) from None

@@ -1,0 +1,217 @@
+"""Untrusted files and a hostile environment. Files from elsewhere never reach outside the folders they were given
+in: a symlinked `.lock` or row file in a results directory, a symlinked file in a model folder shipped to Ray, and
+shard names in a weight index that point out of the checkpoint's folder (`../x`, `/abs/x`, `a/b`). Weights that are
+not finite, dense floating-point CPU tensors are refused, naming the tensor. SIGTERM ends a run as Ctrl-C does.
+
+    pytest tests/test_untrusted_files.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import models
+from harness.launchers import checkpoint_payload
+from harness.store import ResultsStore, StoreError, append_jsonl
+from models.checkpoint import check_tensors, shard_files
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A file outside every folder the tests hand over, whose bytes must never change or travel."""
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("do not touch\n")
+    return secret
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path, outside):
+    root = tmp_path / "results" / "cpu"
+    root.mkdir(parents=True)
+    (root / ".lock").symlink_to(outside)
+    with pytest.raises(StoreError, match=r"\.lock is a symlink"):
+        with ResultsStore(root).lock():
+            pass
+    assert outside.read_text() == "do not touch\n"
+
+
+def test_a_symlinked_row_file_is_refused_and_its_target_untouched(tmp_path, outside):
+    root = tmp_path / "results" / "cpu"
+    (root / "examples").mkdir(parents=True)
+    (root / "examples" / "abc.jsonl").symlink_to(outside)
+    with pytest.raises(StoreError, match=r"abc\.jsonl is a symlink"):
+        with ResultsStore(root).lock():
+            pass
+    with pytest.raises(StoreError, match="is a symlink"):   # and the writer itself never follows one
+        append_jsonl(root / "examples" / "abc.jsonl", [{"example_id": "0"}])
+    assert outside.read_text() == "do not touch\n" and not (root / ".lock").exists()
+
+
+def test_a_symlinked_results_directory_itself_is_allowed(tmp_path):
+    real = tmp_path / "disk" / "cpu"
+    real.mkdir(parents=True)
+    (tmp_path / "cpu").symlink_to(real)
+    with ResultsStore(tmp_path / "cpu").lock():
+        append_jsonl(tmp_path / "cpu" / "runs.jsonl", [{"run_id": "a", "metric": "m"}])
+    assert (real / "runs.jsonl").is_file()
+
+
+def test_the_ray_payload_ships_only_the_checkpoints_own_files_and_no_escaping_symlink(tmp_path, outside):
+    torch.manual_seed(0)
+    model = models.build("ar", vocab_size=32, length=16, n_layers=1, d_model=16, n_heads=2)
+    folder = tmp_path / "ckpt"
+    models.save(model, folder)
+    (folder / "notes.txt").write_text("a user's own file")
+    (folder / "big.bin").symlink_to(outside)
+    payload = checkpoint_payload("m", folder)
+    assert sorted(payload["files"]) == ["config.json", "model.safetensors"]
+    assert all(outside.read_bytes() not in data for data in payload["files"].values())
+    (folder / "config.json").rename(folder / "real-config.json")
+    (folder / "config.json").symlink_to(folder / "real-config.json")   # inside the folder: fine
+    assert sorted(checkpoint_payload("m", folder)["files"]) == ["config.json", "model.safetensors"]
+    (folder / "config.json").unlink()
+    (folder / "config.json").symlink_to(outside)
+    with pytest.raises(models.CheckpointError, match="outside the checkpoint's folder"):
+        checkpoint_payload("m", folder)
+
+
+@pytest.mark.parametrize("index_name", ["model.safetensors.index.json", "pytorch_model.bin.index.json"])
+@pytest.mark.parametrize("shard", ["../outside/secret.safetensors", "/etc/passwd", "sub/dir.safetensors", "..", 7])
+def test_shard_names_must_be_plain_files_in_the_folder(tmp_path, index_name, shard):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "outside").mkdir()
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "outside" / "secret.safetensors"))
+    (folder / index_name).write_text(json.dumps({"weight_map": {"w": shard}}))
+    with pytest.raises(models.CheckpointError, match="not a plain file name"):
+        shard_files(folder, folder / index_name)
+
+
+def test_a_shard_symlinked_out_of_the_folder_is_refused(tmp_path, outside):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model-00001.safetensors").symlink_to(outside)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-00001.safetensors"}}))
+    with pytest.raises(models.CheckpointError, match="outside"):
+        shard_files(folder, folder / "model.safetensors.index.json")
+    os.remove(folder / "model-00001.safetensors")
+    save_file({"w": torch.zeros(2)}, str(folder / "model-00001.safetensors"))
+    assert shard_files(folder, folder / "model.safetensors.index.json") == [folder / "model-00001.safetensors"]
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "integer"])
+def test_weights_that_are_not_finite_floats_are_refused_naming_the_tensor(tmp_path, bad):
+    torch.manual_seed(0)
+    model = models.build("ar", vocab_size=32, length=16, n_layers=1, d_model=16, n_heads=2)
+    models.save(model, tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    from safetensors.torch import load_file
+
+    state = load_file(str(weights))
+    name = sorted(state)[0]
+    state[name] = {"nan": state[name].fill_(float("nan")), "inf": state[name].fill_(float("inf")),
+                   "integer": state[name].long()}[bad]
+    save_file(state, str(weights))
+    with pytest.raises(models.CheckpointError, match=f"tensor '{name}'"):
+        models.load(tmp_path / "m")
+    sparse = {"w": torch.eye(3).to_sparse()}
+    with pytest.raises(models.CheckpointError, match="not a dense CPU tensor"):
+        check_tensors(sparse, "x.bin")
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
+    """The INTERRUPTED line and exit 130, not a silent 143; the training state stays for the rerun."""
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache"), "HARNESS_PROGRESS": "lines",
+           "HARNESS_PROGRESS_INTERVAL": "0", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness.train", "--preset", "smoke", "--paradigm", "ar",
+                             "--steps", "100000", "--save-every", "5"], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:   # wait until training runs (a progress line past step 0)
+            line = proc.stderr.readline()
+            if " train " in line and "0/100000 (0%)" not in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted; finished work is kept" in err and "Traceback" not in err
+
+
+def test_deeply_nested_json_is_a_decode_error_naming_the_file(tmp_path):
+    """`[[[[...]]]]` 100k deep overflows Python's parser (RecursionError); every reader reports it as malformed."""
+    from harness.store import read_jsonl
+    from tasks import TaskError
+    from tasks.base import read_records
+
+    bomb = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(bomb)
+    with pytest.raises(models.CheckpointError, match="config.json"):
+        models.load(tmp_path / "m")
+    (tmp_path / "runs.jsonl").write_text('{"run_id": "a", "metric": "m"}\n' + bomb + "\n")
+    with pytest.raises(StoreError, match=r"runs\.jsonl:2: corrupt results line \(nested too deeply\)"):
+        read_jsonl(tmp_path / "runs.jsonl")
+    (tmp_path / "data.jsonl").write_text(bomb + "\n")
+    with pytest.raises(TaskError, match=r"data\.jsonl:1: malformed JSON line \(nested too deeply"):
+        read_records(tmp_path / "data.jsonl")
+
+
+def test_data_files_are_regular_and_capped_once_inflated(tmp_path, monkeypatch):
+    """A symlink to /dev/zero never ends, and a small gzip can inflate to gigabytes: both are refused in one line
+    before they are read whole (the cap is lowered here so that the bomb stays small)."""
+    import gzip
+
+    import tasks.base as base
+    from tasks import TaskError
+
+    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")
+    with pytest.raises(TaskError, match="not a regular file"):
+        base.read_text(tmp_path / "zero.jsonl")
+    monkeypatch.setattr(base, "MAX_DATA_BYTES", 10_000)
+    (tmp_path / "bomb.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n' * 100_000))
+    assert (tmp_path / "bomb.jsonl.gz").stat().st_size < 10_000
+    with pytest.raises(TaskError, match="more than 10,000 bytes of data once decompressed"):
+        base.read_text(tmp_path / "bomb.jsonl.gz")
+    (tmp_path / "ok.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n' * 10))
+    assert len(base.read_records(tmp_path / "ok.jsonl.gz")) == 10
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("value", "NaN", "NaN is not a JSON number"),
+    ("tokens_per_s", "Infinity", "Infinity is not a JSON number"),
+    ("value", "1" * 400, "is not a finite number of sensible size"),
+    ("primary", '"no"', "primary 'no' is not true or false"),
+    ("model_id", '"\\ud800"', "is not valid Unicode text"),
+    ("block_size", "-4", "block_size -4 must be >= 1"),
+    ("threshold", "5", r"threshold 5 is not in \(0, 1\]"),
+])
+def test_the_report_refuses_rows_it_cannot_draw_honestly(tmp_path, field, value, why):
+    """Non-finite or absurd numbers, lone surrogates and a non-boolean flag: one error naming file and line, not
+    an infinite throughput on a Pareto front or a crash while writing a table."""
+    from harness.report import build_report
+
+    reference = Path(__file__).resolve().parent.parent / "results" / "reference" / "cpu" / "runs.jsonl"
+    row = json.loads(reference.read_text().splitlines()[0])
+    line = json.dumps(row)
+    key = f'"{field}": '
+    start = line.rindex(key) + len(key)   # the row's own key, not the nested decode settings' (sorted before it)
+    end = start + len(json.dumps(row[field]))
+    (tmp_path / "res" / "cpu").mkdir(parents=True)
+    (tmp_path / "res" / "cpu" / "runs.jsonl").write_text(line[:start] + value + line[end:] + "\n")
+    with pytest.raises(StoreError, match=r"runs\.jsonl:1: .*" + why):
+        build_report(tmp_path / "res", tmp_path / "plots")
+    assert not (tmp_path / "plots").exists() or not any((tmp_path / "plots").iterdir())
