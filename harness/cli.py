@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import signal
 import threading
 from pathlib import Path
@@ -22,6 +23,21 @@ from .env import REPO
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
+
+
+def exhausted(e: BaseException) -> str | None:
+    """The one line for running out of memory or disk (None for any other error): what ran out, and that finished
+    work is kept (rows and example chunks are appended whole, training state is saved every --save-every steps)."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and any(
+            marker in str(e) for marker in ("can't allocate memory", "DefaultCPUAllocator", "out of memory"))):
+        return (f"out of memory ({text[:160]}); finished work is kept — rerun to resume, with a smaller --batch-size "
+                f"or --length, or on a machine with more memory")
+    if isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT) or "short write" in str(e)):
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        return (f"the disk is full{where} ({text[:160]}); finished work is kept — free some space and rerun to "
+                f"resume")
+    return None
 
 
 def interrupt_on_sigterm() -> None:

@@ -32,7 +32,8 @@ from models import get_paradigm, paradigm_names
 from tasks import TASKS, TaskError
 
 from .cli import (
-    INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, interrupt_on_sigterm, number, reference_option,
+    INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, exhausted, interrupt_on_sigterm, number,
+    reference_option,
 )
 from .launchers import LAUNCHERS, execute, import_ray, preview
 from .presets import PRESETS, get_preset
@@ -173,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except StoreError as e:                  # also harness.report.ReportError: results it cannot draw
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the rows survive
+        line = exhausted(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
 
 

@@ -28,6 +28,7 @@ Layout (the contract `harness.report` and outside checks read; design.md "Result
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -132,7 +133,7 @@ def append_jsonl(path: Path, rows: list[dict]) -> None:
     try:
         _cut_torn_tail(fd)
         if os.write(fd, payload) != len(payload):
-            raise OSError(f"short write to {path}")
+            raise OSError(errno.ENOSPC, "short write (is the disk full?)", str(path))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -329,6 +329,9 @@ def external_model(spec: str, paradigm: str | None = None, length: int | None = 
                                          ) from None
         if paradigm is not None and paradigm != config.paradigm:
             raise models.CheckpointError(f"checkpoint {spec} holds a {config.paradigm!r} model, not {paradigm!r}")
+        weights = Path(spec) / models.checkpoint.WEIGHTS_FILE
+        if weights.is_file():   # its sizes against the weights' header, so that --plan's estimate never builds a bomb
+            models.checkpoint.check_sizes(config, weights, Path(spec) / models.checkpoint.CONFIG_FILE)
         return External(spec, config)
     model, _ = models.open_model(spec, paradigm, "cpu", length=length, block_size=block_size)
     return External(spec, model.config, paradigm, length, block_size)

@@ -29,7 +29,7 @@ from models import Batch
 from models.tokenizers import Tokenizer
 
 from .cache import checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, interrupt_on_sigterm, number
+from .cli import INTERRUPTED, Parser, exhausted, interrupt_on_sigterm, number
 from .configs import PRETRAINED, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
@@ -208,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:                # the state of the last --save-every step is on disk
         print(INTERRUPTED, file=sys.stderr)
         return 130
+    except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the state survives
+        line = exhausted(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     meta = models.checkpoint.read_config(path)
     print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")
     return 0

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import glob
 import json
+import math
 import os
 import shutil
 import socket
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 from safetensors import SafetensorError
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from . import jsonio
@@ -42,6 +44,66 @@ CHECKPOINT_FILES = (CONFIG_FILE, WEIGHTS_FILE, "tokenizer.json", "tokenizer_meta
 
 class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded (missing files, corrupt, wrong paradigm or schema)."""
+
+
+MAX_SIZE = 1 << 24      # no size field of a model config (width, heads, layers, vocabulary) is larger
+
+
+def whole_field(value: object, field: str, where: str | Path, low: int = 1, high: int = MAX_SIZE) -> int:
+    """`value` of a metadata field as a whole number in [low, high] (CheckpointError naming the file and the field
+    otherwise: 0 heads, a list, a string, 2^40 are refused here, not as a ZeroDivisionError or a terabyte later)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CheckpointError(f"{where}: {field} must be a whole number in [{low:,}, {high:,}], got {str(value)[:40]!r}")
+    return value
+
+
+def number_field(value: object, field: str, where: str | Path) -> float:
+    """`value` of a metadata field as a finite positive number (CheckpointError naming the file and field)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise CheckpointError(f"{where}: {field} must be a positive number, got {str(value)[:40]!r}")
+    return float(value)
+
+
+MAX_CONTEXT = 1 << 17   # tokens: beyond any model this harness trains or loads (its rotary tables are built eagerly)
+
+
+def check_memory(n_elements: int, where: str | Path, bytes_per_element: int = 4) -> None:
+    """CheckpointError unless `n_elements` weights fit in this machine's memory (a size bomb: a few KB of headers
+    or metadata that ask for terabytes), before anything is allocated."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return
+    need = n_elements * bytes_per_element
+    if need > memory:
+        raise CheckpointError(f"{where}: its shapes describe {need / 2**30:,.1f} GiB of weights, more than this "
+                              f"machine's {memory / 2**30:,.1f} GiB of memory (a damaged or hostile file?)")
+
+
+def check_sizes(config: ModelConfig, weights: Path, where: Path) -> None:
+    """A config.json's sizes checked before anything is allocated (CheckpointError naming the file and field): a
+    context of at most MAX_CONTEXT tokens, no more layers than the weights file holds tensors, every tensor of the
+    model (built on the meta device) of the shape the weights file's header gives, and the whole in memory."""
+    from . import from_config
+
+    if config.length > MAX_CONTEXT:
+        raise CheckpointError(f"{where}: length {config.length} is beyond the {MAX_CONTEXT:,} tokens of context any "
+                              f"model here can have")
+    try:
+        with safe_open(str(weights), "pt") as f:
+            header = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{weights} is not a readable safetensors file ({e})") from None
+    n_layers = getattr(config.backbone.arch, "n_layers", 0) if config.backbone is not None else 0
+    if n_layers > len(header):
+        raise CheckpointError(f"{where}: n_layers {n_layers}, but {weights.name} holds only {len(header)} tensors")
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in from_config(config).state_dict().items()}
+    for name, shape in expected.items():
+        if name in header and header[name] != shape:
+            raise CheckpointError(f"{weights}: tensor {name!r} has shape {header[name]}, but {where.name} implies "
+                                  f"{shape}")
+    check_memory(sum(math.prod(s) for s in expected.values()), where)
 
 
 def check_tensors(tensors: dict, where: str | Path) -> dict:
@@ -281,6 +343,7 @@ def load(directory: str | Path, paradigm: str | None = None, device: str | torch
     weights = directory / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"checkpoint {directory} has no {WEIGHTS_FILE}")
+    check_sizes(config, weights, directory / CONFIG_FILE)
     try:
         state = check_tensors(load_file(str(weights)), weights)
     except (SafetensorError, OSError, ValueError) as e:

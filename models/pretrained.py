@@ -58,7 +58,7 @@ import torch
 from . import jsonio
 from .backbones import BackboneSpec
 from .backbones.llama import LlamaArch
-from .checkpoint import CheckpointError, check_tensors, shard_files
+from .checkpoint import CheckpointError, check_memory, check_tensors, number_field, shard_files, whole_field
 from .tokenizers import Tokenizer
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -196,34 +196,42 @@ def arch_from_hf_config(cfg: dict, where: str = "config.json") -> tuple[LlamaArc
         raise PretrainedError(f"{where}: hidden_act {act!r} is not supported (SwiGLU with silu only)")
     if cfg.get("mlp_bias"):
         raise PretrainedError(f"{where}: mlp_bias=true is not supported")
+    def whole(key: str, default=None) -> int:
+        value = cfg.get(key)
+        value = default if value is None else value
+        if value is None:
+            raise PretrainedError(f"{where}: missing field {key!r}")
+        return whole_field(value, key, where)
+
     try:
-        d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or d // heads)
+        d, heads = whole("hidden_size"), whole("num_attention_heads")
+        kv = whole("num_key_value_heads", heads) if cfg.get("num_key_value_heads") is not None else heads
+        head_dim = whole("head_dim") if cfg.get("head_dim") is not None else d // heads
         attention_bias = bool(cfg.get("attention_bias", False))
         arch = LlamaArch(
-            n_layers=int(cfg["num_hidden_layers"]), d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
-            intermediate_size=int(cfg["intermediate_size"]), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            n_layers=whole("num_hidden_layers"), d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
+            intermediate_size=whole("intermediate_size"),
+            rms_eps=number_field(cfg.get("rms_norm_eps", 1e-6), "rms_norm_eps", where),
             rope_theta=_rope_theta(cfg, where), qk_norm=model_type == "qwen3",
             qkv_bias=True if model_type == "qwen2" else attention_bias and model_type != "mistral",
             o_bias=attention_bias and model_type in ("llama", "qwen3"),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         )
-        vocab = int(cfg["vocab_size"])
+        vocab = whole("vocab_size")
     except KeyError as e:
         raise PretrainedError(f"{where}: missing field {e.args[0]!r}") from None
     except (TypeError, ValueError) as e:
         raise PretrainedError(f"{where}: {e}") from None
-    max_positions = int(cfg.get("max_position_embeddings") or MAX_DEFAULT_LENGTH)
+    max_positions = whole("max_position_embeddings", MAX_DEFAULT_LENGTH)
     window = None
     if cfg.get("sliding_window") is not None:
         layer_types = cfg.get("layer_types")
         if model_type == "mistral":
-            window = int(cfg["sliding_window"])
+            window = whole("sliding_window")
         elif layer_types is not None:
-            window = int(cfg["sliding_window"]) if "sliding_attention" in layer_types else None
+            window = whole("sliding_window") if "sliding_attention" in layer_types else None
         elif cfg.get("use_sliding_window"):
-            window = int(cfg["sliding_window"])
+            window = whole("sliding_window")
     return arch, vocab, max_positions, window
 
 
@@ -259,6 +267,8 @@ def read_hf(src: Source, length: int | None) -> None:
         cfg = jsonio.loads(cfg_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PretrainedError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise PretrainedError(f"{cfg_path}: holds a JSON {type(cfg).__name__}, not an object (a model config)")
     if "schema_version" in cfg and "model" in cfg:
         raise PretrainedError(f"{src.path} is a checkpoint of this project: load it with models.load")
     src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(cfg, str(cfg_path))
@@ -273,12 +283,20 @@ def read_hf(src: Source, length: int | None) -> None:
         src.backend = HFTokenizer.from_file(str(tok_path))
     except Exception as e:
         raise PretrainedError(f"{tok_path}: not a readable tokenizer ({str(e).splitlines()[0] if str(e) else e})") from None
-    tcfg = {}
-    if (src.path / "tokenizer_config.json").is_file():
-        tcfg = jsonio.loads((src.path / "tokenizer_config.json").read_text())
-    special = {}
-    if (src.path / "special_tokens_map.json").is_file():
-        special = jsonio.loads((src.path / "special_tokens_map.json").read_text())
+    def json_object(name: str) -> dict:
+        path = src.path / name
+        if not path.is_file():
+            return {}
+        try:
+            value = jsonio.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PretrainedError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(value, dict):
+            raise PretrainedError(f"{path}: holds a JSON {type(value).__name__}, not an object")
+        return value
+
+    tcfg = json_object("tokenizer_config.json")
+    special = json_object("special_tokens_map.json")
 
     def role(name: str, id_key: str) -> str | None:
         token = _token_string(tcfg.get(name)) or _token_string(special.get(name))
@@ -286,6 +304,8 @@ def read_hf(src: Source, length: int | None) -> None:
             ids = cfg.get(id_key)
             if isinstance(ids, list):
                 ids = ids[0] if ids else None
+            if ids is not None and (isinstance(ids, bool) or not isinstance(ids, int) or not 0 <= ids < 1 << 24):
+                raise PretrainedError(f"{cfg_path}: {id_key} must be a token id, got {str(ids)[:40]!r}")
             token = src.backend.id_to_token(ids) if isinstance(ids, int) else None
         return token
 
@@ -398,25 +418,29 @@ def read_gguf(src: Source, length: int | None) -> None:
     names = {t.name for t in reader.tensors}
     if "rope_freqs.weight" in names:
         raise PretrainedError(f"{where}: rope_freqs.weight (Llama-3.1-style rope scaling) is not supported")
-    d, heads = int(meta("embedding_length")), int(meta("attention.head_count"))
-    kv = int(meta("attention.head_count_kv", heads))
-    key_length = meta("attention.key_length", None, required=False)
-    rope_dims = meta("rope.dimension_count", None, required=False)
+    def whole(key, default=None, required=True):
+        value = meta(key, default, required)
+        return None if value is None else whole_field(value, f"{arch_name}.{key}", where)
+
+    d, heads = whole("embedding_length"), whole("attention.head_count")
+    kv = whole("attention.head_count_kv", heads)
+    key_length = whole("attention.key_length", None, required=False)
+    rope_dims = whole("rope.dimension_count", None, required=False)
     head_dim = int(key_length or rope_dims or d // heads)
     if rope_dims is not None and int(rope_dims) != head_dim:
         raise PretrainedError(f"{where}: partial rotary ({rope_dims} of {head_dim} head dimensions) is not supported")
     window = meta("attention.sliding_window", None, required=False)
     try:
         src.arch = LlamaArch(
-            n_layers=int(meta("block_count")), d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
-            intermediate_size=int(meta("feed_forward_length")),
+            n_layers=whole("block_count"), d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
+            intermediate_size=whole("feed_forward_length"),
             rms_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-6)),
             rope_theta=float(meta("rope.freq_base", 10_000.0)), qk_norm="blk.0.attn_q_norm.weight" in names,
             qkv_bias="blk.0.attn_q.bias" in names, o_bias="blk.0.attn_output.bias" in names,
             tie_embeddings="output.weight" not in names)
     except (TypeError, ValueError) as e:
         raise PretrainedError(f"{where}: {e}") from None
-    src.max_positions = int(meta("context_length", MAX_DEFAULT_LENGTH))
+    src.max_positions = whole("context_length", MAX_DEFAULT_LENGTH)
     _check_window(int(window) if window else None, _length(src, length), where)
 
     ok = dequantizable_types()
@@ -589,19 +613,6 @@ def hf_shapes(arch: LlamaArch, vocab_rows: int) -> dict[str, tuple[int, ...]]:
         if arch.qk_norm:
             shapes.update({a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)})
     return shapes
-
-
-def check_memory(n_elements: int, where: str, bytes_per_element: int = 4) -> None:
-    """PretrainedError unless `n_elements` weights fit in this machine's memory (a size bomb: a few KB of headers
-    or metadata that ask for terabytes), before anything is allocated."""
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return
-    need = n_elements * bytes_per_element
-    if need > memory:
-        raise PretrainedError(f"{where}: its shapes describe {need / 2**30:,.1f} GiB of weights, more than this "
-                              f"machine's {memory / 2**30:,.1f} GiB of memory (a damaged or hostile file?)")
 
 
 def fused_state(tensors: dict[str, torch.Tensor], arch: LlamaArch, vocab_rows: int, where: str,

@@ -114,6 +114,32 @@ class DecodeConfig:
         return dataclasses.replace(self, **changes)
 
 
+MAX_FIELD = 1 << 24   # no whole-number field of a stored config (a size, an id, a count) is larger
+
+
+def check_fields(cls, d: dict, low: int = 0) -> None:
+    """ValueError naming the field unless every value of `d` has its dataclass field's type (a config read from a
+    file is untrusted: a list, a string or True where a number belongs, 2^70, a negative size): whole numbers in
+    [low, MAX_FIELD], finite numbers, booleans and strings as annotated (None where the annotation allows it)."""
+    import math
+
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        value, kind = d[f.name], str(f.type)
+        if value is None and "None" in kind:
+            continue
+        base = kind.split(" |")[0]
+        if base == "int" and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_FIELD):
+            raise ValueError(f"{f.name} must be a whole number in [{low}, {MAX_FIELD:,}], got {str(value)[:40]!r}")
+        if base == "float" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            raise ValueError(f"{f.name} must be a finite number, got {str(value)[:40]!r}")
+        if base == "bool" and not isinstance(value, bool):
+            raise ValueError(f"{f.name} must be true or false, got {str(value)[:40]!r}")
+        if base == "str" and not isinstance(value, str):
+            raise ValueError(f"{f.name} must be a string, got {str(value)[:40]!r}")
+
+
 # numeric precisions a model computes in (harness.precision chooses between them per phase)
 PRECISIONS = ("fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -229,4 +255,10 @@ class ModelConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
-        return cls(**d)
+        check_fields(cls, d)
+        config = cls(**d)
+        for name in ("mask_id", "eos_id", "pad_id"):
+            value = getattr(config, name)
+            if value is not None and value >= config.vocab_size:
+                raise ValueError(f"{name} {value} is not a token id of a {config.vocab_size}-token vocabulary")
+        return config

@@ -389,7 +389,7 @@ def test_gguf_headers_are_checked_against_the_metadata_before_any_dequantization
     assert not dequantized
     write_gguf(tmp_path / "fine.gguf", hf)
     monkeypatch.setattr(pretrained.os, "sysconf", lambda name: 16 if name == "SC_PHYS_PAGES" else 4096)   # 64 KiB
-    with pytest.raises(PretrainedError, match="GiB of weights, more than this machine's"):
+    with pytest.raises(models.CheckpointError, match="GiB of weights, more than this machine's"):
         load_pretrained(tmp_path / "fine.gguf")
     assert not dequantized
 
@@ -464,6 +464,33 @@ def test_refuses_rope_scaling_and_short_sliding_windows(tmp_path, checkpoints):
     with pytest.raises(PretrainedError, match="sliding-window.*length <= 16"):
         load_pretrained(tmp_path / "w")
     assert load_pretrained(tmp_path / "w", length=16)[0].config.length == 16   # the window never applies
+
+
+@pytest.mark.parametrize("field, value", [("num_attention_heads", 0), ("hidden_size", "32"), ("vocab_size", [96]),
+                                          ("num_hidden_layers", 2 ** 40), ("rms_norm_eps", -1), ("intermediate_size", True)])
+def test_wrongly_typed_config_fields_are_named(tmp_path, checkpoints, field, value):
+    """0 heads, a string or list where a number belongs, an absurd size: one PretrainedError naming config.json and
+    the field (not a ZeroDivisionError, TypeError or a terabyte allocation)."""
+    import shutil
+
+    shutil.copytree(checkpoints["llama"][0], tmp_path / "t")
+    _rewrite(tmp_path / "t", "config.json", lambda c: {**c, field: value})
+    with pytest.raises(models.CheckpointError, match=rf"config.json: {field} must be a"):
+        load_pretrained(tmp_path / "t")
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("tokenizer_config.json", "[1, 2]", "tokenizer_config.json: holds a JSON list, not an object"),
+    ("special_tokens_map.json", '"eos"', "special_tokens_map.json: holds a JSON str, not an object"),
+    ("config.json", "[]", "config.json: holds a JSON list, not an object"),
+])
+def test_metadata_files_that_are_not_objects_are_named(tmp_path, checkpoints, name, text, says):
+    import shutil
+
+    shutil.copytree(checkpoints["llama"][0], tmp_path / "n")
+    (tmp_path / "n" / name).write_text(text)
+    with pytest.raises(models.CheckpointError, match=says):
+        load_pretrained(tmp_path / "n")
 
 
 def test_add_bos_token_must_be_a_boolean(tmp_path, checkpoints):

@@ -287,6 +287,14 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
     if name == "checkpoint_config_nested_too_deeply":
         d = _broken_copy(ck["ar"], tmp / "deep", lambda d: (d / "config.json").write_text("[" * 100_000 + "]" * 100_000))
         return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "is not valid JSON (nested too deeply"
+    if name == "checkpoint_config_zero_heads":   # a ZeroDivisionError before
+        d = _broken_copy(ck["ar"], tmp / "zero", lambda d: _arch_edit(d, n_heads=0))
+        return (["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)],
+                "n_heads must be a whole number in [1, 16,777,216], got '0'")
+    if name == "checkpoint_config_huge_vocabulary":   # terabytes of embedding, allocated before
+        d = _broken_copy(ck["ar"], tmp / "huge", lambda d: _config_edit_model(d, vocab_size=2 ** 40))
+        return (["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)],
+                "vocab_size must be a whole number in [0, 16,777,216]")
     if name == "data_a_device":
         (tmp / "zero.jsonl").symlink_to("/dev/zero")
         return [*CELL, "--data", str(tmp / "zero.jsonl")], "not a regular file"
@@ -320,6 +328,7 @@ BAD_INPUTS = [
     "checkpoint_schema_version", "results_of_another_schema", "results_with_a_corrupt_line",
     # untrusted files and a hostile environment: a planted symlink, non-finite weights, a JSON bomb, a device
     "results_lock_a_symlink", "checkpoint_weights_nan", "checkpoint_config_nested_too_deeply", "data_a_device",
+    "checkpoint_config_zero_heads", "checkpoint_config_huge_vocabulary",
     # in-process, harness.run (issue 19): rows of the wrong shape, a config.json list, an unsafe model_id,
     # a tokenizer that does not fit the model, a results directory that cannot be written
     "results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -328,7 +337,8 @@ BAD_INPUTS = [
     "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
     # harness.report
     "report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
-    "report_non_numeric_value", "report_task_names_a_path_outside",
+    "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
+    "report_threshold_above_one", "report_primary_not_a_bool",
     # harness.train
     "train_length_zero", "train_lr_not_a_number",
     # harness.lm_eval (lm-eval's CLI with our models): every --model_args error
@@ -341,7 +351,8 @@ IN_PROCESS = {name: tool for tool, names in {
             "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
             "results_directory_read_only_for_a_finished_cell", "out_is_a_file"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
-               "report_non_numeric_value", "report_task_names_a_path_outside"],
+               "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
+               "report_threshold_above_one", "report_primary_not_a_bool"],
     "train": ["train_length_zero", "train_lr_not_a_number"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
                 "lm_eval_threshold_5", "lm_eval_window_abc"],
@@ -367,6 +378,18 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(case, tmp_path, checkpo
 def _config_edit(directory: Path, **changes) -> None:
     meta = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**meta, **changes}))
+
+
+def _config_edit_model(directory: Path, **changes) -> None:
+    meta = json.loads((directory / "config.json").read_text())
+    meta["model"].update(changes)
+    (directory / "config.json").write_text(json.dumps(meta))
+
+
+def _arch_edit(directory: Path, **changes) -> None:
+    meta = json.loads((directory / "config.json").read_text())
+    meta["model"]["backbone"]["arch"].update(changes)
+    (directory / "config.json").write_text(json.dumps(meta))
 
 
 def report_row(**changes) -> dict:
@@ -426,7 +449,9 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     report = ["--results", str(out), "--plots", str(tmp / "plots"), "--reference", "none"]
     rows = {"report_unknown_preset": report_row(), "report_unknown_paradigm": report_row(paradigm="gpt"),
             "report_non_numeric_value": report_row(value="high"),
-            "report_task_names_a_path_outside": report_row(task="../../../outside/x")}
+            "report_task_names_a_path_outside": report_row(task="../../../outside/x"),
+            "report_infinite_throughput": report_row(tokens_per_s=float("inf")),   # json.dumps writes Infinity
+            "report_threshold_above_one": report_row(threshold=5), "report_primary_not_a_bool": report_row(primary="no")}
     if name in rows:
         (out / "cpu").mkdir(parents=True)
         write_jsonl(out / "cpu" / "runs.jsonl", [rows[name]])
@@ -444,6 +469,12 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return report, "runs.jsonl:1: value 'high' is not a number"
     if name == "report_task_names_a_path_outside":   # it would have written tmp/outside/x.md, x.csv
         return report, "task '../../../outside/x' is not a safe name"
+    if name == "report_infinite_throughput":        # it would have been the fastest point of every front
+        return report, "runs.jsonl:1: corrupt results line (Infinity is not a JSON number)"
+    if name == "report_threshold_above_one":
+        return report, "runs.jsonl:1: threshold 5 is not in (0, 1]"
+    if name == "report_primary_not_a_bool":         # a crash in the table builder before
+        return report, "runs.jsonl:1: primary 'no' is not true or false"
     # harness.train
     if name == "train_length_zero":
         return ["--paradigm", "ar", "--length", "0"], "argument --length: must be >= 2, got 0"

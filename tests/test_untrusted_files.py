@@ -215,3 +215,81 @@ def test_the_report_refuses_rows_it_cannot_draw_honestly(tmp_path, field, value,
     with pytest.raises(StoreError, match=r"runs\.jsonl:1: .*" + why):
         build_report(tmp_path / "res", tmp_path / "plots")
     assert not (tmp_path / "plots").exists() or not any((tmp_path / "plots").iterdir())
+
+
+@pytest.mark.parametrize("error, says", [
+    (MemoryError(), "out of memory"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                  "allocate 17179869184 bytes"), "out of memory"),
+    (OSError(28, "No space left on device", "/out/cpu/runs.jsonl"), "the disk is full writing /out/cpu/runs.jsonl"),
+])
+def test_running_out_of_memory_or_disk_is_one_line_saying_the_work_is_kept(monkeypatch, capsys, error, says):
+    from harness import run
+
+    def fail(argv):
+        raise error
+
+    monkeypatch.setattr(run, "_main", fail)
+    assert run.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {says}") and "finished work is kept" in err[0]
+    def bug(argv):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(run, "_main", bug)
+    with pytest.raises(RuntimeError, match="a bug"):   # anything else is not dressed up as a resource problem
+        run.main([])
+
+
+def test_a_short_write_of_result_rows_is_reported_as_a_full_disk(tmp_path, monkeypatch):
+    import harness.store as store
+    from harness.cli import exhausted
+
+    monkeypatch.setattr(store.os, "write", lambda fd, data: len(data) // 2)
+    with pytest.raises(OSError) as e:
+        append_jsonl(tmp_path / "runs.jsonl", [{"run_id": "a", "metric": "m"}])
+    assert exhausted(e.value).startswith(f"the disk is full writing {tmp_path / 'runs.jsonl'}")
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("vocab_size", 2 ** 40, r"vocab_size must be a whole number in \[0, 16,777,216\]"),
+    ("vocab_size", 2 ** 22, "has shape .* but config.json implies"),
+    ("length", 2 ** 20, "length 1048576 is beyond"),
+    ("n_layers", 10 ** 7, "n_layers 10000000, but model.safetensors holds only"),
+    ("d_model", 2 ** 20, "has shape .* but config.json implies"),
+])
+def test_config_sizes_are_checked_against_the_weights_before_anything_is_allocated(tmp_path, field, value, says):
+    """A config.json is untrusted too: sizes that would ask for terabytes (or build ten million layers) are refused
+    from the safetensors header, before the model is built."""
+    import resource
+
+    torch.manual_seed(0)
+    models.save(models.build("ar", vocab_size=32, length=16, n_layers=1, d_model=16, n_heads=2), tmp_path / "m")
+    config = tmp_path / "m" / "config.json"
+    meta = json.loads(config.read_text())
+    target = meta["model"]["backbone"]["arch"] if field in ("n_layers", "d_model") else meta["model"]
+    target[field] = value
+    config.write_text(json.dumps(meta))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (4 << 30), hard))   # 4 GiB beyond what is mapped now
+    try:   # a regression fails fast under the limit instead of exhausting the machine
+        with pytest.raises(models.CheckpointError, match=says):
+            models.load(tmp_path / "m")
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_plan_of_a_checkpoint_with_a_bomb_config_refuses_before_its_estimate(tmp_path, capsys):
+    """`--plan` is documented to load nothing: a config.json asking for a 4M-token vocabulary (with 16-wide weights)
+    is refused from the weights' header, not built for the time estimate."""
+    from harness import run
+
+    torch.manual_seed(0)
+    models.save(models.build("ar", vocab_size=32, length=16, n_layers=1, d_model=16, n_heads=2), tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    meta["model"]["vocab_size"] = 2 ** 22
+    (tmp_path / "m" / "config.json").write_text(json.dumps(meta))
+    assert run.main(["--model", str(tmp_path / "m"), "--task", "gsm8k", "--plan", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "but config.json implies" in err[0] and not (tmp_path / "o").exists()

@@ -129,6 +129,9 @@ class BackboneSpec:
         unknown = sorted(set(d["arch"]) - known)
         if unknown:
             raise ValueError(f"unknown {kind} architecture keys: {', '.join(unknown)}")
+        from ..types import check_fields   # (types imports this module)
+
+        check_fields(arch_type, d["arch"], low=1)   # every whole-number field of an architecture is a size >= 1
         return cls(kind, arch_type(**d["arch"]), d.get("source"))
 
     def build(self, vocab_size: int, length: int, mask_id: int | None) -> Backbone:
