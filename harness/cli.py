@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import errno
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,16 @@ def exhausted(e: BaseException) -> str | None:
         return (f"the disk is full{where} ({text[:160]}); finished work is kept — free some space and rerun to "
                 f"resume")
     return None
+
+
+def exit_exhausted(e: BaseException) -> int:
+    """For a CLI's `except (MemoryError, OSError, RuntimeError)`: the one `error:` line of `exhausted(e)` and exit
+    status 2; any other such error is re-raised as it is."""
+    line = exhausted(e)
+    if line is None:
+        raise e
+    print(f"error: {line}", file=sys.stderr)
+    return 2
 
 
 def interrupt_on_sigterm() -> None:

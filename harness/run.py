@@ -32,7 +32,7 @@ from models import get_paradigm, paradigm_names
 from tasks import TASKS, TaskError
 
 from .cli import (
-    INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, exhausted, interrupt_on_sigterm, number,
+    INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, exit_exhausted, interrupt_on_sigterm, number,
     reference_option,
 )
 from .launchers import LAUNCHERS, execute, import_ray, preview
@@ -176,11 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the rows survive
-        line = exhausted(e)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+        return exit_exhausted(e)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -29,7 +29,7 @@ from models import Batch
 from models.tokenizers import Tokenizer
 
 from .cache import checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, exhausted, interrupt_on_sigterm, number
+from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number
 from .configs import PRETRAINED, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
@@ -209,11 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print(INTERRUPTED, file=sys.stderr)
         return 130
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the state survives
-        line = exhausted(e)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+        return exit_exhausted(e)
     meta = models.checkpoint.read_config(path)
     print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")
     return 0

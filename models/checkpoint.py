@@ -292,12 +292,7 @@ def read_config(directory: str | Path) -> dict:
     path = directory / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(f"checkpoint {directory} has no {CONFIG_FILE}")
-    try:
-        meta = jsonio.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{path} holds a JSON {type(meta).__name__}, not an object (a checkpoint's config)")
+    meta = jsonio.read_object(path, CheckpointError, "a checkpoint's config")
     if not isinstance(meta.get("model"), dict):
         raise CheckpointError(f"{path} lacks the 'model' section")
     version = meta.get("schema_version")

@@ -13,6 +13,7 @@ file, and the line for JSONL):
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 
 class _NotJSON(Exception):
@@ -21,6 +22,17 @@ class _NotJSON(Exception):
 
 def _constant(name: str):
     raise _NotJSON(name)
+
+
+def read_object(path: str | Path, error: type[Exception], what: str) -> dict:
+    """The JSON object in file `path` (`what` it should be, for the message), else `error` naming the file."""
+    try:
+        value = loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise error(f"{path} holds a JSON {type(value).__name__}, not an object ({what})")
+    return value
 
 
 def loads(text: str | bytes) -> object:

@@ -46,7 +46,6 @@ import argparse
 import importlib.util
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -263,12 +262,7 @@ def _token_string(value) -> str | None:
 
 def read_hf(src: Source, length: int | None) -> None:
     cfg_path = src.path / "config.json"
-    try:
-        cfg = jsonio.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PretrainedError(f"{cfg_path}: not valid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise PretrainedError(f"{cfg_path}: holds a JSON {type(cfg).__name__}, not an object (a model config)")
+    cfg = jsonio.read_object(cfg_path, PretrainedError, "a model config")
     if "schema_version" in cfg and "model" in cfg:
         raise PretrainedError(f"{src.path} is a checkpoint of this project: load it with models.load")
     src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(cfg, str(cfg_path))
@@ -283,20 +277,9 @@ def read_hf(src: Source, length: int | None) -> None:
         src.backend = HFTokenizer.from_file(str(tok_path))
     except Exception as e:
         raise PretrainedError(f"{tok_path}: not a readable tokenizer ({str(e).splitlines()[0] if str(e) else e})") from None
-    def json_object(name: str) -> dict:
-        path = src.path / name
-        if not path.is_file():
-            return {}
-        try:
-            value = jsonio.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PretrainedError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(value, dict):
-            raise PretrainedError(f"{path}: holds a JSON {type(value).__name__}, not an object")
-        return value
-
-    tcfg = json_object("tokenizer_config.json")
-    special = json_object("special_tokens_map.json")
+    tcfg, special = ({} if not (src.path / name).is_file() else
+                     jsonio.read_object(src.path / name, PretrainedError, "a tokenizer configuration")
+                     for name in ("tokenizer_config.json", "special_tokens_map.json"))
 
     def role(name: str, id_key: str) -> str | None:
         token = _token_string(tcfg.get(name)) or _token_string(special.get(name))

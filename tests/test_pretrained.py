@@ -388,7 +388,7 @@ def test_gguf_headers_are_checked_against_the_metadata_before_any_dequantization
         load_pretrained(tmp_path / "bomb.gguf")
     assert not dequantized
     write_gguf(tmp_path / "fine.gguf", hf)
-    monkeypatch.setattr(pretrained.os, "sysconf", lambda name: 16 if name == "SC_PHYS_PAGES" else 4096)   # 64 KiB
+    monkeypatch.setattr("os.sysconf", lambda name: 16 if name == "SC_PHYS_PAGES" else 4096)   # 64 KiB of memory
     with pytest.raises(models.CheckpointError, match="GiB of weights, more than this machine's"):
         load_pretrained(tmp_path / "fine.gguf")
     assert not dequantized
@@ -480,9 +480,9 @@ def test_wrongly_typed_config_fields_are_named(tmp_path, checkpoints, field, val
 
 
 @pytest.mark.parametrize("name, text, says", [
-    ("tokenizer_config.json", "[1, 2]", "tokenizer_config.json: holds a JSON list, not an object"),
-    ("special_tokens_map.json", '"eos"', "special_tokens_map.json: holds a JSON str, not an object"),
-    ("config.json", "[]", "config.json: holds a JSON list, not an object"),
+    ("tokenizer_config.json", "[1, 2]", "tokenizer_config.json holds a JSON list, not an object"),
+    ("special_tokens_map.json", '"eos"', "special_tokens_map.json holds a JSON str, not an object"),
+    ("config.json", "[]", "config.json holds a JSON list, not an object"),
 ])
 def test_metadata_files_that_are_not_objects_are_named(tmp_path, checkpoints, name, text, says):
     import shutil

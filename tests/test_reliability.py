@@ -295,6 +295,23 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
         d = _broken_copy(ck["ar"], tmp / "huge", lambda d: _config_edit_model(d, vocab_size=2 ** 40))
         return (["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)],
                 "vocab_size must be a whole number in [0, 16,777,216]")
+    if name == "hf_shard_outside_the_folder":   # it would have read weights from anywhere
+        from test_pretrained import make_checkpoint
+
+        make_checkpoint(tmp / "hf", "llama")
+        (tmp / "hf" / "model.safetensors").rename(tmp / "elsewhere.safetensors")
+        names = list(load_file(str(tmp / "elsewhere.safetensors")))
+        (tmp / "hf" / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {n: "../elsewhere.safetensors" for n in names}}))
+        return ["--model", str(tmp / "hf"), "--task", "gsm8k", "--data", str(q)], "is not a plain file name"
+    if name == "gguf_header_larger_than_its_metadata":   # a size bomb: dequantized before it was checked
+        from test_pretrained import V, make_checkpoint, write_gguf
+
+        hf = make_checkpoint(tmp / "src", "llama")
+        state = {**hf.state_dict(), "lm_head.weight": torch.zeros(8 * V, hf.config.hidden_size)}
+        write_gguf(tmp / "bomb.gguf", type("Bomb", (), {"config": hf.config, "state_dict": lambda self: state})())
+        return (["--model", str(tmp / "bomb.gguf"), "--task", "gsm8k", "--data", str(q)],
+                "tensor 'output.weight' has shape (768, 32), but the metadata implies (96, 32)")
     if name == "data_a_device":
         (tmp / "zero.jsonl").symlink_to("/dev/zero")
         return [*CELL, "--data", str(tmp / "zero.jsonl")], "not a regular file"
@@ -328,7 +345,8 @@ BAD_INPUTS = [
     "checkpoint_schema_version", "results_of_another_schema", "results_with_a_corrupt_line",
     # untrusted files and a hostile environment: a planted symlink, non-finite weights, a JSON bomb, a device
     "results_lock_a_symlink", "checkpoint_weights_nan", "checkpoint_config_nested_too_deeply", "data_a_device",
-    "checkpoint_config_zero_heads", "checkpoint_config_huge_vocabulary",
+    "checkpoint_config_zero_heads", "checkpoint_config_huge_vocabulary", "hf_shard_outside_the_folder",
+    "gguf_header_larger_than_its_metadata",
     # in-process, harness.run (issue 19): rows of the wrong shape, a config.json list, an unsafe model_id,
     # a tokenizer that does not fit the model, a results directory that cannot be written
     "results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -1050,7 +1068,8 @@ def test_checkpoint_not_matching_its_config_names_the_tensor(tmp_path):
     meta = json.loads((directory / "config.json").read_text())
     meta["model"]["vocab_size"] = 48
     (directory / "config.json").write_text(json.dumps(meta))
-    with pytest.raises(models.CheckpointError, match=r"does not match its config \(size mismatch for [\w.]+weight"):
+    with pytest.raises(models.CheckpointError,   # from the header, before the model is built
+                       match=r"model.safetensors: tensor '[\w.]+weight' has shape \(40, 16\), but config.json implies \(48, 16\)"):
         models.load(directory)
 
 
