@@ -212,9 +212,15 @@ class HarnessLM(LM):
             self._check_paradigm(stored)
         dev = pick_device(device)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
-        self.loaded = load_model(self.checkpoint, dev, precision=decoding_precision(precision, self.checkpoint, kind,
-                                                                                    dev.type),
-                                 paradigm=self.paradigm_name if kind == "pretrained" else None)
+        try:
+            self.loaded = load_model(self.checkpoint, dev, precision=decoding_precision(precision, self.checkpoint,
+                                                                                        kind, dev.type),
+                                     paradigm=self.paradigm_name if kind == "pretrained" else None)
+        except (TypeError, RuntimeError, ValueError) as e:   # a file that cannot be loaded is not a bad argument
+            if isinstance(e, (models.CheckpointError, ModelArgsError)):
+                raise
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise models.CheckpointError(f"{self.checkpoint}: cannot be loaded ({first[:200]})") from None
         self.paradigm = self.loaded.model.paradigm
         self._check_paradigm(self.paradigm)
         self.tokenizer = self.loaded.tokenizer
