@@ -20,8 +20,8 @@ Method (this machine is shared and noisy): every point is warmed up, then timed 
 times; the table shows the median and the spread (min-max) and the JSON keeps every repeat.
 Compare ratios measured in one run, never absolute numbers across runs. Models have the cpu
 preset's size and block sizes; they are the trained cpu checkpoints when `.cache` has them (`--trained`),
-otherwise seeded random initialisations (a fresh clone needs nothing trained) (decoding speed does not depend on the weights when
-the threshold is off and EOS is ignored, which is how the decode and vs-hf benchmarks run).
+otherwise seeded random initialisations, so a fresh clone needs nothing trained (decoding speed does not depend
+on the weights when the threshold is off and EOS is ignored, which is how the decode and vs-hf benchmarks run).
 """
 
 from __future__ import annotations

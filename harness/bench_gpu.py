@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from models.paradigm import Timer as Stopwatch
+from harness.timing import Stopwatch
 
 PARADIGMS = ("ar", "mdlm", "bd3lm", "setdlm")
 KINDS = ("gpt", "llama", "dit", "dit_legacy")
@@ -377,7 +377,6 @@ def _run(args, device: torch.device) -> int:
         print(f"\n[{name}] {time.perf_counter() - t:.1f} s")
         print(table(rows, columns[name]))
         save()
-    save()
     print(f"\nok={result['ok']} cache_equal_all={result['cache_equal_all']} row errors {result['row_errors']} in "
           f"{result['seconds']} s -> {out}")
     return 0 if result["ok"] else 1

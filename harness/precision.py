@@ -4,8 +4,8 @@
 
 `--precision auto` resolves separately for the two phases, by a fixed rule on what the hardware
 reports (no timing probe at run time, so the choice never flips between runs of one machine). The
-rule's thresholds were measured with `python -m harness.bench train` (fp32 vs bf16 autocast step
-time) and `python -m harness.bench decode` (fp32 vs bf16 decoding, batch 1 and 8):
+rule rests on `python -m harness.bench precision` (fp32 vs bf16 autocast training steps, and fp32 vs
+bf16 decoding at batch 1 and 8, written to results/bench/precision-<CPU capability>.json):
 
 | hardware                                  | training | decoding |
 |-------------------------------------------|----------|----------|

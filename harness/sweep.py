@@ -234,8 +234,7 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     chosen_tasks = _split(tasks, tuple(TASKS), "task") or tuple(dict.fromkeys(t.name for f in families for t in f.tasks))
     _check_common(limit, batch_size, data, chosen_tasks)
 
-    if precision == "auto" and preset.precision is not None:   # a protocol's own precision (the paper presets)
-        precision = preset.precision
+    precision = _protocol_precision(preset, precision)
     decode_precision = _precision(precision, device, "decode")
     _precision(precision, device, "train")   # an unknown name is a PlanError here, not a ValueError later
     train, cells, external, notes = [], [], {}, []
@@ -283,8 +282,7 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     directory name / the spec's short name; paradigm, block size and budget: its model config. `precision` is
     the decoding precision."""
     spec = str(spec)
-    if precision == "auto" and preset.precision is not None:
-        precision = preset.precision
+    precision = _protocol_precision(preset, precision)
     decode_precision = _precision(precision, device, "decode")
     if paradigm is not None and paradigm not in paradigm_names():
         raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(paradigm_names())}")
@@ -373,6 +371,11 @@ def preflight(plan: Plan) -> None:
                 cell_requests(cell, tasks[key], loaded.tokenizer, loaded.length)
             except TaskError as e:
                 raise PlanError(f"{e} (model {external.spec})") from None
+
+
+def _protocol_precision(preset: Preset, requested: str) -> str:
+    """`auto` means the preset's own protocol precision where it declares one (the paper presets: fp32)."""
+    return preset.precision if requested == "auto" and preset.precision is not None else requested
 
 
 def _precision(requested: str, device: str, phase: str) -> str:

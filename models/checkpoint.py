@@ -31,7 +31,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from . import jsonio
-from .types import SCHEMA_VERSION, ModelConfig
+from .types import MAX_FIELD, SCHEMA_VERSION, ModelConfig
 
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel
@@ -46,10 +46,7 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded (missing files, corrupt, wrong paradigm or schema)."""
 
 
-MAX_SIZE = 1 << 24      # no size field of a model config (width, heads, layers, vocabulary) is larger
-
-
-def whole_field(value: object, field: str, where: str | Path, low: int = 1, high: int = MAX_SIZE) -> int:
+def whole_field(value: object, field: str, where: str | Path, low: int = 1, high: int = MAX_FIELD) -> int:
     """`value` of a metadata field as a whole number in [low, high] (CheckpointError naming the file and the field
     otherwise: 0 heads, a list, a string, 2^40 are refused here, not as a ZeroDivisionError or a terabyte later)."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -106,13 +106,18 @@ PAPER_LENGTHS = {"owt": 1024, "lm1b": 128, "cnndm": 768, "gsm8k": 1024}   # `len
 PAPER_KEYS: dict[str, str] = {repo: key for key, repo in PAPER_CHECKPOINTS.items()}   # hub id -> key
 
 
+def paper_key(spec: str) -> str:
+    """The key (`owt:bd3lm-s4`) of a paper key, alias or hub id; CheckpointError for anything else."""
+    key = PAPER_KEYS.get(spec, PAPER_ALIASES.get(spec, spec))
+    if key not in PAPER_CHECKPOINTS:
+        raise CheckpointError(f"unknown paper checkpoint {spec!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
+    return key
+
+
 def paper_shape(key: str) -> dict:
     """What a paper key (or its hub id, kuleshov-group/...) says about its model without downloading it: paradigm,
     context L, S and S_max (for planning a sweep offline; loading reads the truth from the checkpoint)."""
-    key = PAPER_KEYS.get(key, PAPER_ALIASES.get(key, key))
-    if key not in PAPER_CHECKPOINTS:
-        raise CheckpointError(f"unknown paper checkpoint {key!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
-    dataset, model = key.split(":")
+    dataset, model = paper_key(key).split(":")
     paradigm, _, size = model.partition("-")
     block_size = max_block_size = None
     if paradigm == "bd3lm":
@@ -143,7 +148,7 @@ def paper_download_bytes(key: str) -> int:
     from . import build
 
     shape = paper_shape(key)
-    kind, arch, vocab = PAPER_BACKBONES[PAPER_KEYS.get(key, PAPER_ALIASES.get(key, key)).split(":")[0]]
+    kind, arch, vocab = PAPER_BACKBONES[paper_key(key).split(":")[0]]
     if kind == "llama":
         arch = {**arch, "tie_embeddings": False}
     with torch.device("meta"):
@@ -158,7 +163,7 @@ def delete_paper_snapshot(key: str) -> int:
     SETDLM_CHECKPOINTS folder, which is never touched)."""
     from huggingface_hub import scan_cache_dir
 
-    repo_id = PAPER_CHECKPOINTS[PAPER_KEYS.get(key, PAPER_ALIASES.get(key, key))] if "/" not in key else key
+    repo_id = PAPER_CHECKPOINTS[paper_key(key)]   # only a published checkpoint's repo is ever deleted
     try:
         cache = scan_cache_dir()
     except Exception:   # noqa: BLE001  (no cache directory yet: nothing to delete)

@@ -147,12 +147,8 @@ def stored_precision(spec: str | Path) -> str:
     src = resolve(spec)
     if src.kind != "hf":
         return "fp32"
-    try:
-        cfg = jsonio.loads((src.path / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise PretrainedError(f"{src.path / 'config.json'}: not readable JSON ({e})") from None
-    dtype = cfg.get("torch_dtype", cfg.get("dtype")) if isinstance(cfg, dict) else None
-    return "bf16" if dtype == "bfloat16" else "fp32"
+    cfg = jsonio.read_object(src.path / "config.json", PretrainedError, "a model config")
+    return "bf16" if cfg.get("torch_dtype", cfg.get("dtype")) == "bfloat16" else "fp32"
 
 
 def _download(repo_id: str) -> Path:

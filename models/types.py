@@ -12,6 +12,7 @@ number (tokens/s, tokens per forward) is computed from `Generation.n_tokens`, wh
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -121,8 +122,6 @@ def check_fields(cls, d: dict, low: int = 0) -> None:
     """ValueError naming the field unless every value of `d` has its dataclass field's type (a config read from a
     file is untrusted: a list, a string or True where a number belongs, 2^70, a negative size): whole numbers in
     [low, MAX_FIELD], finite numbers, booleans and strings as annotated (None where the annotation allows it)."""
-    import math
-
     for f in dataclasses.fields(cls):
         if f.name not in d:
             continue
