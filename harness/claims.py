@@ -1,51 +1,65 @@
-"""The paper's claims as tests on results/ alone: paired statistics over matched examples, one verdict each.
+"""The paper's claims as tests on results/ alone: one pre-registered primary test per claim, at a valid level.
 
 Every configuration of a preset runs on the same examples, so two configurations are compared
 example by example: for each example id present in both per-example files
-(`results/<preset>/examples/<run_id>.jsonl`), the difference A - B of a quality metric or of the
-example's decode rate (tokens/s = its tokens / its call's seconds, batch 1), and a percentile
-bootstrap over those differences (`tasks.base.mean_ci`: 1000 resamples, fixed seed) gives the
-mean difference with a 95% CI. Verdicts, with "better" meaning higher or lower as the metric says:
+(`results/<preset>/examples/<run_id>.jsonl`), the difference A - B of a metric. The tests keep their
+level at the small example counts of the cpu preset:
 
-* `greater` (A is better than B): holds when the whole CI is on A's side, fails when it is wholly
-  on B's side, inconclusive otherwise (a CI of exactly [0, 0], identical outputs, is inconclusive);
-* `noninferior` (A is "competitive with" B): holds when the CI excludes A being worse by more than
-  `margin` (MARGINS), fails when the whole CI is beyond it.
+* paired differences: an exact sign-flip permutation test of mean(A - B) = bound (all 2^n sign
+  patterns up to n = 16, else PERMUTATIONS random ones, fixed seed), valid at any n when A and B are
+  exchangeable under the null; the interval shown is the t interval of the mean difference;
+* binary outcomes (exact match): McNemar's exact test on the discordant pairs;
+* `greater`: holds when p < ALPHA and A is better, fails when p < ALPHA and B is better, else
+  inconclusive; `noninferior` ("competitive with"): the bound is -margin, a RELATIVE_MARGIN of B's mean,
+  stated in the row; `equivalent` (TOST at the same margin): holds when both one-sided tests reject;
+* a floor guard: a comparison whose comparator is at its floor (exact match 0) is "not testable at
+  this scale", with the reason in the row;
+* a comparison whose differences are all zero (identical outputs: a tie by construction) is no
+  evidence and is dropped; comparisons resting on the same per-example values are counted once.
 
-A claim holds when every one of its comparisons holds, fails when any fails, and is
-inconclusive otherwise. MAUVE is a statistic of a whole sample set, not of an example: its
-comparisons are unpaired (the CI of the difference spans the two subset CIs) and say so. The
-gradient-variance claim reads `bench/gradvar.json` (`python -m harness.bench gradvar --trained`).
+A claim's verdict is its primary test's: holds, fails, inconclusive, or not testable at this scale
+(the reason is in the statement's row). The other comparisons of a claim are secondary, reported with
+Holm-adjusted p-values, and never change the verdict. The oracle trade-off claim's primary statistic
+compares frontiers at matched parallelism (`frontier_area`): the mean over tokens per forward in
+[1, t_max] of the difference between the two decoders' forward-KL frontiers, with a paired bootstrap
+over prefixes that resamples every cell of both frontiers jointly. Speed is compared hardware-free, as
+tokens per forward; wall-clock tokens/s of sweep cells are timed cell by cell and never enter a verdict.
+Rows of a reference family (the perfect oracle model, SmolLM2) take no part; the perfect model's
+frontier comparison is reported beside the trained one's, as a reference row.
 
-Comparisons are built from what the results contain: budget-matched pairs are SetDLM with
-S_max = 2S against BD3LM with block S (both expected budget S/2, spec §6), at every threshold
-both ran. Rows of a pretrained reference (SmolLM2 in the cpu preset) take no part.
-
-    python -m harness.report --results results/reference --plots plots   # writes tables/claims.md|csv
+    python -m harness.report --results results/reference --plots plots   # writes tables/claims.md|csv|json
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+from scipy import stats
+
 from models import jsonio
-from tasks.base import mean_ci
 
 from .store import ResultsStore
 
-# "competitive": A may be worse than B by at most this much (absolute, in the metric's units)
-MARGINS = {"rouge1": 0.02, "rouge2": 0.02, "rougeL": 0.02, "exact_match": 0.05}
-VERDICTS = ("holds", "fails", "inconclusive")
+ALPHA = 0.05
+RELATIVE_MARGIN = 0.10     # "competitive": A may be worse than B by at most 10% of B's mean
+FLOORS = {"exact_match": 0.0}
+PERMUTATIONS = 20_000
+EXACT_UP_TO = 16
+BOOTSTRAP = 2000
+VERDICTS = ("holds", "fails", "inconclusive", "not testable at this scale")
+NOT_TESTABLE = "not testable at this scale"
 
 
 @dataclass(frozen=True)
 class Claim:
     number: int
     statement: str
-    build: Callable[["Results"], list[dict]]
+    build: Callable[["Results"], tuple[list[dict], list[dict], str | None]]   # (primary, secondary, why untestable)
 
 
 class Results:
@@ -55,19 +69,19 @@ class Results:
         self.dir, self.bench_dir = preset_dir, bench_dir
         by_run: dict[str, dict] = {}
         for row in runs:
-            if row.get("reference") is True:   # a pretrained reference is no paradigm's result
-                continue
             by_run.setdefault(row["run_id"], {**row, "metrics": {}})["metrics"][row["metric"]] = row
-        self.cells = list(by_run.values())
+        # a reference (the perfect oracle model, a pretrained LM) is no paradigm's result
+        self.cells = [c for c in by_run.values() if c.get("reference") is not True]
+        self.reference_cells = [c for c in by_run.values() if c.get("reference") is True]
         self._examples: dict[str, dict] = {}
 
-    def find(self, task: str, paradigm: str, **knobs) -> list[dict]:
+    def find(self, task: str, paradigm: str, reference: bool = False, **knobs) -> list[dict]:
         """Cells of `task` and `paradigm` whose fields equal `knobs` (None matches None only)."""
-        return [c for c in self.cells if c["task"] == task and c["paradigm"] == paradigm
-                and all(c.get(k) == v for k, v in knobs.items())]
+        return [c for c in (self.reference_cells if reference else self.cells) if c["task"] == task
+                and c["paradigm"] == paradigm and all(c.get(k) == v for k, v in knobs.items())]
 
-    def one(self, task: str, paradigm: str, **knobs) -> dict | None:
-        found = self.find(task, paradigm, **knobs)
+    def one(self, task: str, paradigm: str, reference: bool = False, **knobs) -> dict | None:
+        found = self.find(task, paradigm, reference, **knobs)
         return found[0] if len(found) == 1 else None
 
     def examples(self, run_id: str) -> dict[str, dict]:
@@ -102,198 +116,379 @@ def label(cell: dict) -> str:
     return f"{family(cell)} {setting(cell)}"
 
 
-def verdict(low: float, high: float, higher_is_better: bool, kind: str = "greater", margin: float = 0.0) -> str:
-    """The verdict for a CI [low, high] of A - B (see the module docstring)."""
-    if any(isinstance(v, float) and math.isnan(v) for v in (low, high)):
-        return "inconclusive"
-    if not higher_is_better:                       # turn it into "higher is better" for A
-        low, high = -high, -low
-    bound = 0.0 if kind == "greater" else -margin
-    if low > bound:
-        return "holds"
-    if high < bound:
-        return "fails"
-    return "inconclusive"
+# -- the tests ------------------------------------------------------------------------------------
+def sign_flip_p(diffs: np.ndarray, bound: float = 0.0, side: str = "two") -> float:
+    """Permutation p-value of mean(diffs) = bound against mean > bound ("greater"), < bound ("less") or either."""
+    d = np.asarray(diffs, dtype=float) - bound
+    n = d.size
+    if n == 0 or not np.any(d):
+        return 1.0
+    if n <= EXACT_UP_TO:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    else:
+        signs = np.where(np.random.default_rng(0).random((PERMUTATIONS, n)) < 0.5, -1.0, 1.0)
+    null = signs @ d
+    observed = d.sum()
+    eps = 1e-12 * max(1.0, np.abs(d).sum())
+    if side == "greater":
+        return float(np.mean(null >= observed - eps))
+    if side == "less":
+        return float(np.mean(null <= observed + eps))
+    return float(np.mean(np.abs(null) >= abs(observed) - eps))
+
+
+def mcnemar_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact two-sided McNemar p-value for paired binary outcomes."""
+    better, worse = int(np.sum((a == 1) & (b == 0))), int(np.sum((a == 0) & (b == 1)))
+    n = better + worse
+    return 1.0 if n == 0 else float(min(1.0, 2 * stats.binom.cdf(min(better, worse), n, 0.5)))
+
+
+def t_interval(d: np.ndarray) -> tuple[float, float]:
+    if d.size < 2:
+        return float(d.mean()), float(d.mean())
+    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size)
+    return float(d.mean() - half), float(d.mean() + half)
+
+
+def test_difference(d: np.ndarray, higher_is_better: bool, kind: str, margin: float, binary: tuple | None = None
+                    ) -> tuple[str, float]:
+    """(verdict, p-value) for paired differences d = A - B (see the module docstring)."""
+    sign = 1.0 if higher_is_better else -1.0
+    g = sign * d                                        # positive: A is better
+    if kind == "greater":
+        p = mcnemar_p(*binary) if binary is not None else sign_flip_p(g)
+        if p < ALPHA:
+            return ("holds" if g.mean() > 0 else "fails"), p
+        return "inconclusive", p
+    if kind == "noninferior":
+        p = sign_flip_p(g, -margin, "greater")
+        if p < ALPHA:
+            return "holds", p
+        return ("fails" if sign_flip_p(g, -margin, "less") < ALPHA else "inconclusive"), p
+    if kind == "equivalent":   # TOST: within +-margin
+        p = max(sign_flip_p(g, -margin, "greater"), sign_flip_p(g, margin, "less"))
+        if p < ALPHA:
+            return "holds", p
+        outside = min(sign_flip_p(g, -margin, "less"), sign_flip_p(g, margin, "greater"))
+        return ("fails" if outside < ALPHA else "inconclusive"), p
+    raise ValueError(f"unknown test {kind!r}")
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm-adjusted p-values (step-down), in the input order."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    adjusted, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _row(claim: int, a: dict, b: dict | None, metric: str, test: str, n: int, **values) -> dict:
+    return {"claim": claim, "task": a["task"], "a": label(a), "b": label(b) if b is not None else "",
+            "a_run_id": a["run_id"], "b_run_id": b["run_id"] if b is not None else None, "metric": metric,
+            "test": test, "n": n, "a_mean": None, "b_mean": None, "difference": None, "ci_low": None, "ci_high": None,
+            "p_value": None, "verdict": "inconclusive", **values}
 
 
 def paired(results: Results, claim: int, a: dict | None, b: dict | None, metric: str, higher_is_better: bool,
            kind: str = "greater", what: str | None = None) -> list[dict]:
-    """One paired comparison of cells A and B on `metric` (no row when either cell is missing)."""
+    """One paired comparison of cells A and B on `metric`: no row when a cell is missing or every difference is
+    zero (a tie by construction: identical outputs prove nothing)."""
     if a is None or b is None:
         return []
     va, vb = results.values(a, metric), results.values(b, metric)
     ids = sorted(set(va) & set(vb))
-    row = {"claim": claim, "task": a["task"], "a": label(a), "b": label(b), "metric": what or metric,
-           "test": kind + (f" (margin {MARGINS[metric]:g})" if kind == "noninferior" else ""), "n": len(ids)}
     if not ids:
-        return [{**row, "a_mean": None, "b_mean": None, "difference": None, "ci_low": None, "ci_high": None,
-                 "verdict": "inconclusive"}]
-    diff = mean_ci([va[i] - vb[i] for i in ids])
-    return [{**row, "a_mean": sum(va[i] for i in ids) / len(ids), "b_mean": sum(vb[i] for i in ids) / len(ids),
-             "difference": diff.value, "ci_low": diff.ci_low, "ci_high": diff.ci_high,
-             "verdict": verdict(diff.ci_low, diff.ci_high, higher_is_better, kind, MARGINS.get(metric, 0.0))}]
-
-
-def unpaired(claim: int, a: dict | None, b: dict | None, metric: str) -> list[dict]:
-    """A comparison of a set statistic (MAUVE) from the two cells' own CIs."""
-    if a is None or b is None or metric not in a["metrics"] or metric not in b["metrics"]:
         return []
-    ma, mb = a["metrics"][metric], b["metrics"][metric]
-    values = (ma["value"], mb["value"], ma["ci_low"], ma["ci_high"], mb["ci_low"], mb["ci_high"])
-    if any(v is None for v in values):
+    xa, xb = np.array([va[i] for i in ids]), np.array([vb[i] for i in ids])
+    d = xa - xb
+    if not np.any(d):
         return []
-    low, high = ma["ci_low"] - mb["ci_high"], ma["ci_high"] - mb["ci_low"]
-    return [{"claim": claim, "task": a["task"], "a": label(a), "b": label(b), "metric": f"{metric} (unpaired)",
-             "test": "greater", "n": a["n_examples"], "a_mean": ma["value"], "b_mean": mb["value"],
-             "difference": ma["value"] - mb["value"], "ci_low": low, "ci_high": high,
-             "verdict": verdict(low, high, bool(ma["higher_is_better"]))}]
+    margin = RELATIVE_MARGIN * abs(float(xb.mean())) if kind != "greater" else 0.0
+    test = kind + (f" (margin {RELATIVE_MARGIN:.0%} of B: {margin:.4g})" if kind != "greater" else "")
+    binary = (xa, xb) if kind == "greater" and set(np.unique(np.concatenate([xa, xb]))) <= {0.0, 1.0} else None
+    low, high = t_interval(d)
+    row = _row(claim, a, b, what or metric, test + (" McNemar" if binary is not None else " sign-flip"), len(ids),
+               a_mean=float(xa.mean()), b_mean=float(xb.mean()), difference=float(d.mean()), ci_low=low,
+               ci_high=high, values=(tuple(xa), tuple(xb)))
+    floor = FLOORS.get(metric)
+    if floor is not None and kind != "greater" and xb.mean() <= floor:
+        return [{**row, "verdict": f"{NOT_TESTABLE}: B is at the floor ({metric} {floor:g})"}]
+    if floor is not None and kind == "greater" and max(xa.mean(), xb.mean()) <= floor:
+        return [{**row, "verdict": f"{NOT_TESTABLE}: both are at the floor ({metric} {floor:g})"}]
+    verdict, p = test_difference(d, higher_is_better, kind, margin, binary)
+    return [{**row, "verdict": verdict, "p_value": p}]
 
 
-def matched_pairs(results: Results, task: str, window: str = "S") -> list[tuple[dict, dict]]:
+# -- frontiers at matched parallelism ---------------------------------------------------------------
+def envelope(tpf: np.ndarray, kl: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The lower non-decreasing frontier of the points (tokens per forward, KL), linearly interpolated on grid
+    (points beyond the last one take its value): the least KL reachable at >= t tokens per forward."""
+    order = np.argsort(tpf)
+    t, k = tpf[order], kl[order]
+    k = np.minimum.accumulate(k[::-1])[::-1]      # at least t tokens per forward: the best KL from t on
+    return np.interp(grid, t, k)
+
+
+def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: list[dict], metric: str,
+                  what: str, reference: bool = False) -> list[dict]:
+    """The mean over tokens per forward in [1, t_max] of F_A(t) - F_B(t) (F: each decoder's frontier of `metric`
+    over its cells, t_max the smaller of the two largest tokens per forward), with a paired bootstrap over the
+    examples shared by every cell (all cells resampled jointly). Negative: A's frontier is lower (better)."""
+    if len(a_cells) < 2 or len(b_cells) < 2:
+        return []
+    cells = a_cells + b_cells
+    per_cell = [(results.values(c, metric), results.values(c, "tokens_per_forward")) for c in cells]
+    ids = sorted(set.intersection(*[set(m) & set(t) for m, t in per_cell]))
+    if len(ids) < 2:
+        return []
+    kl = np.array([[m[i] for i in ids] for m, _ in per_cell])      # [cells, n]
+    tpf = np.array([[t[i] for i in ids] for _, t in per_cell])
+    n, na = len(ids), len(a_cells)
+
+    def area(index: np.ndarray | None) -> np.ndarray:
+        k = kl if index is None else kl[:, index]                  # [cells, (R,) n]
+        t = tpf if index is None else tpf[:, index]
+        km, tm = k.mean(axis=-1), t.mean(axis=-1)                  # [cells(, R)]
+        km, tm = km.reshape(len(cells), -1), tm.reshape(len(cells), -1)
+        out = []
+        for r in range(km.shape[1]):
+            t_max = min(tm[:na, r].max(), tm[na:, r].max())
+            grid = np.linspace(1.0, max(t_max, 1.0 + 1e-9), 64)
+            out.append(float(np.mean(envelope(tm[:na, r], km[:na, r], grid) - envelope(tm[na:, r], km[na:, r], grid))))
+        return np.array(out)
+
+    value = float(area(None)[0])
+    index = np.random.default_rng(0).integers(0, n, size=(BOOTSTRAP, n))
+    boot = area(index)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    p = float(min(1.0, 2 * min(np.mean(boot <= 0), np.mean(boot >= 0))))
+    verdict = "holds" if high < 0 else "fails" if low > 0 else "inconclusive"
+    t_max = min(tpf[:na].mean(axis=1).max(), tpf[na:].mean(axis=1).max())
+    a, b = a_cells[0], b_cells[0]
+    return [_row(claim, a, b, what, f"frontier area over tokens/forward [1, {t_max:.2f}], paired bootstrap "
+                 f"({len(a_cells)} vs {len(b_cells)} cells)", n, a_mean=float(kl[:na].mean()),
+                 b_mean=float(kl[na:].mean()), difference=value, ci_low=float(low), ci_high=float(high),
+                 p_value=p, verdict=f"reference: {verdict}" if reference else verdict,
+                 a=_series(a), b=_series(b), a_run_id=",".join(c["run_id"] for c in a_cells),
+                 b_run_id=",".join(c["run_id"] for c in b_cells))]
+
+
+def _series(cell: dict) -> str:
+    from .report import family
+
+    return family(cell) + " (every tau)"
+
+
+def matched_pairs(results: Results, task: str, window: str = "S", reference: bool = False) -> list[tuple[dict, dict]]:
     """(SetDLM S_max = 2S with W = S or S_max, BD3LM S) at equal threshold, for every S and tau both ran."""
     pairs = []
-    for bd in sorted(results.find(task, "bd3lm"), key=lambda c: (c["block_size"], c.get("threshold") or 2)):
+    for bd in sorted(results.find(task, "bd3lm", reference), key=lambda c: (c["block_size"], c.get("threshold") or 2)):
         S = bd["block_size"]
         if bd.get("decode_block") != S:
             continue
-        sd = results.one(task, "setdlm", block_size=S, max_block_size=2 * S, window=S if window == "S" else 2 * S,
-                         threshold=bd.get("threshold"))
+        sd = results.one(task, "setdlm", reference, block_size=S, max_block_size=2 * S,
+                         window=S if window == "S" else 2 * S, threshold=bd.get("threshold"))
         if sd is not None:
             pairs.append((sd, bd))
     return pairs
 
 
-def _primary(cell: dict) -> tuple[str, bool]:
-    row = next(r for r in cell["metrics"].values() if r.get("primary"))
-    return row["metric"], bool(row["higher_is_better"])
+def series_cells(results: Results, task: str, paradigm: str, reference: bool = False, **knobs) -> list[dict]:
+    return sorted(results.find(task, paradigm, reference, **knobs), key=lambda c: c.get("threshold") or 2.0)
 
 
 # -- the claims -------------------------------------------------------------------------------------
-def _c1(r: Results) -> list[dict]:
-    out = []
-    for sd, bd in matched_pairs(r, "gsm8k"):
-        out += paired(r, 1, sd, bd, "exact_match", True, "noninferior")
-        out += paired(r, 1, sd, bd, "tokens_per_s", True)
-    return out
+Built = tuple[list[dict], list[dict], str | None]
 
 
-def _c2(r: Results) -> list[dict]:
-    out = []
-    for task in ("roc_infill1", "roc_infill3"):
-        for sd, bd in matched_pairs(r, task, window="Smax"):   # the paper infills with W = S_max (spec §12.4)
-            if sd.get("threshold") is None:
-                out += paired(r, 2, sd, bd, "rouge1", True)
-                out += paired(r, 2, sd, bd, "tokens_per_s", True)
-    return out
+def _at_tau_off(pairs):
+    return [(a, b) for a, b in pairs if a.get("threshold") is None]
 
 
-def _c3(r: Results) -> list[dict]:
-    out = []
-    for sd, bd in matched_pairs(r, "cnndm"):
-        if sd.get("threshold") is not None:
+def _c1(r: Results) -> Built:
+    pairs = matched_pairs(r, "gsm8k")
+    primary = [x for a, b in _at_tau_off(pairs) for x in paired(r, 1, a, b, "exact_match", True)]
+    secondary = [x for a, b in pairs for x in paired(r, 1, a, b, "exact_match", True, "noninferior")]
+    secondary += [x for a, b in pairs for x in paired(r, 1, a, b, "tokens_per_forward", True)]
+    return primary, secondary, None
+
+
+def _c2(r: Results) -> Built:
+    out = {}
+    for task in ("roc_infill1", "roc_infill3"):   # the paper infills with W = S_max (spec §12.4)
+        out[task] = [x for a, b in _at_tau_off(matched_pairs(r, task, window="Smax"))
+                     for x in paired(r, 2, a, b, "rouge1", True)]
+    secondary = out["roc_infill3"] + [x for a, b in matched_pairs(r, "roc_infill1", window="Smax")
+                                      for x in paired(r, 2, a, b, "tokens_per_forward", True)]
+    return out["roc_infill1"], secondary, None
+
+
+def _c3(r: Results) -> Built:
+    primary, secondary = [], []
+    for a, b in _at_tau_off(matched_pairs(r, "cnndm")):
+        primary += paired(r, 3, a, b, "rougeL", True, "noninferior")
+        secondary += paired(r, 3, a, r.one("cnndm", "mdlm", threshold=None, steps=None), "rougeL", True, "noninferior")
+        secondary += [{**x, "verdict": f"{NOT_TESTABLE}: the paper's premise (AR overfits after 500k steps) is "
+                                       "absent at minutes of training"}
+                      for x in paired(r, 3, a, r.one("cnndm", "ar"), "rougeL", True)]
+    return primary, secondary, None
+
+
+def _c4(r: Results) -> Built:
+    rows = []
+    for a, b in matched_pairs(r, "mauve"):
+        ma, mb = a["metrics"].get("mauve"), b["metrics"].get("mauve")
+        if ma and mb:
+            rows.append(_row(4, a, b, "mauve (set statistic)", "none: no paired interval", a["n_examples"],
+                             a_mean=ma["value"], b_mean=mb["value"], difference=ma["value"] - mb["value"],
+                             verdict=f"{NOT_TESTABLE}: MAUVE of a few dozen samples has no paired interval"))
+    return [], rows, ("MAUVE is a statistic of a whole sample set: at cpu scale (a few dozen samples, a handful of "
+                      "clusters) it has no valid paired interval; reported, not tested")
+
+
+def _nll_rivals(r: Results, task: str):
+    small = r.one(task, "setdlm", max_block_size=8)
+    return small, r.one(task, "bd3lm", block_size=4), r.one(task, "mdlm")
+
+
+def _c5(r: Results) -> Built:
+    small, bd, md = _nll_rivals(r, "ppl_lm1b")
+    primary = paired(r, 5, small, bd, "nll_per_token", False, what="NLL bound per token")
+    secondary = paired(r, 5, small, md, "nll_per_token", False, what="NLL bound per token")
+    for task in ("ppl_owt", "ppl_wikitext"):   # the paper claims comparable likelihood there, not the best
+        s, b, m = _nll_rivals(r, task)
+        secondary += paired(r, 5, s, b, "nll_per_token", False, "equivalent", what="NLL bound per token")
+        secondary += paired(r, 5, s, m, "nll_per_token", False, "equivalent", what="NLL bound per token")
+    return primary, secondary, None
+
+
+def _c6(r: Results) -> Built:
+    """Faster at comparable likelihood, on unconditional generation: tokens per forward (hardware-free) at the
+    firing threshold, if the gen-PPL of the two is equivalent."""
+    primary, secondary = [], []
+    for a, b in matched_pairs(r, "genppl"):
+        if a.get("threshold") is None:
             continue
-        out += paired(r, 3, sd, bd, "rougeL", True, "noninferior")
-        out += paired(r, 3, sd, bd, "tokens_per_s", True)
-        out += paired(r, 3, sd, r.one("cnndm", "mdlm", threshold=None, steps=None), "rougeL", True, "noninferior")
-        out += paired(r, 3, sd, r.one("cnndm", "ar"), "rougeL", True)
-    return out
+        check = paired(r, 6, a, b, "gen_ppl", False, "equivalent")
+        secondary += check
+        speed = paired(r, 6, a, b, "tokens_per_forward", True)
+        if check and check[0]["verdict"] != "holds":
+            speed = [{**x, "verdict": f"{NOT_TESTABLE}: the gen-PPL equivalence precondition is "
+                                      f"{check[0]['verdict']}"} for x in speed]
+        (primary if not primary else secondary).extend(speed)
+    return primary, secondary, None
 
 
-def _c4(r: Results) -> list[dict]:
-    out = []
-    for sd, bd in matched_pairs(r, "mauve"):
-        out += unpaired(4, sd, bd, "mauve")
-        out += paired(r, 4, sd, bd, "tokens_per_s", True)
-    return out
-
-
-def _c5(r: Results) -> list[dict]:
-    out = []
-    for task in sorted({c["task"] for c in r.cells if c["task"].startswith("ppl_")}):
-        small = r.one(task, "setdlm", max_block_size=8)
-        if small is None:
-            continue
-        rivals = [r.one(task, "mdlm")] + [c for c in r.find(task, "bd3lm") if c["block_size"] <= 8]
-        for rival in rivals:
-            out += paired(r, 5, small, rival, "nll_per_token", False, what="NLL bound per token")
-        for larger in sorted(r.find(task, "setdlm"), key=lambda c: c["max_block_size"] or 0):
-            if (larger.get("max_block_size") or 0) > 8:
-                out += paired(r, 5, small, larger, "nll_per_token", False, what="NLL bound per token")
-    return out
-
-
-def _c6(r: Results) -> list[dict]:
-    out = []
-    for task in ("gsm8k", "cnndm"):
-        for sd, bd in matched_pairs(r, task):
-            if sd.get("threshold") is None:
-                out += paired(r, 6, sd, bd, "tokens_per_s", True)
-    return out
-
-
-def _c7(r: Results) -> list[dict]:
+def _c7(r: Results) -> Built:
     measured = r.gradvar()
+    why = ("the paper's naive training is MDLM-style masking at the order-agnostic schedule; the harness measures "
+           "half-subsampling of the same order loss (a ratio near 2 by construction): the estimate is reported, "
+           "the 3x is not tested")
     if measured is None:
-        return [{"claim": 7, "task": "training", "a": "naive masked loss", "b": "all-token order loss",
-                 "metric": "gradient variance ratio", "test": "greater than 1", "n": 0, "a_mean": None,
-                 "b_mean": None, "difference": None, "ci_low": None, "ci_high": None,
-                 "verdict": "inconclusive (not measured: python -m harness.bench gradvar --trained)"}]
-    low, high = measured["ci_low"], measured["ci_high"]
-    return [{"claim": 7, "task": "training", "a": "naive masked loss (half the targets)",
-             "b": f"all-token order loss ({measured['model']}, {measured['weights']} weights)",
-             "metric": "gradient variance ratio", "test": "greater than 1", "n": measured["minibatches"],
-             "a_mean": measured["variance"]["naive_masked"], "b_mean": measured["variance"]["all_tokens"],
-             "difference": measured["naive_over_all_tokens"], "ci_low": low, "ci_high": high,
-             "verdict": "holds" if low > 1 else "fails" if high < 1 else "inconclusive"}]
+        return [], [], why + " (not measured: python -m harness.bench gradvar --trained)"
+    row = {"claim": 7, "task": "training", "a": "naive masked loss (half the targets)",
+           "b": f"all-token order loss ({measured['model']}, {measured['weights']} weights)", "a_run_id": None,
+           "b_run_id": None, "metric": "gradient variance ratio", "test": "estimate (paper: about 3x)",
+           "n": measured["minibatches"], "a_mean": measured["variance"]["naive_masked"],
+           "b_mean": measured["variance"]["all_tokens"], "difference": measured["naive_over_all_tokens"],
+           "ci_low": measured["ci_low"], "ci_high": measured["ci_high"], "p_value": None,
+           "verdict": f"{NOT_TESTABLE}: another estimator than the paper's"}
+    return [], [row], why
 
 
-def _c8(r: Results) -> list[dict]:
-    out = []
-    mdlm = r.one("gsm8k", "mdlm", threshold=None, steps=None)   # one token per forward, no cache
-    for cached in (r.find("gsm8k", "bd3lm", threshold=None) + r.find("gsm8k", "setdlm", threshold=None)):
-        if (cached.get("window") or cached.get("decode_block")) == cached.get("block_size"):   # at the trained S
-            out += paired(r, 8, cached, mdlm, "tokens_per_s", True)
-    return out
+def _c8(r: Results) -> Built:
+    return [], [], ("wall-clock speed needs the interleaved timing with an A/A control, which these results do not "
+                    "have; sweep tokens/s are timed cell by cell")
 
 
-def _c9(r: Results) -> list[dict]:
-    out = []
-    for task in ("oracle_greedy", "oracle_gen", "oracle_infill"):
-        metric = "infill_nll" if task == "oracle_infill" else "oracle_nll"
-        for sd, bd in matched_pairs(r, task):
-            out += paired(r, 9, sd, bd, metric, False)
-            out += paired(r, 9, sd, bd, "tokens_per_forward", True)
-    return out
+def _c9(r: Results) -> Built:
+    """The oracle trade-off: SetDLM's forward-KL frontier below BD3LM's at matched parallelism."""
+    def frontier(reference: bool, smax: int, claim_rows: bool):
+        sd = series_cells(r, "oracle_kl", "setdlm", reference, max_block_size=smax, window=smax // 2)
+        bd = series_cells(r, "oracle_kl", "bd3lm", reference, block_size=4)
+        return frontier_area(r, 9, sd, bd, "forward_kl", "forward KL frontier, nats/token", reference)
+
+    primary = frontier(False, 8, True)
+    secondary = frontier(False, 16, True)
+    for metric in ("reverse_kl",):
+        sd = series_cells(r, "oracle_kl", "setdlm", max_block_size=8, window=4)
+        bd = series_cells(r, "oracle_kl", "bd3lm", block_size=4)
+        secondary += frontier_area(r, 9, sd, bd, metric, "reverse KL frontier, nats/token")
+    reference = frontier(True, 8, False) + frontier(True, 16, False)
+    return primary, secondary + reference, None
+
+
+def _c10(r: Results) -> Built:
+    """Oracle likelihood: a smaller S_max gives a tighter bound; SetDLM S_max = 8 against MDLM and BD3LM."""
+    small, large = r.one("oracle_nll", "setdlm", max_block_size=8), r.one("oracle_nll", "setdlm", max_block_size=16)
+    primary = paired(r, 10, small, large, "excess", False, what="NLL bound minus oracle entropy, per token")
+    secondary = paired(r, 10, small, r.one("oracle_nll", "bd3lm", block_size=4), "excess", False,
+                       what="NLL bound minus oracle entropy, per token")
+    secondary += paired(r, 10, small, r.one("oracle_nll", "mdlm"), "excess", False,
+                        what="NLL bound minus oracle entropy, per token")
+    return primary, secondary, None
+
+
+def _c11(r: Results) -> Built:
+    """Oracle infilling with equal context: more tokens per forward than BD3LM at no worse infill NLL (tau 0.3)."""
+    primary, secondary = [], []
+    for a, b in matched_pairs(r, "oracle_infill"):
+        quality = paired(r, 11, a, b, "infill_nll", False, "noninferior")
+        speed = paired(r, 11, a, b, "tokens_per_forward", True)
+        if a.get("threshold") == 0.3:
+            if quality and quality[0]["verdict"] != "holds":
+                speed = [{**x, "verdict": f"{NOT_TESTABLE}: the infill NLL non-inferiority precondition is "
+                                          f"{quality[0]['verdict']}"} for x in speed]
+            primary += speed
+            secondary += quality
+        else:
+            secondary += quality + speed
+    return primary, secondary, None
 
 
 CLAIMS = (
-    Claim(1, "GSM8K: SetDLM's speed-quality frontier dominates BD3LM's (budget-matched, every tau: "
-             "exact match no worse, decoding faster)", _c1),
-    Claim(2, "ROCStories infilling (1 and 3 sentences): SetDLM (W = S_max) has higher ROUGE-1 than BD3LM at a "
-             "matched budget and decodes faster", _c2),
-    Claim(3, "CNN/DailyMail: SetDLM is competitive on ROUGE-L with BD3LM and MDLM, faster than BD3LM, and beats AR",
-          _c3),
+    Claim(1, "GSM8K: SetDLM is more accurate than BD3LM at a matched budget (primary: exact match at tau off, "
+             "McNemar); its speed-quality frontier dominates", _c1),
+    Claim(2, "ROCStories infilling: SetDLM (W = S_max) has higher ROUGE than BD3LM (official infill context) at a "
+             "matched budget (primary: ROC-1 ROUGE-1 at tau off), decoding faster (paper: up to 25%)", _c2),
+    Claim(3, "CNN/DailyMail: SetDLM is competitive with BD3LM on ROUGE-L (primary, 10% margin) and with MDLM, and "
+             "beats an overfitting AR (paper: up to 10% faster than BD3LM)", _c3),
     Claim(4, "MAUVE: SetDLM scores higher than BD3LM while decoding faster", _c4),
-    Claim(5, "Likelihood: SetDLM with S_max = 8 has the tightest bound among the diffusion models with S <= 8, "
-             "and a smaller S_max gives a tighter bound", _c5),
-    Claim(6, "Speed at comparable likelihood: SetDLM (S_max = 2S) decodes faster than BD3LM (S) at tau off", _c6),
-    Claim(7, "Token-efficient training lowers gradient variance (about 3x in the paper) against naive masked "
-             "training at the same batch", _c7),
+    Claim(5, "LM1B: SetDLM with S_max = 8 has the best likelihood bound among the diffusion models (primary: "
+             "against BD3LM S = 4); comparable to them on OWT (equivalence, 10% margin)", _c5),
+    Claim(6, "Unconditional generation: at comparable likelihood (gen-PPL equivalent, 10% margin), SetDLM decodes "
+             "faster than BD3LM (primary: tokens per forward at the firing threshold; paper: 22% on OWT)", _c6),
+    Claim(7, "Token-efficient training lowers gradient variance about 3x against naive masked training", _c7),
     Claim(8, "MDLM without a KV cache is slower than the cached paradigms at one token per forward", _c8),
-    Claim(9, "Oracle language (exact likelihood): budget-matched SetDLM (S_max = 2S, W = S) loses less oracle NLL "
-             "than BD3LM (S) at every tau, greedy, sampled and infilling, and commits more tokens per forward", _c9),
+    Claim(9, "Oracle language: at matched parallelism SetDLM (S_max = 8, W = 4) loses less than BD3LM (S = 4) to "
+             "parallel decoding (primary: forward-KL frontier area over tokens per forward)", _c9),
+    Claim(10, "Oracle language: a smaller S_max gives a tighter likelihood bound (primary: S_max 8 against 16); "
+              "SetDLM S_max = 8 against BD3LM and MDLM", _c10),
+    Claim(11, "Oracle infilling with equal context: SetDLM commits more tokens per forward than BD3LM at no worse "
+              "infill NLL (primary: tau 0.3)", _c11),
 )
 
+NOT_AT_THIS_SCALE = {   # paper statements with no test here, and why
+    "Table 6 ablation (order-agnostic SW-SetDLM against a bidirectional variant without cache or token-efficient "
+    "training)": "needs two more trained models of the order-agnostic schedule",
+    "accelerates convergence": "needs validation-loss curves of both training objectives at matched steps",
+    "LM1B: consistently higher decoding throughput": "a GPU wall-clock statement",
+}
 
-def overall(rows: list[dict]) -> str:
-    verdicts = [row["verdict"] for row in rows]
-    if not verdicts:
-        return "not tested (no matching results)"
-    if all(v == "holds" for v in verdicts):
-        return "holds"
-    if any(v == "fails" for v in verdicts):
-        return "fails"
-    return "inconclusive"
+
+def _dedupe(rows: list[dict]) -> list[dict]:
+    """Comparisons resting on identical per-example values (e.g. thresholds that never fire) count once."""
+    seen, out = set(), []
+    for row in rows:
+        key = (row["task"], row["metric"], row.get("values"))
+        if row.get("values") is not None and key in seen:
+            continue
+        seen.add(key)
+        out.append(row)
+    return out
 
 
 def evaluate(preset_dir: Path, runs: list[dict], bench_dir: Path | None) -> tuple[list[dict], list[dict]]:
@@ -301,9 +496,25 @@ def evaluate(preset_dir: Path, runs: list[dict], bench_dir: Path | None) -> tupl
     results = Results(preset_dir, runs, bench_dir)
     summary, details = [], []
     for claim in CLAIMS:
-        rows = claim.build(results)
-        counts = {v: sum(row["verdict"] == v for row in rows) for v in VERDICTS}
-        summary.append({"claim": claim.number, "statement": claim.statement, "verdict": overall(rows),
-                        "comparisons": len(rows), **counts})
-        details += rows
+        primary, secondary, why = claim.build(results)
+        primary, secondary = _dedupe(primary)[:1], _dedupe(secondary)
+        tested = [i for i, row in enumerate(secondary) if row.get("p_value") is not None]
+        for i, p in zip(tested, holm([secondary[i]["p_value"] for i in tested])):
+            secondary[i]["p_holm"] = p
+        if primary:
+            verdict = primary[0]["verdict"]
+        else:
+            verdict = f"{NOT_TESTABLE}: {why}" if why else "not tested (no matching results)"
+        for row in primary:
+            row["role"] = "primary"
+        for row in secondary:
+            row["role"] = "reference" if str(row["verdict"]).startswith("reference") else "secondary"
+        rows = primary + secondary
+        summary.append({"claim": claim.number, "statement": claim.statement, "verdict": verdict,
+                        "primary": primary[0]["metric"] if primary else None,
+                        "estimate": primary[0]["difference"] if primary else None,
+                        "ci_low": primary[0]["ci_low"] if primary else None,
+                        "ci_high": primary[0]["ci_high"] if primary else None,
+                        "n": primary[0]["n"] if primary else None, "secondary": len(secondary)})
+        details += [{k: v for k, v in row.items() if k != "values"} for row in rows]
     return summary, details

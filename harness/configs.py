@@ -33,7 +33,9 @@ def canonical_json(obj) -> str:
 
 def _encode(obj):
     if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
+        # fields marked hash_default=False (models.types.NEW_KNOB) count only away from their default
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+                if f.metadata.get("hash_default", True) or getattr(obj, f.name) != f.default}
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"cannot encode {type(obj).__name__} in a config")

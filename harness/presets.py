@@ -74,6 +74,8 @@ class Preset:
                                            # labelled so, kept out of Pareto fronts and claims
     precision: str | None = None           # what `--precision auto` means for this preset (a protocol's own
                                            # precision, e.g. the official evaluation's fp32); None: harness.precision
+    block_sizes_of: dict = field(default_factory=dict)   # paradigm -> its S values, where they differ from block_sizes
+    batch_size: int | None = None          # examples per decode call for this family (None: the sweep's --batch-size)
 
     def lists(self, task: str) -> bool:
         return any(spec.name == task for spec in self.tasks)
@@ -88,7 +90,7 @@ class Preset:
         out = []
         for paradigm in paradigms or paradigm_names():
             takes_size = get_paradigm(paradigm).block_size_meaning is not None
-            for s in self.block_sizes if takes_size else (None,):
+            for s in self.block_sizes_of.get(paradigm, self.block_sizes) if takes_size else (None,):
                 cfg = base.replace(paradigm=paradigm, block_size=s, steps=self.steps.get(paradigm, self.steps["default"]))
                 if paradigm != "ar" and self.adapt_from_ar is not None:
                     cfg = cfg.replace(init_from=ar, **self.adapt_from_ar)
@@ -153,31 +155,62 @@ _SMOKE = Preset(
 
 # The oracle family of the cpu preset: models trained on fresh samples of an HMM language whose likelihood is
 # exact (tasks/oracle_language), so the cost of committing several tokens per forward is measured without a
-# judge. Small models (2 layers) learn it to near the entropy rate in a couple of minutes; thresholds go lower
-# than on text because these models are confident enough for them to fire.
+# judge. Small models (2 layers) learn it to near the entropy rate in a few minutes.
+# * Quality is the decoder's two-sided KL from the oracle (oracle_kl: forward KL on teacher-forced oracle
+#   continuations, reverse KL on its own samples, 16 tokens, 300 prefixes), sampled with confidence = max_prob
+#   so that the decoder's joint is exact to score. The one-sided oracle NLL of samples under the official
+#   confidence (oracle_gen) rewards mode-seeking and stays as a diagnostic at tau off, greedy continuation
+#   (oracle_greedy) as a calibration diagnostic.
+# * tau runs from 0.45 to 0.2: a calibrated model commits a second token at no tau >= 0.5 on this language
+#   (the perfect model below commits 1.00 token per forward at 0.5), so that range is where the frontier is.
+# * SetDLM with S = 4 (S_max 8) and S = 8 (S_max 16) tests "a smaller S_max gives a tighter bound"; W = S.
+# * BD3LM infills with the official context (every clean block of the input in the cache), as SetDLM sees
+#   both sides, so that infilling compares decoders, not context access.
+# * Decode calls take 25 examples at once (16-token continuations of equal length, no stop rule): sweep
+#   tokens/s are not the speed axis (the interleaved speed benchmark is, harness/speed.py).
 ORACLE = "oracle:hmm-strong"
+ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
+KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
+FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling as the official code does
+_ORACLE_TASKS = (
+    TaskSpec("oracle_nll", 400),
+    TaskSpec("oracle_kl", 300, {}, KL_DECODE),
+    TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
+    TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
+    TaskSpec("oracle_greedy", 40, thresholds=(None, 0.3)),                   # calibration diagnostic
+)
 _CPU_ORACLE = Preset(
     name="cpu",
     description="oracle language hmm-strong: exact likelihood and entropy rate (diffusion models adapted from AR)",
     base=TrainConfig(paradigm="ar", length=64, backbone=gpt_spec(n_layers=2, d_model=128, n_heads=4),
                      tokenizer=ORACLE, corpus=ORACLE, batch_size=32, lr=3e-3, warmup_steps=30),
-    steps={"ar": 400, "default": 300},
+    steps={"ar": 600, "mdlm": 300, "default": 450},
     block_sizes=(4,),
-    grid=Grid(thresholds=(None, 0.9, 0.7, 0.5, 0.3), step_budgets=(16, 8), windows="S,Smax"),
-    tasks=(
-        TaskSpec("oracle_nll", 200),
-        TaskSpec("oracle_gen", 40, {}, {"greedy": False}),     # pure sampling: its NLL is comparable to the entropy
-        TaskSpec("oracle_greedy", 40),
-        TaskSpec("oracle_infill", 40),
-    ),
+    block_sizes_of={"setdlm": (4, 8)},
+    grid=Grid(thresholds=ORACLE_THRESHOLDS),
+    tasks=_ORACLE_TASKS,
     warmup=1,
     adapt_from_ar={"lr": 2e-3, "warmup_steps": 10},
+    batch_size=25,
+)
+
+# The perfect model of the oracle language (tasks/oracle_language/perfect.py: its predictions are the oracle's
+# exact conditionals) decoded by each paradigm's decoder: the structural cost of parallel decoding without model
+# error, and a check of the decode loops (at one token per forward every decoder samples the oracle exactly).
+# A reference family: drawn, never in the fronts or the claims.
+_PERFECT_TAGS = ("ar", "mdlm", "bd3lm-s4", "setdlm-smax8", "setdlm-smax16")
+_CPU_PERFECT = Preset(
+    name="cpu",
+    description="perfect model of the oracle language, decoded by every paradigm (a reference for the decoders)",
+    base=_CPU_ORACLE.base, steps={"default": 0}, block_sizes=(), grid=_CPU_ORACLE.grid, warmup=0,
+    tasks=tuple(t for t in _ORACLE_TASKS if t.name in ("oracle_kl", "oracle_infill")),
+    external=tuple((f"perfect:hmm-strong:{tag}", {}) for tag in _PERFECT_TAGS), reference=True, batch_size=50,
 )
 
 _CPU_TEXT_TASKS = (
     TaskSpec("gsm8k", 12, {"max_new_tokens": 96}),
-    TaskSpec("roc_infill1", 20, {}, GREEDY_TEXT),
-    TaskSpec("roc_infill3", 12, {}, GREEDY_TEXT),
+    TaskSpec("roc_infill1", 20, {}, {**GREEDY_TEXT, **FULL_CONTEXT}),   # BD3LM sees the suffix, as in the paper
+    TaskSpec("roc_infill3", 12, {}, {**GREEDY_TEXT, **FULL_CONTEXT}),
     TaskSpec("cnndm", 8, {"max_new_tokens": 48}, GREEDY_TEXT),
     TaskSpec("ppl_owt", 100),
     TaskSpec("ppl_lm1b", 64),
@@ -196,8 +229,10 @@ _CPU_SMOLLM2 = Preset(
     name="cpu",
     description="pretrained reference: SmolLM2-135M-Instruct as AR on the natural-text tasks",
     base=_CPU_ORACLE.base, steps={"default": 0}, block_sizes=(), grid=Grid(), warmup=1,
-    # the toy models' tasks, with 32 perplexity rows per corpus instead of 100/64/64 (budget, below)
-    tasks=tuple(dataclasses.replace(t, limit=32) if t.name.startswith("ppl_") else t for t in _CPU_TEXT_TASKS),
+    # the toy models' tasks, with 32 perplexity rows per corpus instead of 100/64/64, and no gen-PPL or MAUVE
+    # (SmolLM2 judges and featurises those itself) (budget, below)
+    tasks=tuple(dataclasses.replace(t, limit=32) if t.name.startswith("ppl_") else t for t in _CPU_TEXT_TASKS
+                if t.name not in ("genppl", "mauve")),
     external=(("smollm2", {"paradigm": "ar", "length": 256}),), reference=True,
 )
 
@@ -225,7 +260,7 @@ _CPU = Preset(
     tasks=_CPU_TEXT_TASKS,
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
-    families=(_CPU_ORACLE, _CPU_SMOLLM2),
+    families=(_CPU_ORACLE, _CPU_PERFECT, _CPU_SMOLLM2),
 )
 
 _PAPER_TRAIN = Preset(
@@ -285,8 +320,8 @@ _PAPER_PRESETS = (
            "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512},
                                    {"chunk_size": 32, "commit_order": "first_hitting", **OFFICIAL}),), "S,Smax"),
     _paper("paper-roc", "owt", "Table 2: ROCStories infilling (1 and 3 sentences) with the OWT checkpoints",
-           (TaskSpec("roc_infill1", 1000, {}, {**GREEDY_TEXT, **OFFICIAL}),
-            TaskSpec("roc_infill3", 1000, {}, {**GREEDY_TEXT, **OFFICIAL})), "S,Smax"),
+           (TaskSpec("roc_infill1", 1000, {}, {**GREEDY_TEXT, **OFFICIAL, **FULL_CONTEXT}),
+            TaskSpec("roc_infill3", 1000, {}, {**GREEDY_TEXT, **OFFICIAL, **FULL_CONTEXT})), "S,Smax"),
     _paper("paper-cnndm", "cnndm", "Table 3: CNN/DailyMail summaries with the published CNN/DM checkpoints",
            (TaskSpec("cnndm", 1000, {"max_new_tokens": 180, "source": "hf"},
                      {**GREEDY_TEXT, "chunk_size": 32, **OFFICIAL}),)),

@@ -144,11 +144,14 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
     calls: list[CallTiming] = []
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        key = ("gen", r.max_new_tokens, r.stop_at_eos) if isinstance(r, GenerateRequest) else ("infill", i)
+        key = (("gen", r.max_new_tokens, r.stop_at_eos, r.forced is not None) if isinstance(r, GenerateRequest)
+               else ("infill", i))
         groups.setdefault(key, []).append(i)
     for key, index in groups.items():
         if key[0] == "gen":
-            gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]))
+            forced = [list(requests[i].forced) for i in index] if key[3] else None
+            gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]),
+                                  forced)
         else:
             r: InfillRequest = requests[index[0]]
             gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
@@ -156,7 +159,7 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
         calls.append(CallTiming(gens[0].seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens),
                                 tuple(index)))
         for i, g in zip(index, gens):
-            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens)
+            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens, g.log_q)
     return outputs, calls
 
 
@@ -216,9 +219,13 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
             for i, text in enumerate(texts):
                 outputs[i]["decode"] = text
             served = {i: (k, call, j) for k, call in enumerate(calls) for j, i in enumerate(call.requests)}
-        for key in sorted({k for r in reqs for k in r if k != "decode"}):
+        for key in sorted({k for r in reqs for k in r if k != "decode"}):   # untimed: scoring and teacher forcing
             scored = [(i, r[key]) for i, r in enumerate(reqs) if key in r]
-            for (i, _), out in zip(scored, execute_nll(loaded, [r for _, r in scored], seed)):
+            if isinstance(scored[0][1], NllRequest):
+                done = execute_nll(loaded, [r for _, r in scored], seed)
+            else:
+                done = execute_decode(loaded, [r for _, r in scored], decode_base.replace(seed=seed))[0]
+            for (i, _), out in zip(scored, done):
                 outputs[i][key] = out
         rows = []
         for i, ex in enumerate(chunk):

@@ -258,7 +258,8 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
                          if block_size is None or c.block_size in (None, block_size)]
             targets = [(c.model_id, c) for c in models_of]
             train += models_of
-        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes, batch_size=batch_size,
+        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes,
+                                 batch_size=family.batch_size or batch_size,
                                  device=device, seed=seed, reference=family.reference,
                                  precision=INSTRUMENT_PRECISION if family.reference else decode_precision)
         cells += family_cells
@@ -340,7 +341,8 @@ def is_local_spec(spec: str) -> bool:
     that would be downloaded."""
     from models.pretrained import SHORT_NAMES
 
-    return spec in SHORT_NAMES or Path(spec).expanduser().exists() or models.spec_kind(spec) == "checkpoint"
+    return (spec in SHORT_NAMES or Path(spec).expanduser().exists()
+            or models.spec_kind(spec) in ("checkpoint", "perfect"))
 
 
 def preflight(plan: Plan) -> None:

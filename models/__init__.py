@@ -18,7 +18,7 @@ from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  (defining the classes regis
 from .backbones import KINDS, BackboneSpec, _ensure_kinds
 from .checkpoint import CheckpointError, load, save
 from .loading import open_model, spec_kind
-from .paradigm import PARADIGMS, Grid, ParadigmModel, get_paradigm, paradigm_names
+from .paradigm import PARADIGMS, Grid, ParadigmModel, get_paradigm, paradigm_names, parse_model_tag
 from .types import (
     TOKEN_COUNTING_RULE, Batch, ContextOverflowError, DecodeConfig, Generation, ModelConfig, count_generated_tokens,
 )
@@ -45,5 +45,5 @@ def build(paradigm: str, backbone: str | BackboneSpec = "gpt", **kwargs) -> Para
 __all__ = [
     "KINDS", "PARADIGMS", "TOKEN_COUNTING_RULE", "BackboneSpec", "Batch", "CheckpointError", "ContextOverflowError",
     "DecodeConfig", "Generation", "Grid", "ModelConfig", "ParadigmModel", "build", "count_generated_tokens",
-    "from_config", "get_paradigm", "load", "open_model", "paradigm_names", "save", "spec_kind",
+    "from_config", "get_paradigm", "load", "open_model", "paradigm_names", "parse_model_tag", "save", "spec_kind",
 ]

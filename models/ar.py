@@ -77,9 +77,10 @@ class ARModel(ParadigmModel):
         return batch.target_mask[:, 1:].sum(dim=1)
 
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
-               decode: DecodeConfig = DecodeConfig()) -> Generation:
+               decode: DecodeConfig = DecodeConfig(), forced: Sequence[int] | None = None) -> Generation:
         """AR baseline: continue the prefix for exactly n_masked tokens; the suffix is not seen."""
-        return self.generate([list(prefix)], n_masked, decode.replace(stop_at_eos=False))[0]
+        return self.generate([list(prefix)], n_masked, decode.replace(stop_at_eos=False),
+                             None if forced is None else [forced])[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         with official_numerics(self.backbone, decode):
@@ -95,12 +96,14 @@ class ARModel(ParadigmModel):
         P = int((~span[0]).sum())  # generation canvases put the span at [P, C) for every row
         N = C - P
         device = ids.device
-        chooser = OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, ar=True)
+        chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, ar=True,
+                                                    ordered=True, forced=canvas.forced))
         log = StepLog(B, N, device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
         cache = self.backbone.new_cache(B, C) if decode.use_cache else None
+        col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 
         for step in range(N):
             col = P + step  # canvas column being predicted
@@ -125,7 +128,7 @@ class ARModel(ParadigmModel):
                     mask = torch.cat([cache.history_mask(), real[:, col - 1:col]], dim=1)[:, None, None, :]
                 h = self.backbone(ids[:, col - 1:col], pos[:, col - 1:col], attn_mask=mask, cache=cache)
                 cache.commit(1)
-            tokens, _ = chooser(logits(h[:, -1:]))
+            tokens, _ = chooser(logits(h[:, -1:]), col_of_step[:, step:step + 1])
             active = ~done
             ids[:, col] = torch.where(active, tokens[:, 0], ids[:, col])
             chooser.mark(tokens, active[:, None])

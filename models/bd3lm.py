@@ -12,8 +12,11 @@
   completed (the "fused" cache write)] + [the S tokens of the current block], so completing a
   block costs no extra forward. Rows progress through their blocks independently, so batches
   of prompts with different lengths work. The EOS stop rule is checked when a block completes.
-* Infilling: the block-causal model sees the prefix and any suffix tokens inside the blocks it
-  decodes (it cannot see later blocks; the official repo's variant differs, spec §12.5).
+* Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
+  tokens inside the blocks it decodes, not later blocks. infill_context="all" is the official behaviour
+  (spec §12 note 5): every complete block of the input without a mask, prefix and suffix, is written to
+  the cache first, in a forward of its own (block-causal among themselves), so each masked block sees
+  both sides; position ids stay the true ones.
 
 DecodeConfig(sampler="official") reproduces the official MDLM.generate with block_size S < L, call for call
 (tests/test_official.py checks it against logits recorded from the official code); "official_unfused" is the
@@ -41,7 +44,7 @@ from __future__ import annotations
 import torch
 
 from .backbones import ClosedStream
-from .decoding import Canvas, StepLog, select_commits
+from .decoding import Canvas, StepLog, left_aligned, select_commits
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, is_official, official_commit_counts, official_numerics
 from .paradigm import Grid
@@ -62,7 +65,7 @@ class BD3LMModel(MDLMModel):
     paradigm = "bd3lm"
     label = "BD3LM"
     block_size_meaning = "block size S: a diffusion block of S tokens at a time; S must divide L"
-    knobs = frozenset({"threshold", "decode_block", "steps_per_block", "use_cache", "sampler"})
+    knobs = frozenset({"threshold", "decode_block", "steps_per_block", "use_cache", "sampler", "infill_context"})
     samplers = ("harness", "official", "official_unfused")
     colormap = "Reds"
     training_streams = 2
@@ -185,24 +188,38 @@ class BD3LMModel(MDLMModel):
         Tp = int(n_pre.max())
         pend_cols = (pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
         pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
+        context = canvas.real & ~canvas.span & (cols[None] < (pad + n_pre)[:, None])   # what the cache starts with
+        full_context = decode.infill_context == "all" and not bool(canvas.span[:, -1].any())
+        if full_context:   # infilling: every complete block without a mask, the suffix's too, is context
+            n_blocks = C // S   # (an infill canvas has no padding: column = position)
+            clean = (canvas.real & ~masked)[:, :n_blocks * S].view(B, n_blocks, S).all(dim=2)
+            context = torch.zeros_like(context)
+            context[:, :n_blocks * S] = clean.repeat_interleave(S, dim=1)
+            Tp = int(context.sum(dim=1).max())
+            pend_cols, pend_valid = left_aligned(cols.expand(B, C), context)
+            pend_cols, pend_valid = pend_cols[:, :Tp], pend_valid[:, :Tp]
 
-        chooser = OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, canvas.real & ~canvas.span, device)
+        chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids,
+                                                    canvas.real & ~canvas.span, device, forced=canvas.forced))
         max_masks = int(masked.sum(dim=1).max())
         log = StepLog(B, (2 if unfused else 1) * (max_masks + 1) + 1, device)   # + prefill; unfused: + commits
         if decode.use_cache:
             step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=official)
         else:
-            step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, canvas.span, pad + n_pre, S)
+            step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S)
         forced, steps_in_block, masks_in_block = 1, None, None
         if decode.steps_per_block is not None or official:
             steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
             masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
         if official:   # k_i of the official schedule over the block size S (not the masks left in the block)
             official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
-            if decode.use_cache and Tp > 0:   # the official prefill: the prompt's complete blocks, a forward of its own
+        if (official or full_context) and Tp > 0:
+            # the official prefill: the context's complete blocks, a forward of its own (with the full infill
+            # context always: the suffix blocks must not attend to the current block's masks)
+            if decode.use_cache:
                 step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, Tp)
-                log.record(active & (n_pre > 0), torch.zeros(B, dtype=torch.long, device=device))
-                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
+            log.record(active & pend_valid.any(dim=1), torch.zeros(B, dtype=torch.long, device=device))
+            pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
         new_block = active
 
         while True:
@@ -224,7 +241,7 @@ class BD3LMModel(MDLMModel):
                     forced = self._forced(masks_in_block, steps_in_block, decode.steps_per_block).minimum(n_masks)
                 steps_in_block = steps_in_block + 1
             h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
-            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:]))
+            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:]), blk_cols)
             chosen = select_commits(conf, candidate, forced, decode.threshold)
             ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
             chooser.mark(tokens, chosen)
@@ -286,7 +303,8 @@ class _CachedBlockStep:
         keys = torch.cat([cache.history_mask(), new_valid], dim=1)
         mask = (key_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
         mask[:, :, n:].diagonal(dim1=1, dim2=2).fill_(True)
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=None if self.keep_all else slice(Tp, None))
+        keep = None if self.keep_all else slice(min(Tp, T - 1), None)   # a prefill alone keeps one (unused) row
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=keep)
         cache.commit(Tp, new_valid[:, :Tp])
         return h
 
@@ -295,15 +313,27 @@ class _CachedBlockStep:
 
 
 class _UncachedBlockStep:
-    """Reference path without a cache: recompute every complete block before the current one each step."""
+    """Reference path without a cache: recompute the context (what the cache would hold) each step.
 
-    def __init__(self, backbone, ids, pos, real, span, context_end, S: int):
+    Each context column has the rank of its cache write: the starting context is ranked by its block
+    (block-causal among itself, as the prefill writes it), a block completed while decoding by its block
+    after all of those, so every column sees exactly the keys the cached path gives it."""
+
+    BIG = torch.iinfo(torch.long).max
+
+    def __init__(self, backbone, ids, pos, real, context, S: int):
         self.backbone, self.ids, self.pos, self.S, self.real = backbone, ids, pos, S, real
         self.cols = torch.arange(real.shape[1], device=ids.device)
-        self.context = real & ~span & (self.cols[None] < context_end[:, None])   # visible clean columns
+        C = real.shape[1]
+        self.context = context.clone()
+        self.rank = torch.where(context, pos[:, :C] // S, self.BIG)
+        self.later = C   # above every block index: completed blocks rank after the starting context
 
     def completed(self, rows, next_start) -> None:
-        self.context = self.context | (rows[:, None] & self.real & (self.cols[None] < next_start[:, None]))
+        C = self.real.shape[1]
+        new = rows[:, None] & self.real & (self.cols[None] < next_start[:, None]) & ~self.context
+        self.rank = torch.where(new, self.pos[:, :C] // self.S + self.later, self.rank)
+        self.context = self.context | new
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         C = self.context.shape[1]
@@ -311,10 +341,11 @@ class _UncachedBlockStep:
         ctx_cols = torch.where(self.context, self.cols, C).sort(dim=1).values[:, :n_ctx]
         ctx_valid = ctx_cols < C
         c_ids, c_pos = self.ids.gather(1, ctx_cols), self.pos.gather(1, ctx_cols)
+        c_rank = self.rank.gather(1, ctx_cols.clamp(max=C - 1))
         blk_ids, blk_pos, blk_valid = inp[:, Tp:], inp_pos[:, Tp:], new_valid[:, Tp:]
-        q_blk = torch.cat([c_pos, blk_pos], dim=1) // self.S
+        rank = torch.cat([c_rank, torch.full_like(blk_ids, self.BIG)], dim=1)   # the current block sees all context
         keys = torch.cat([ctx_valid, blk_valid], dim=1)
-        mask = (q_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
+        mask = (rank[:, None, :] <= rank[:, :, None]) & keys[:, None, :]
         mask.diagonal(dim1=1, dim2=2).fill_(True)
         return self.backbone(torch.cat([c_ids, blk_ids], dim=1), torch.cat([c_pos, blk_pos], dim=1),
                              attn_mask=mask[:, None], keep=slice(n_ctx, None))

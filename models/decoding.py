@@ -26,6 +26,8 @@ class Canvas:
     positions: torch.Tensor  # [B, C] position ids (0 at each row's first real token)
     real: torch.Tensor       # [B, C] bool, False on left padding
     span: torch.Tensor       # [B, C] bool, the positions to decode (masks at the start)
+    forced: torch.Tensor | None = None   # [B, C + 1] teacher-forced targets (span columns; column C is scratch)
+    log_q: torch.Tensor | None = None    # [B] the decoder's log q_dec, when its chooser keeps it (track)
 
     @classmethod
     def for_generation(cls, prompts: Sequence[Sequence[int]], max_new_tokens: int, mask_id: int, pad_id: int,
@@ -63,6 +65,22 @@ class Canvas:
         span[0, len(prefix):len(prefix) + n_masked] = True
         return cls(ids, positions, torch.ones_like(span), span)
 
+    def force(self, targets: Sequence[Sequence[int]]) -> None:
+        """Teacher-force the span: row b's span positions take targets[b] (as many as the span has), in order."""
+        B, C = self.ids.shape
+        forced = torch.cat([self.ids, self.ids[:, :1]], dim=1).clone()
+        for b, target in enumerate(targets):
+            cols = self.span[b].nonzero().squeeze(1)
+            if len(target) != len(cols):
+                raise ValueError(f"teacher forcing needs {len(cols)} target tokens for row {b}, got {len(target)}")
+            forced[b, cols] = torch.as_tensor(list(target), dtype=forced.dtype, device=forced.device)
+        self.forced = forced
+
+    def track(self, chooser: "TokenChooser") -> "TokenChooser":
+        """The decoder's chooser; its log q_dec (if it keeps one) becomes this canvas's."""
+        self.log_q = chooser.log_q
+        return chooser
+
     def with_scratch_column(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids, positions, span) with one extra column at index C: gathers of out-of-range columns are
         clamped onto it and scatters of padding entries land on it, so loops need no bounds checks.
@@ -84,15 +102,16 @@ class Canvas:
             )
 
     def outputs(self, mask_id: int, eos_id: int | None, stop_at_eos: bool, nfe: torch.Tensor,
-                tokens_per_step: torch.Tensor, seconds: float) -> list[Generation]:
+                tokens_per_step: torch.Tensor, seconds: float, log_q: torch.Tensor | None = None) -> list[Generation]:
         """Decoded span of every row (masks dropped, cut by the token-counting rule)."""
         ids, span = self.ids.tolist(), self.span.tolist()
         nfe, steps = nfe.tolist(), tokens_per_step.T.tolist()
+        log_q = [None] * len(ids) if log_q is None else log_q.tolist()
         out = []
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
             gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
-            out.append(Generation(gen, int(nfe[b]), seconds, [int(k) for k in steps[b][:int(nfe[b])]]))
+            out.append(Generation(gen, int(nfe[b]), seconds, [int(k) for k in steps[b][:int(nfe[b])]], log_q[b]))
         return out
 
 
@@ -127,10 +146,17 @@ class TokenChooser:
 
     `seen` [B, V + 1] tracks the tokens that the repetition penalty applies to (the prompt and
     every committed token; column V is a scratch slot for padded entries).
+
+    The decoder's joint q_dec: `log_q` [B] sums, over the tokens a decoder commits (`mark`), the
+    log-probability of each under the distribution it was drawn from. It is kept where it is exact:
+    sampling with a value-independent commit order (`ordered`, AR; or confidence="max_prob"). With
+    `forced` [B, C'] (canvas-indexed target tokens; the decoder passes each call's canvas columns),
+    the chooser returns the targets instead of drawing: teacher forcing through the decoding
+    schedule, so log_q is log q_dec(targets) and E_p[-log q_dec] - H(p) the forward KL.
     """
 
     def __init__(self, decode: DecodeConfig, vocab_size: int, canvas_ids: torch.Tensor, history: torch.Tensor,
-                 device: torch.device):
+                 device: torch.device, ordered: bool = False, forced: torch.Tensor | None = None):
         self.decode = decode
         self.generator = sampling_generator(decode, device)
         self.vocab_size = vocab_size
@@ -138,15 +164,28 @@ class TokenChooser:
         if decode.repetition_penalty != 1.0:
             B = canvas_ids.shape[0]
             self.seen = torch.zeros(B, vocab_size + 1, dtype=torch.bool, device=device)
-            self.mark(canvas_ids, history)
+            self._see(canvas_ids, history)
+        exact = not decode.greedy and (ordered or decode.confidence == "max_prob")
+        if forced is not None and not exact:
+            raise ValueError("teacher forcing scores q_dec, which needs sampling (greedy=False) with a value-independent "
+                             "commit order (confidence='max_prob', or AR)")
+        self.forced = forced
+        self.log_q = torch.zeros(canvas_ids.shape[0], dtype=torch.float32, device=device) if exact else None
+        self._token_p: torch.Tensor | None = None
 
-    def mark(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
-        """Add tokens[b, j] where which[b, j] to the repetition history."""
+    def _see(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
         if self.seen is not None:
             self.seen.scatter_(1, torch.where(which, tokens, self.vocab_size), True)
 
-    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits [B, M, V] -> (tokens [B, M], confidence [B, M]) in float32."""
+    def mark(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
+        """The decoder committed tokens[b, j] where which[b, j] (tokens as the last call returned them)."""
+        self._see(tokens, which)
+        if self.log_q is not None:
+            self.log_q += torch.where(which, self._token_p.clamp(min=1e-30).log(), 0.0).sum(dim=1)
+
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [B, M, V] -> (tokens [B, M], confidence [B, M]) in float32; cols [B, M]: the canvas
+        columns of the M rows (needed only when teacher-forced)."""
         logits = logits.float()
         d = self.decode
         if self.seen is not None:
@@ -163,10 +202,18 @@ class TokenChooser:
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
             probs = probs / probs.sum(-1, keepdim=True)
-        flat = probs.reshape(-1, probs.shape[-1])
-        tokens = torch.multinomial(flat, 1, generator=self.generator).view(probs.shape[:-1])
-        conf = probs.gather(-1, tokens[..., None]).squeeze(-1)
-        return tokens, conf
+        if self.forced is not None:
+            if cols is None:
+                raise ValueError("a teacher-forced chooser needs the canvas columns of its rows")
+            tokens = self.forced.gather(1, cols)
+        else:
+            flat = probs.reshape(-1, probs.shape[-1])
+            tokens = torch.multinomial(flat, 1, generator=self.generator).view(probs.shape[:-1])
+        token_p = probs.gather(-1, tokens[..., None]).squeeze(-1)
+        self._token_p = token_p
+        if d.confidence == "max_prob":
+            return tokens, probs.max(dim=-1).values
+        return tokens, token_p
 
 
 def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,

@@ -7,6 +7,8 @@ A spec is, in the order it is recognised:
   * a checkpoint directory written by `models.save` (config.json with a schema version): loaded as saved;
   * an official `kuleshov-group/*` save_pretrained folder (models/official.py), or a paper key such as
     `owt:setdlm-smax8` (its folder is found locally, or downloaded when online);
+  * `perfect:<oracle language>:<model tag>` (e.g. perfect:hmm-strong:bd3lm-s4): that paradigm around the oracle
+    language's exact conditionals (tasks/oracle_language/perfect.py), a reference for the decoders;
   * a pretrained causal LM (models/pretrained.py): a Hugging Face directory, a `.gguf` file, the short
     name `smollm2`, or a hub id `owner/name` (downloaded when online). It loads as the AR paradigm unless
     `paradigm` says otherwise; the diffusion paradigms start from its weights, as `--init-from` does.
@@ -26,6 +28,8 @@ from . import jsonio
 from .checkpoint import CONFIG_FILE, CheckpointError
 from .tokenizers import Tokenizer
 
+PERFECT_PREFIX = "perfect:"   # perfect:<oracle language>:<model tag> (tasks/oracle_language/perfect.py)
+
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel
 
@@ -35,6 +39,8 @@ def spec_kind(spec: str | Path) -> str:
     from .official import PAPER_ALIASES, PAPER_CHECKPOINTS, is_official_checkpoint
 
     text = str(spec)
+    if text.startswith(PERFECT_PREFIX):
+        return "perfect"
     path = Path(text).expanduser()
     if (path / CONFIG_FILE).is_file():
         try:
@@ -64,6 +70,13 @@ def open_model(spec: str | Path, paradigm: str | None = None, device: str | torc
     from .tokenizers import load_tokenizer
 
     kind = spec_kind(spec)
+    if kind == "perfect":   # the oracle language's exact model (it lives with the oracle language, in tasks/)
+        from tasks.oracle_language.perfect import open_perfect
+
+        try:
+            return open_perfect(str(spec), paradigm, device, dtype, length)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
     if kind == "checkpoint":
         model = load(spec, paradigm=paradigm, device=device).to(dtype)
         try:

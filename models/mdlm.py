@@ -159,7 +159,7 @@ class MDLMModel(ParadigmModel):
         attn_mask = None
         if not bool(real.all()):
             attn_mask = (real[:, None, :] | torch.eye(C, dtype=torch.bool, device=device))[:, None]
-        chooser = TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device)
+        chooser = canvas.track(TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, forced=canvas.forced))
         log = StepLog(B, max_steps, device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
@@ -175,7 +175,8 @@ class MDLMModel(ParadigmModel):
                 cand_cols, cand = left_aligned(cols, candidate)
                 cand_cols, cand = cand_cols[:, :n_left], cand[:, :n_left]
                 h = self.backbone(ids, pos, attn_mask=attn_mask)
-                tokens, conf = chooser(self.backbone.logits(h.gather(1, cand_cols[..., None].expand(-1, -1, h.shape[-1]))))
+                tokens, conf = chooser(self.backbone.logits(h.gather(1, cand_cols[..., None].expand(-1, -1, h.shape[-1]))),
+                                       cand_cols)
                 chosen = select_commits(conf, cand, k, decode.threshold)
                 ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
                 chooser.mark(tokens, chosen)
@@ -225,7 +226,10 @@ class MDLMModel(ParadigmModel):
         max_chunks = int(n_chunks.max())
         chunk_steps = self._share_steps(decode.steps, [chunk] * max_chunks)
         schedules = [official_commit_counts(chunk, s) for s in chunk_steps]
-        chooser = OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device)
+        if canvas.forced is not None:
+            raise ValueError("teacher forcing is not offered with the official MDLM sampler (it decodes mask padding "
+                             "beyond the span); use sampler='harness'")
+        chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device))
         log = StepLog(B, sum(len(k) for k in schedules), device)
         done = n_masks == 0
         stop = stop_at_eos and self.eos_id is not None

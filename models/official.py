@@ -57,6 +57,7 @@ from typing import Iterator
 
 import torch
 
+from .paradigm import parse_model_tag
 from . import jsonio
 from .backbones import BackboneSpec
 from .backbones.dit import DiTArch, DiTLegacyArch
@@ -118,15 +119,7 @@ def paper_shape(key: str) -> dict:
     """What a paper key (or its hub id, kuleshov-group/...) says about its model without downloading it: paradigm,
     context L, S and S_max (for planning a sweep offline; loading reads the truth from the checkpoint)."""
     dataset, model = paper_key(key).split(":")
-    paradigm, _, size = model.partition("-")
-    block_size = max_block_size = None
-    if paradigm == "bd3lm":
-        block_size = int(size[1:])                               # s4 -> S = 4
-    elif paradigm == "setdlm":
-        max_block_size = int(size[4:])                           # smax8 -> S_max = 8, S = 4
-        block_size = max_block_size // 2
-    return {"paradigm": paradigm, "length": PAPER_LENGTHS[dataset], "block_size": block_size,
-            "max_block_size": max_block_size}
+    return {**parse_model_tag(model), "length": PAPER_LENGTHS[dataset]}
 
 
 # The published backbones per family (published-checkpoints.md §1.1-1.2): (kind, architecture, embedding rows). Only

@@ -51,6 +51,19 @@ def _ensure_builtin() -> None:
     from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  (defining the classes registers them)
 
 
+def parse_model_tag(tag: str, max_size: int = 1024) -> dict:
+    """The inverse of `ParadigmModel.model_tag` at the default S_max: 'bd3lm-s4' -> {"paradigm": "bd3lm",
+    "block_size": 4, "max_block_size": None}, 'setdlm-smax8' -> S 4, S_max 8; ValueError for any other tag."""
+    name = tag.partition("-")[0]
+    cls = get_paradigm(name)
+    for S in (None, *range(1, max_size + 1)) if cls.block_size_meaning is not None else (None,):
+        s_max = None if S is None else cls.resolved_max_block_size(S, None, 1 << 20)
+        if S is not None or cls.block_size_meaning is None:
+            if cls.model_tag(S, s_max) == tag:
+                return {"paradigm": name, "block_size": S, "max_block_size": s_max}
+    raise ValueError(f"{tag!r} is no model tag (examples: ar, mdlm, bd3lm-s4, setdlm-smax8)")
+
+
 @dataclass(frozen=True)
 class Grid:
     """What a preset sweeps; each paradigm's `decode_grid` reads the parts it uses."""
@@ -196,23 +209,31 @@ class ParadigmModel(nn.Module):
     # -- public decoding interface -------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                 decode: DecodeConfig = DecodeConfig()) -> list[Generation]:
+                 decode: DecodeConfig = DecodeConfig(), forced: Sequence[Sequence[int]] | None = None
+                 ) -> list[Generation]:
+        """`forced`: teacher-force each row's max_new_tokens target tokens through the decoding schedule instead of
+        drawing them (Generation.log_q is then log q_dec of the targets; see models.decoding.TokenChooser)."""
         decode = self.resolve_decode(decode, self.config)
         with Timer(self.device) as timer:
             canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
             canvas.check_fits(self.config.length)
+            if forced is not None:
+                canvas.force(forced)
             nfe, per_step = self._decode(canvas, decode, decode.stop_at_eos)
-        return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds)
+        return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds,
+                              canvas.log_q)
 
     @torch.inference_mode()
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
-               decode: DecodeConfig = DecodeConfig()) -> Generation:
+               decode: DecodeConfig = DecodeConfig(), forced: Sequence[int] | None = None) -> Generation:
         decode = self.resolve_decode(decode, self.config)
         with Timer(self.device) as timer:
             canvas = Canvas.for_infill(prefix, n_masked, suffix, self.mask_id, self.device)
             canvas.check_fits(self.config.length)
+            if forced is not None:
+                canvas.force([forced])
             nfe, per_step = self._decode(canvas, decode, stop_at_eos=False)
-        return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds)[0]
+        return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds, canvas.log_q)[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -216,7 +216,8 @@ class SetDLMModel(ParadigmModel):
         eos_at = torch.full((B,), C, dtype=torch.long, device=device)   # leftmost committed EOS
         active = remaining > 0
 
-        chooser = OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device)
+        chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device,
+                                                    forced=canvas.forced))
         log = StepLog(B, int(remaining.max()) + 2, device)
         if decode.use_cache:
             step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=official)
@@ -242,7 +243,7 @@ class SetDLMModel(ParadigmModel):
             inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
             Tp, Tw = pend_cols.shape[1], win_cols.shape[1]
             h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
-            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - Tw:]))
+            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - Tw:]), win_cols)
             chosen = select_commits(conf, candidate, 1, decode.threshold)
             ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)

@@ -24,6 +24,11 @@ from .backbones.gpt import GPTArch
 SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
 COMMIT_ORDERS = ("position", "first_hitting")
 SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
+CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence
+INFILL_CONTEXTS = ("blocks", "all")     # DecodeConfig.infill_context (BD3LM)
+# metadata of a DecodeConfig field added after results were published: at its default it is left out of every
+# config hash (harness.configs.canonical_json), so adding the knob changes no existing run id
+NEW_KNOB = {"hash_default": False}
 
 TOKEN_COUNTING_RULE = (
     "generated tokens only: prompt, padding and mask placeholders excluded; counted up to and "
@@ -83,6 +88,17 @@ class DecodeConfig:
         "stop-rule timing, MDLM's full-length mask padding, the legacy DiT's bf16 autocast; each paradigm "
         "module lists the differences); official_unfused: BD3LM with the official fused_block_cache=false "
         "(one extra forward per block to write it to the cache)")})
+    confidence: str = field(default="sampled", metadata={**NEW_KNOB, "help": (
+        "how a sampled token's confidence is scored when positions compete for a commit (MDLM, BD3LM, SetDLM): "
+        "sampled (the probability of the value just sampled there, the official rule; it favours lucky draws, so "
+        "samples are mode-seeking) or max_prob (the position's largest probability, whatever was drawn: the commit "
+        "set then depends only on the predictive distributions, which makes the decoder's joint q_dec exact to "
+        "score, Generation.log_q)")})
+    infill_context: str = field(default="blocks", metadata={**NEW_KNOB, "help": (
+        "BD3LM infilling context: blocks (the prefix and the suffix tokens inside the block being decoded) or all "
+        "(the official cache_full_infill_context reading, spec §12 note 5: every complete block of the input, "
+        "prefix and suffix, is written to the cache before the masked blocks are denoised, so each one sees both "
+        "sides)")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -108,6 +124,10 @@ class DecodeConfig:
             problems.append(f"commit_order must be one of {COMMIT_ORDERS}, got {self.commit_order!r}")
         if self.sampler not in SAMPLERS:
             problems.append(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.confidence not in CONFIDENCES:
+            problems.append(f"confidence must be one of {CONFIDENCES}, got {self.confidence!r}")
+        if self.infill_context not in INFILL_CONTEXTS:
+            problems.append(f"infill_context must be one of {INFILL_CONTEXTS}, got {self.infill_context!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -144,7 +164,8 @@ PRECISIONS = ("fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 # the fields every paradigm reads (the rest are declared per paradigm in ParadigmModel.knobs)
-SAMPLING_KNOBS = frozenset({"greedy", "temperature", "top_p", "repetition_penalty", "seed", "stop_at_eos"})
+SAMPLING_KNOBS = frozenset({"greedy", "temperature", "top_p", "repetition_penalty", "seed", "stop_at_eos",
+                            "confidence"})
 
 
 @dataclass
@@ -157,12 +178,17 @@ class Generation:
     seconds: wall time of the whole generate/infill call (prefill included); with batch > 1
              every row of the call carries the same number.
     tokens_per_step: tokens committed at each of this row's forwards.
+    log_q:   log q_dec of the whole span under the decoding procedure: the sum over commits of the log-probability
+             of the committed token under the distribution it was drawn from (or, teacher-forced, the target's).
+             Exact where the commit order does not depend on sampled values (AR; confidence="max_prob"); None
+             otherwise (greedy, or confidence="sampled").
     """
 
     tokens: list[int]
     nfe: int
     seconds: float
     tokens_per_step: list[int] = field(default_factory=list)
+    log_q: float | None = None
 
     @property
     def n_tokens(self) -> int:

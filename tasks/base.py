@@ -60,6 +60,7 @@ class GenerateRequest:
     prompt: list[int]
     max_new_tokens: int
     stop_at_eos: bool = True
+    forced: tuple[int, ...] | None = None   # teacher-force these max_new_tokens tokens (TextOutput.log_q scores them)
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,12 @@ Request = Union[GenerateRequest, InfillRequest, NllRequest]
 
 @dataclass(frozen=True)
 class TextOutput:
-    """Result of a generate/infill request: generated ids and their text (specials dropped)."""
+    """Result of a generate/infill request: generated ids and their text (specials dropped), and log q_dec of the
+    ids under the decoding procedure where the decoder keeps it (models.types.Generation.log_q)."""
 
     text: str
     ids: list[int]
+    log_q: float | None = None
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,62 @@ class OracleGen(_OracleTask):
         return out
 
 
+class OracleKL(OracleGen):
+    """The decoder's quality as a distance from the oracle, two-sided and proper (zero iff it samples the oracle).
+
+    A decoder whose commit set depends only on its predictive distributions (DecodeConfig.confidence = "max_prob",
+    or AR) has a joint q_dec(x) = the product, over its steps, of the committed positions' probabilities, which
+    the decoder reports (TextOutput.log_q). Per example, with n = max_new_tokens:
+      * forward_kl = [log p(x | prefix) - log q_dec(x)] / n for an exact oracle continuation x teacher-forced
+        through the decoding schedule (request "forced"): penalises missing modes (primary, lower is better);
+      * reverse_kl = [log q_dec(y) - log p(y | prefix)] / n on the decoder's own sample y (request "decode"):
+        penalises incoherent samples (an invalid word costs INVALID_NLL, as in oracle_gen);
+      * oracle_nll and gap of y, as in oracle_gen (one-sided: they reward mode-seeking).
+    Each is an unbiased one-draw estimate per example (means over examples estimate the KLs); tokens per
+    forward come from the decode call. The cell must sample with confidence="max_prob" (TaskError otherwise).
+    """
+    name = "oracle_kl"
+    extra_plots = ("reverse_kl", "gap")
+    seed_tag = 4
+    primary_metric = "forward_kl"
+    higher_is_better = {"forward_kl": False, "reverse_kl": False, "oracle_nll": False, "gap": False, "valid": True,
+                        "sample_entropy": True}
+    metric_labels = {
+        "forward_kl": "KL(oracle || decoder), nats/token",
+        "reverse_kl": "KL(decoder || oracle), nats/token",
+        **OracleGen.metric_labels,
+    }
+
+    def __init__(self, prefix_len: int = 31, max_new_tokens: int = 16, **options: Any):
+        super().__init__(prefix_len=prefix_len, max_new_tokens=max_new_tokens, **options)
+
+    def sample_example(self, i: int) -> dict[str, Any]:
+        rng = self.example_rng(i)
+        prefix = [int(s) for s in self.lang.sample(1, self.prefix_len, rng)[0]]
+        entropy, _ = self.lang.conditional_entropy(prefix, self.max_new_tokens, (), ENTROPY_SAMPLES, rng)
+        target = [int(s) for s in self.lang.sample_span(prefix, self.max_new_tokens, (), 1, rng)[0]]
+        return {"prefix": prefix, "entropy": entropy, "target": target,
+                "target_log_p": float(self.lang.conditional_log_prob(prefix, target)[0])}
+
+    def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
+        out = super().requests(example, tokenizer, context_length)
+        prompt = out["decode"].prompt
+        out["forced"] = GenerateRequest(prompt, self.max_new_tokens, stop_at_eos=False,
+                                        forced=tuple(self.encode(example.fields["target"], tokenizer)))
+        return out
+
+    def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, Any]:
+        row = super().score(example, outputs, judge)
+        decoded, forced = output(outputs, "decode", TextOutput), output(outputs, "forced", TextOutput)
+        if decoded is None or forced is None or decoded.log_q is None or forced.log_q is None:
+            raise TaskError(f"task {self.name} needs the decoder's log q: decode by sampling (greedy false) with "
+                            "confidence max_prob")
+        n = self.max_new_tokens
+        row["forward_kl"] = (example.fields["target_log_p"] - forced.log_q) / n
+        row["reverse_kl"] = decoded.log_q / n + row["oracle_nll"]
+        return row
+
+
 class OracleGreedy(OracleGen):
     """oracle_gen scored on greedy continuations (the preset decodes it greedily): oracle_nll is then minus the
     mean log-probability of the greedy output under the oracle (mode-seeking, so its gap may be negative)."""
