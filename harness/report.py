@@ -230,12 +230,12 @@ def task_table(df: pd.DataFrame, task: str) -> pd.DataFrame:
         wide.append(row)
     table = pd.DataFrame(wide)
     table = table.drop(columns=[k for k in ("S_max", *DECODE_KNOBS) if table[k].isna().all()])
-    if table["tokens/s"].notna().any():   # the front of the compared configurations (no pretrained reference)
-        hib = bool(sub[sub.metric == primary].iloc[0].higher_is_better)
-        ours = pd.Series(ours, index=table.index)
+    if table["tokens/forward"].notna().any():   # the front of the compared configurations (no pretrained reference)
+        hib = bool(sub[sub.metric == primary].iloc[0].higher_is_better)   # over tokens per forward: sweep tokens/s
+        ours = pd.Series(ours, index=table.index)                         # are timed cell by cell (harness/speed.py)
         table["pareto"] = False
         table.loc[ours, "pareto"] = pareto_mask(table.loc[ours, primary].astype(float).tolist(),
-                                                table.loc[ours, "tokens/s"].astype(float).tolist(), hib)
+                                                table.loc[ours, "tokens/forward"].astype(float).tolist(), hib)
     return table
 
 
@@ -310,8 +310,9 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
     handles = {}
     batch = int(sub.iloc[0].get("batch_size", 1) or 1)
     rate = "mean of per-example rates" if batch == 1 else "mean of per-call rates"
-    for ax, xcol, xlabel in ((axes[0], "tokens_per_s", f"tokens / s (batch {batch}, {rate})"),
-                             (axes[1], "tokens_per_forward", "tokens per forward (hardware-independent)")):
+    for ax, xcol, xlabel in ((axes[0], "tokens_per_s", f"tokens / s (batch {batch}, {rate}; timed cell by cell,\n"
+                                                      "indicative only: the controlled comparison is speed.json)"),
+                             (axes[1], "tokens_per_forward", "tokens per forward (hardware-independent; the front)")):
         pts = sub[sub[xcol].notna()]
         ref_pts = ref[ref[xcol].notna()] if not ref.empty else ref
         colors = family_colors(pd.concat([pts, ref_pts]) if not ref_pts.empty else pts)
@@ -338,11 +339,13 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
             handles[fam] = ax.errorbar(f[xcol], f.value, yerr=yerr, xerr=xerr, color=colors[fam],
                                        marker=markers[fam], linestyle="-", linewidth=1, markersize=5,
                                        capsize=2, alpha=0.85, label=fam)
-        mask = pareto_mask(pts.value.astype(float).tolist(), pts[xcol].astype(float).tolist(), hib)
-        front = pts[mask].sort_values(xcol)
-        handles["Pareto front"] = ax.plot(front[xcol], front.value, color="#ff7f0e", linewidth=2.5, alpha=0.5,
-                                          zorder=0, label="Pareto front")[0]
-        ax.scatter(front[xcol], front.value, s=140, facecolors="none", edgecolors="#ff7f0e", linewidths=1.8, zorder=3)
+        if xcol == "tokens_per_forward":   # the front is drawn on the hardware-free axis only
+            mask = pareto_mask(pts.value.astype(float).tolist(), pts[xcol].astype(float).tolist(), hib)
+            front = pts[mask].sort_values(xcol)
+            handles["Pareto front"] = ax.plot(front[xcol], front.value, color="#ff7f0e", linewidth=2.5, alpha=0.5,
+                                              zorder=0, label="Pareto front")[0]
+            ax.scatter(front[xcol], front.value, s=140, facecolors="none", edgecolors="#ff7f0e", linewidths=1.8,
+                       zorder=3)
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

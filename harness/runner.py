@@ -130,7 +130,8 @@ def execute_nll(loaded: LoadedModel, requests: list[NllRequest], seed: int) -> l
         ctx[i, :max(1, r.n_context)] = True
     batch = Batch(ids, att, ctx).to(loaded.device)
     torch.manual_seed(seed)
-    nll = loaded.model.nll(batch).float().tolist()
+    samples = max(r.samples for r in requests)
+    nll = (loaded.model.nll(batch, samples=samples) if samples > 1 else loaded.model.nll(batch)).float().tolist()
     counts = loaded.model.n_scored(batch).tolist()
     return [NllOutput(float(a), int(n)) for a, n in zip(nll, counts)]
 

@@ -69,7 +69,7 @@ class ARModel(ParadigmModel):
         nll, targets = self._token_nll(batch)
         return nll.sum() / targets.sum().clamp(min=1)
 
-    def nll(self, batch: Batch) -> torch.Tensor:
+    def nll(self, batch: Batch, samples: int | None = None) -> torch.Tensor:   # exact: `samples` does not apply
         """Exact per-sequence NLL in nats over target tokens at positions >= 1."""
         return self._token_nll(batch)[0].sum(dim=1)
 

@@ -104,12 +104,13 @@ class BD3LMModel(MDLMModel):
         return self.config.block_size
 
     # -- training / likelihood -----------------------------------------------------------------
-    def _noise(self, batch: Batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _noise(self, batch: Batch, train: bool, stratum: tuple[int, int] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         ids, target = batch.input_ids, batch.target_mask
         B, L = ids.shape
         S = self.block_size
         n_blocks = -(-L // S)
-        t_block = sample_t(B * n_blocks, None, ids.device, self.config.antithetic).view(B, n_blocks)
+        t_block = sample_t(B * n_blocks, None, ids.device, self.config.antithetic, stratum=stratum).view(B, n_blocks)
         t = t_block.repeat_interleave(S, dim=1)[:, :L]
         masked = (torch.rand(B, L, device=ids.device) < t) & target
         if train:

@@ -76,11 +76,12 @@ class MDLMModel(ParadigmModel):
         return [DecodeConfig(threshold=t) for t in grid.thresholds] + [DecodeConfig(steps=s) for s in grid.step_budgets]
 
     # -- training / likelihood -----------------------------------------------------------------
-    def _noise(self, batch: Batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """(t per token [B, L], masked [B, L]) for one draw of the forward process."""
+    def _noise(self, batch: Batch, train: bool, stratum: tuple[int, int] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(t per token [B, L], masked [B, L]) for one draw of the forward process (draw k of K: `stratum`)."""
         ids = batch.input_ids
         B, L = ids.shape
-        t = sample_t(B, None, ids.device, self.config.antithetic)[:, None].expand(B, L)
+        t = sample_t(B, None, ids.device, self.config.antithetic, stratum=stratum)[:, None].expand(B, L)
         masked = (torch.rand(B, L, device=ids.device) < t) & batch.target_mask
         return t, masked
 
@@ -109,13 +110,15 @@ class MDLMModel(ParadigmModel):
             return (ce / t).sum() / batch.target_mask.sum().clamp(min=1)
         return ce.sum() / masked.sum().clamp(min=1)
 
-    def nll(self, batch: Batch) -> torch.Tensor:
-        """NELBO upper bound on the per-sequence NLL (nats over target tokens)."""
+    def nll(self, batch: Batch, samples: int | None = None) -> torch.Tensor:
+        """NELBO upper bound on the per-sequence NLL (nats over target tokens): the mean of K = `samples` (default
+        config.nll_samples) draws whose times are stratified per row (draw k in [k / K, (k + 1) / K))."""
+        K = samples or self.config.nll_samples
         total = torch.zeros(batch.input_ids.shape[0], device=batch.input_ids.device)
-        for _ in range(self.config.nll_samples):
-            t, masked = self._noise(batch, train=False)
+        for k in range(K):
+            t, masked = self._noise(batch, train=False, stratum=(k, K) if K > 1 else None)
             total += (self._masked_ce(batch, masked) / t).sum(dim=1)
-        return total / self.config.nll_samples
+        return total / K
 
     def n_scored(self, batch: Batch) -> torch.Tensor:
         return batch.target_mask.sum(dim=1)

@@ -195,7 +195,8 @@ class ParadigmModel(nn.Module):
     def loss(self, batch: Batch) -> torch.Tensor:
         raise NotImplementedError
 
-    def nll(self, batch: Batch) -> torch.Tensor:
+    def nll(self, batch: Batch, samples: int | None = None) -> torch.Tensor:
+        """[B] NLL in nats over the target tokens; a bound averages `samples` Monte-Carlo draws (None: the config's)."""
         raise NotImplementedError
 
     def n_scored(self, batch: Batch) -> torch.Tensor:

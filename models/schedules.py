@@ -25,11 +25,15 @@ SAMPLING_EPS = 1e-3
 
 
 def sample_t(batch: int, generator: torch.Generator | None, device, antithetic: bool = True,
-             eps: float = SAMPLING_EPS) -> torch.Tensor:
-    """Diffusion times in [eps, 1], one per row (stratified across the batch when antithetic)."""
+             eps: float = SAMPLING_EPS, stratum: tuple[int, int] | None = None) -> torch.Tensor:
+    """Diffusion times in [eps, 1], one per row (stratified across the batch when antithetic). `stratum` (k, K):
+    draw k of K per row lies in [k / K, (k + 1) / K), so K draws stratify each row's times (a K-draw NELBO)."""
     u = torch.rand(batch, generator=generator, device=device)
     if antithetic:
         u = (u / batch + torch.arange(batch, device=device) / batch) % 1.0
+    if stratum is not None:
+        k, K = stratum
+        u = (k + u) / K
     return eps + (1.0 - eps) * u
 
 

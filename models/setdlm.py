@@ -159,11 +159,13 @@ class SetDLMModel(ParadigmModel):
         has = n > 0
         return per_seq[has].sum() / has.sum().clamp(min=1)
 
-    def nll(self, batch: Batch) -> torch.Tensor:
+    def nll(self, batch: Batch, samples: int | None = None) -> torch.Tensor:
+        """The order NLL averaged over K = `samples` (default config.nll_samples) sampled orders."""
+        K = samples or self.config.nll_samples
         total = torch.zeros(batch.input_ids.shape[0], device=batch.input_ids.device)
-        for _ in range(self.config.nll_samples):
+        for _ in range(K):
             total += self._order_nll(batch)[0].sum(dim=1)
-        return total / self.config.nll_samples
+        return total / K
 
     def n_scored(self, batch: Batch) -> torch.Tensor:
         return batch.target_mask.sum(dim=1)

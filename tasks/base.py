@@ -78,9 +78,17 @@ class NllRequest:
 
     ids: list[int]
     n_context: int
+    samples: int = 1   # Monte-Carlo draws averaged by a bound (K stratified times, or K orders; exact NLLs ignore it)
 
 
 Request = Union[GenerateRequest, InfillRequest, NllRequest]
+
+
+def check_samples(task: str, samples: Any) -> int:
+    """The task option nll_samples (K >= 1, at most 1024), else TaskError."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 1024:
+        raise TaskError(f"task {task}: nll_samples must be a whole number in [1, 1024], got {samples!r}")
+    return samples
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,10 @@ position. Per-token values divide by n.
     infill_nll = -log p(span | prefix, suffix) / span (primary), gap = infill_nll -
     H(span | prefix, suffix) / span (as above), exact_match = decoded span equals the exact MAP
     span (only while n_symbols**span <= 1e5, which the default span 3 is), valid.
-  * oracle_nll: NllRequest(bos + `length` symbols, n_context 1); nll = model NLL per token
+  * oracle_kl: oracle_gen's prefixes with 16-token continuations, scored two-sided (forward KL on a teacher-forced
+    exact continuation, reverse KL on the decoder's sample; OracleKL says how).
+  * oracle_nll: NllRequest(bos + `length` symbols, n_context 1, `nll_samples` draws averaged by a bound);
+    nll = model NLL per token
     (NELBO for diffusion: an upper bound), oracle_entropy = -log p(x) / length of the same
     sequences under the oracle, excess = nll - oracle_entropy (primary; a KL-like gap, an upper
     bound for diffusion). All three are ratios of sums over examples.
@@ -49,7 +52,7 @@ import numpy as np
 
 from tasks.base import (
     BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Example, GenerateRequest, InfillRequest, MetricValue, NllOutput, NllRequest,
-    Record, Request, Task, TaskError, TextOutput, check_context_length, output, ratio_ci,
+    Record, Request, Task, TaskError, TextOutput, check_context_length, check_samples, output, ratio_ci,
 )
 from tasks.oracle_language import LANGUAGES, MISSING, OracleLanguage
 
@@ -335,11 +338,12 @@ class OracleNll(_OracleTask):
         "oracle_entropy": "oracle -log p(x), nats/token",
     }
 
-    def __init__(self, length: int = 63, **options: Any):
+    def __init__(self, length: int = 63, nll_samples: int = 1, **options: Any):
         super().__init__(**options)
         if length < 1:
             raise TaskError(f"task {self.name}: length must be >= 1, got {length}")
         self.length = length
+        self.nll_samples = check_samples(self.name, nll_samples)
 
     def sample_example(self, i: int) -> dict[str, Any]:
         symbols = self.lang.sample(1, self.length, self.example_rng(i))
@@ -348,7 +352,7 @@ class OracleNll(_OracleTask):
     def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
         ids = [tokenizer.bos_id] + self.encode(example.fields["symbols"], tokenizer)
         self.fits(example, len(ids), context_length, "length")
-        return {"nll": NllRequest(ids, 1)}
+        return {"nll": NllRequest(ids, 1, self.nll_samples)}
 
     def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, float]:
         scored = output(outputs, "nll", NllOutput)

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Sequence
 
 from tasks.base import (
     DATA_DIR, Example, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, check_context_length,
+    check_samples,
     exp_clipped, file_format, output, ratio_ci, read_records, read_text,
 )
 from tasks.splits import lm1b_split, wikitext_articles, wikitext_split
@@ -57,6 +58,11 @@ class _Perplexity(Task):
         "nll_per_token": "NLL per token, nats (upper bound for diffusion)",
     }
     txt_documents: ClassVar[str] = "paragraphs"  # how a .txt file splits: "lines", "paragraphs" or "wikitext"
+
+    def __init__(self, nll_samples: int = 1, **source: Any):
+        """nll_samples: Monte-Carlo draws K a likelihood bound averages per row (stratified times, or orders)."""
+        super().__init__(**source)
+        self.nll_samples = check_samples(self.name, nll_samples)
     data_format = _data_format("documents separated by blank lines")
 
     def embedded_documents(self) -> list[str]:
@@ -101,7 +107,7 @@ class _Perplexity(Task):
         length = check_context_length(self.name, context_length)
         if len(ids) > length:
             raise TaskError(f"task {self.name}: row {example.id} has {len(ids)} tokens, more than the context {length}")
-        return {"nll": NllRequest(ids, 1)}
+        return {"nll": NllRequest(ids, 1, self.nll_samples)}
 
     def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, float]:
         scored = output(outputs, "nll", NllOutput)

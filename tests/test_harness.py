@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,3 +244,30 @@ def test_series_labels_from_rows():
     assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 4}) == "BD3LM S=4"
     assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 8}) == "BD3LM S=4 block=8"
 
+
+
+def test_a_knob_added_at_its_default_changes_no_run_id():
+    """DecodeConfig fields marked NEW_KNOB count in a config hash only away from their default, so adding one
+    keeps every published run id (and the cached results under it)."""
+    from harness.configs import canonical_json
+
+    assert "confidence" not in canonical_json(DecodeConfig()) and "infill_context" not in canonical_json(DecodeConfig())
+    assert '"confidence":"max_prob"' in canonical_json(DecodeConfig(confidence="max_prob"))
+    assert RunCell("cpu", "m", "bd3lm", "oracle_kl", DecodeConfig(confidence="max_prob")).run_id != \
+        RunCell("cpu", "m", "bd3lm", "oracle_kl", DecodeConfig()).run_id
+
+
+def test_the_interleaved_speed_ratio_and_its_a_a_control():
+    """speed.ratio: A's tokens/s over B's at equal length, from per-prompt medians of log time ratios; identical
+    timings give exactly 1, a configuration 20% slower gives 1.2 for the other, and the A/A rule of measure()
+    passes only an interval inside +-3% that contains 1."""
+    from harness.speed import AA_TOLERANCE, ratio
+
+    rng = np.random.default_rng(0)
+    drift = rng.lognormal(0, 0.3, (40, 3))                     # the machine's drift, shared by every config
+    noise = lambda: rng.lognormal(0, 0.01, (40, 3))            # noqa: E731
+    seconds = {"A": 0.1 * drift * noise(), "A'": 0.1 * drift * noise(), "B": 0.12 * drift * noise()}
+    control, slower = ratio("A", "A'", seconds), ratio("A", "B", seconds)
+    assert control["ci_low"] <= 1 <= control["ci_high"] and control["ci_high"] - control["ci_low"] < 2 * AA_TOLERANCE
+    assert slower["ratio"] == pytest.approx(1.2, rel=0.01) and slower["ci_low"] > 1.15
+    assert ratio("A", "A", seconds)["ratio"] == 1.0

@@ -249,3 +249,112 @@ def test_bad_options_and_tokenizers():
         task = get_task(name, n_examples=1)
         with pytest.raises(TaskError, match=r"tokenizer 'gpt2' encodes the oracle symbol 'a\d+' as 2 tokens"):
             task.requests(task.examples(gpt2, 128)[0], gpt2, 128)
+
+
+# -- the perfect model and the decoder's joint q_dec -------------------------------------------------
+def _perfect(tag: str):
+    import models
+
+    return models.open_model(f"perfect:hmm-strong:{tag}")
+
+
+KL_SAMPLING = dict(greedy=False, confidence="max_prob", stop_at_eos=False)
+
+
+@pytest.mark.parametrize("tag", ["ar", "mdlm", "bd3lm-s4", "setdlm-smax8", "setdlm-smax16"])
+def test_every_decoder_samples_the_oracle_exactly_at_one_token_per_forward(tag):
+    """With the perfect model and one commit per forward, a decoder's joint is the oracle's: log q_dec of its own
+    samples (and of teacher-forced oracle samples) equals the oracle's exact log-probability."""
+    from models import DecodeConfig
+
+    lang = LANGUAGES["hmm-strong"]
+    model, tok = _perfect(tag)
+    rng = np.random.default_rng(0)
+    prefixes = [[int(s) for s in lang.sample(1, 31, rng)[0]] for _ in range(4)]
+    gens = model.generate([[tok.bos_id] + p for p in prefixes], 8, DecodeConfig(**KL_SAMPLING, seed=1))
+    targets = [[int(s) for s in lang.sample_span(p, 8, (), 1, rng)[0]] for p in prefixes]
+    forced = model.generate([[tok.bos_id] + p for p in prefixes], 8, DecodeConfig(**KL_SAMPLING), forced=targets)
+    for p, g, t, f in zip(prefixes, gens, targets, forced):
+        assert g.nfe == 8 and f.tokens == t
+        assert g.log_q == pytest.approx(float(lang.conditional_log_prob(p, g.tokens)[0]), abs=1e-4)
+        assert f.log_q == pytest.approx(float(lang.conditional_log_prob(p, t)[0]), abs=1e-4)
+
+
+def _independent_block_decode(lang, prefix: list[int], target: list[int], S: int, tau: float) -> tuple[float, int]:
+    """(log q_dec(target), forwards) of BD3LM's rule with exact marginals, computed without the harness's decoders
+    or the perfect backbone: each candidate's marginal by enumerating its 32 values through OracleLanguage.log_prob."""
+    n = len(target)
+    known: list[int] = [MISSING] * n
+    log_q, forwards = 0.0, 0
+    for start in range(0, n, S):
+        block = list(range(start, min(start + S, n)))
+        while any(known[i] == MISSING for i in block):
+            forwards += 1
+            marginals = {}
+            for i in (i for i in block if known[i] == MISSING):
+                seqs = np.array([prefix + [v if j == i else known[j] for j in range(n)] for v in range(lang.n_symbols)])
+                logp = lang.log_prob(seqs)
+                marginals[i] = np.exp(logp - np.logaddexp.reduce(logp))
+            best = max(marginals, key=lambda i: marginals[i].max())
+            chosen = [i for i in marginals if i == best or marginals[i].max() >= tau]
+            for i in chosen:
+                log_q += float(np.log(marginals[i][target[i]]))
+            for i in chosen:
+                known[i] = target[i]
+    return log_q, forwards
+
+
+def test_the_perfect_bd3lm_at_a_firing_threshold_matches_an_independent_computation():
+    """At tau 0.3 (several commits per forward), teacher-forced log q_dec and the forward count of BD3LM S = 4 on
+    the perfect model equal a re-implementation of the block rule on the oracle's exact marginals."""
+    from models import DecodeConfig
+
+    lang = LANGUAGES["hmm-strong"]
+    model, tok = _perfect("bd3lm-s4")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        prefix = [int(s) for s in lang.sample(1, 31, rng)[0]]
+        target = [int(s) for s in lang.sample_span(prefix, 8, (), 1, rng)[0]]
+        [got] = model.generate([[tok.bos_id] + prefix], 8, DecodeConfig(**KL_SAMPLING, threshold=0.3), forced=[target])
+        log_q, forwards = _independent_block_decode(lang, prefix, target, 4, 0.3)
+        assert got.log_q == pytest.approx(log_q, abs=1e-4) and got.nfe == forwards
+
+
+def test_bd3lm_infill_sees_the_suffix_blocks_only_with_the_official_context():
+    """A span inside one block: with infill_context='all' (every clean block in the cache first, as the official
+    code does) the perfect BD3LM's q_dec is the exact infill distribution; by default it cannot see the suffix
+    blocks, so it is not; cache on and off agree in both."""
+    from models import DecodeConfig
+
+    lang = LANGUAGES["hmm-strong"]
+    model, tok = _perfect("bd3lm-s4")
+    rng = np.random.default_rng(5)
+    x = [int(s) for s in lang.sample(1, 62, rng)[0]]
+    prefix, suffix = [tok.bos_id] + x[:31], x[34:] + [tok.eos_id]     # the span is positions 32..34: one block
+    target = x[31:34]
+    exact = float(lang.infill_log_prob(x[:31], target, x[34:])[0])
+    got = {}
+    for context in ("blocks", "all"):
+        for cache in (True, False):
+            d = DecodeConfig(**KL_SAMPLING, infill_context=context, use_cache=cache)
+            got[context, cache] = model.infill(prefix, 3, suffix, d, forced=target).log_q
+    assert got["all", True] == pytest.approx(exact, abs=1e-4) == got["all", False]
+    assert abs(got["blocks", True] - exact) > 1e-3 and got["blocks", True] == pytest.approx(got["blocks", False])
+
+
+def test_teacher_forcing_a_decoders_own_sample_reproduces_its_log_q():
+    """On a random (imperfect) model, forcing each decoder's own sample through its schedule gives back the same
+    tokens, forwards and log q_dec: teacher forcing scores exactly the joint the decoder samples from."""
+    import models
+    from models import DecodeConfig
+
+    torch.manual_seed(0)
+    for paradigm, kw in (("ar", {}), ("mdlm", {}), ("bd3lm", {"block_size": 4}), ("setdlm", {"block_size": 4})):
+        model = models.build(paradigm, vocab_size=40, length=32, n_layers=1, d_model=32, n_heads=2, **kw).eval()
+        d = DecodeConfig(**KL_SAMPLING, threshold=0.05 if paradigm != "ar" else None, seed=3)
+        own = model.generate([[1, 2, 3], [4, 5, 6]], 8, d)
+        again = model.generate([[1, 2, 3], [4, 5, 6]], 8, d, forced=[g.tokens for g in own])
+        for g, f in zip(own, again):
+            assert f.tokens == g.tokens and f.nfe == g.nfe and f.log_q == pytest.approx(g.log_q, abs=1e-4)
+    with pytest.raises(ValueError, match="value-independent"):
+        model.generate([[1, 2, 3]], 4, DecodeConfig(greedy=False), forced=[[1, 2, 3, 4]])
