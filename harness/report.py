@@ -435,7 +435,7 @@ def claims_markdown(summary: pd.DataFrame, details: pd.DataFrame) -> str:
                    "p_value", "p_holm", "verdict", "n"]]
     head = summary.assign(**{"primary estimate [95% CI]": [_fmt(v, lo, hi) for v, lo, hi in
                                                            zip(summary.estimate, summary.ci_low, summary.ci_high)]})
-    head = head[["claim", "statement", "verdict", "primary", "primary estimate [95% CI]", "n", "secondary"]]
+    head = head[["claim", "statement", "verdict", "primary", "primary estimate [95% CI]", "n", "paper", "secondary"]]
     untested = "\n".join(f"* {what}: {why}" for what, why in NOT_AT_THIS_SCALE.items())
     return ("Claims of the paper tested on these results (harness/claims.py): one primary test per claim (exact "
             "sign-flip permutation or McNemar tests at 5%, a frontier area with a paired bootstrap for the oracle "

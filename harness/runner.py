@@ -24,6 +24,7 @@ import torch
 import models
 from models import Batch, DecodeConfig
 from models.tokenizers import Tokenizer, load_tokenizer
+import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: model specs)
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
 from .configs import RunCell

@@ -15,8 +15,9 @@
 * Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
   tokens inside the blocks it decodes, not later blocks. infill_context="all" is the official behaviour
   (spec §12 note 5): every complete block of the input without a mask, prefix and suffix, is written to
-  the cache first, in a forward of its own (block-causal among themselves), so each masked block sees
-  both sides; position ids stay the true ones.
+  the cache with the first block's first forward (block-causal among themselves, never seeing the blocks
+  being decoded), so each masked block sees both sides; position ids stay the true ones. BD3LM's training
+  never shows a block a later one, so for a model trained here that context is out of distribution.
 
 DecodeConfig(sampler="official") reproduces the official MDLM.generate with block_size S < L, call for call
 (tests/test_official.py checks it against logits recorded from the official code); "official_unfused" is the
@@ -214,11 +215,10 @@ class BD3LMModel(MDLMModel):
             masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
         if official:   # k_i of the official schedule over the block size S (not the masks left in the block)
             official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
-        if (official or full_context) and Tp > 0:
-            # the official prefill: the context's complete blocks, a forward of its own (with the full infill
-            # context always: the suffix blocks must not attend to the current block's masks)
-            if decode.use_cache:
-                step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, Tp)
+        if official and decode.use_cache and Tp > 0:
+            # the official prefill: the context's complete blocks, a forward of its own (ours writes them in the
+            # first block's first forward: same keys, one NFE less)
+            step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, Tp)
             log.record(active & pend_valid.any(dim=1), torch.zeros(B, dtype=torch.long, device=device))
             pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
         new_block = active
@@ -303,6 +303,10 @@ class _CachedBlockStep:
         key_blk = torch.cat([q_blk.new_full((q_blk.shape[0], n), -1), q_blk], dim=1)
         keys = torch.cat([cache.history_mask(), new_valid], dim=1)
         mask = (key_blk[:, None, :] <= q_blk[:, :, None]) & keys[:, None, :]
+        # what enters the cache never sees the current block, and the current block sees all of it, as if it were
+        # cached already (the suffix context blocks rank above it; earlier blocks are no-ops of both rules)
+        mask[:, :Tp, n + Tp:] = False
+        mask[:, Tp:, n:n + Tp] = new_valid[:, None, :Tp]
         mask[:, :, n:].diagonal(dim1=1, dim2=2).fill_(True)
         keep = None if self.keep_all else slice(min(Tp, T - 1), None)   # a prefill alone keeps one (unused) row
         h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=cache, keep=keep)

@@ -8,7 +8,8 @@ A spec is, in the order it is recognised:
   * an official `kuleshov-group/*` save_pretrained folder (models/official.py), or a paper key such as
     `owt:setdlm-smax8` (its folder is found locally, or downloaded when online);
   * `perfect:<oracle language>:<model tag>` (e.g. perfect:hmm-strong:bd3lm-s4): that paradigm around the oracle
-    language's exact conditionals (tasks/oracle_language/perfect.py), a reference for the decoders;
+    language's exact conditionals, a reference for the decoders (tasks/oracle_language/perfect.py registers
+    the prefix when imported, as the harness does: SPEC_PREFIXES);
   * a pretrained causal LM (models/pretrained.py): a Hugging Face directory, a `.gguf` file, the short
     name `smollm2`, or a hub id `owner/name` (downloaded when online). It loads as the AR paradigm unless
     `paradigm` says otherwise; the diffusion paradigms start from its weights, as `--init-from` does.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -28,7 +29,15 @@ from . import jsonio
 from .checkpoint import CONFIG_FILE, CheckpointError
 from .tokenizers import Tokenizer
 
-PERFECT_PREFIX = "perfect:"   # perfect:<oracle language>:<model tag> (tasks/oracle_language/perfect.py)
+# Spec prefixes whose models a higher layer provides: prefix -> (its module, loader(spec, paradigm, device, dtype,
+# length) -> (model, tokenizer)). The module registers itself when imported (the harness imports it), so this
+# package never imports upward: "perfect:" is the oracle language's exact model (tasks/oracle_language/perfect.py).
+SPEC_PREFIXES: dict[str, tuple[str, Callable | None]] = {"perfect:": ("tasks.oracle_language.perfect", None)}
+
+
+def register_spec_prefix(prefix: str, loader: Callable) -> None:
+    module = SPEC_PREFIXES.get(prefix, (loader.__module__, None))[0]
+    SPEC_PREFIXES[prefix] = (module, loader)
 
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel
@@ -39,7 +48,7 @@ def spec_kind(spec: str | Path) -> str:
     from .official import PAPER_ALIASES, PAPER_CHECKPOINTS, is_official_checkpoint
 
     text = str(spec)
-    if text.startswith(PERFECT_PREFIX):
+    if any(text.startswith(prefix) for prefix in SPEC_PREFIXES):
         return "perfect"
     path = Path(text).expanduser()
     if (path / CONFIG_FILE).is_file():
@@ -70,11 +79,14 @@ def open_model(spec: str | Path, paradigm: str | None = None, device: str | torc
     from .tokenizers import load_tokenizer
 
     kind = spec_kind(spec)
-    if kind == "perfect":   # the oracle language's exact model (it lives with the oracle language, in tasks/)
-        from tasks.oracle_language.perfect import open_perfect
-
+    if kind == "perfect":   # a model a higher layer provides (the oracle language's exact model)
+        prefix = next(p for p in SPEC_PREFIXES if str(spec).startswith(p))
+        module, loader = SPEC_PREFIXES[prefix]
+        if loader is None:
+            raise CheckpointError(f"{spec}: models of {prefix!r} specs come from {module}; import it first (the "
+                                  f"harness does)")
         try:
-            return open_perfect(str(spec), paradigm, device, dtype, length)
+            return loader(str(spec), paradigm, device, dtype, length)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
     if kind == "checkpoint":

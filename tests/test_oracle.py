@@ -254,6 +254,7 @@ def test_bad_options_and_tokenizers():
 # -- the perfect model and the decoder's joint q_dec -------------------------------------------------
 def _perfect(tag: str):
     import models
+    import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: specs)
 
     return models.open_model(f"perfect:hmm-strong:{tag}")
 

@@ -30,9 +30,11 @@ from torch import nn
 
 from models.backbones import Backbone, BackboneSpec, ClosedStream
 from models.backbones.attention import KVCache
+from models.loading import register_spec_prefix
 
 from . import LANGUAGES, MISSING, oracle_tokenizer
 
+PREFIX = "perfect:"
 DEFAULT_LENGTH = 64
 
 
@@ -144,9 +146,8 @@ def open_perfect(spec: str, paradigm: str | None = None, device="cpu", dtype: to
                  length: int | None = None):
     """(model, tokenizer) of `perfect:<language>:<model tag>`; ValueError for a malformed spec."""
     from models import ModelConfig, get_paradigm, parse_model_tag
-    from models.loading import PERFECT_PREFIX
 
-    parts = str(spec)[len(PERFECT_PREFIX):].split(":")
+    parts = str(spec)[len(PREFIX):].split(":")
     if len(parts) != 2 or parts[0] not in LANGUAGES:
         raise ValueError(f"a perfect-model spec is perfect:<language>:<model tag> with a language of "
                          f"{', '.join(LANGUAGES)} and a tag such as ar, mdlm, bd3lm-s4, setdlm-smax8; got {spec!r}")
@@ -160,3 +161,6 @@ def open_perfect(spec: str, paradigm: str | None = None, device="cpu", dtype: to
                          max_block_size=shape["max_block_size"])
     model = get_paradigm(shape["paradigm"])(config).to(device=device, dtype=dtype).eval()
     return model, tokenizer
+
+
+register_spec_prefix(PREFIX, open_perfect)
