@@ -34,6 +34,7 @@ frontier comparison is reported beside the trained one's, as a reference row.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -131,11 +132,7 @@ def sign_flip_p(diffs: np.ndarray, bound: float = 0.0, side: str = "two") -> flo
     n = d.size
     if n == 0 or not np.any(d):
         return 1.0
-    if n <= EXACT_UP_TO:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    else:
-        signs = np.where(np.random.default_rng(0).random((PERMUTATIONS, n)) < 0.5, -1.0, 1.0)
-    null = signs @ d
+    null = _signs(n) @ d
     observed = d.sum()
     eps = 1e-12 * max(1.0, np.abs(d).sum())
     if side == "greater":
@@ -143,6 +140,14 @@ def sign_flip_p(diffs: np.ndarray, bound: float = 0.0, side: str = "two") -> flo
     if side == "less":
         return float(np.mean(null <= observed + eps))
     return float(np.mean(np.abs(null) >= abs(observed) - eps))
+
+
+@functools.lru_cache(maxsize=8)
+def _signs(n: int) -> np.ndarray:
+    """Every sign pattern of n differences (n <= EXACT_UP_TO), else PERMUTATIONS random ones (fixed seed)."""
+    if n <= EXACT_UP_TO:
+        return np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    return np.where(np.random.default_rng(0).random((PERMUTATIONS, n)) < 0.5, -1.0, 1.0)
 
 
 def mcnemar_p(a: np.ndarray, b: np.ndarray) -> float:

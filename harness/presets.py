@@ -165,7 +165,8 @@ _SMOKE = Preset(
 #   continuations, reverse KL on its own samples, 16 tokens, 300 prefixes), sampled with confidence = max_prob
 #   so that the decoder's joint is exact to score. The one-sided oracle NLL of samples under the official
 #   confidence (oracle_gen) rewards mode-seeking and stays as a diagnostic at tau off, greedy continuation
-#   (oracle_greedy) as a calibration diagnostic.
+#   (oracle_greedy) as a calibration diagnostic; oracle_offsets measures calibration directly, as the KL between
+#   the oracle's marginal and the model's prediction at each offset of the decoder's first step.
 # * tau runs from 0.45 to 0.2: a calibrated model commits a second token at no tau >= 0.5 on this language
 #   (the perfect model below commits 1.00 token per forward at 0.5), so that range is where the frontier is.
 # * SetDLM with S = 4 (S_max 8) and S = 8 (S_max 16) tests "a smaller S_max gives a tighter bound"; W = S.
@@ -181,6 +182,7 @@ _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
     TaskSpec("oracle_kl", 300, {"n_examples": 300}, KL_DECODE),            # noise below the rows' own spread
     TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
+    TaskSpec("oracle_offsets", 200, {}, thresholds=(None,)),                # calibration at each first-step offset
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
     TaskSpec("oracle_greedy", 40, thresholds=(None, 0.3)),                   # calibration diagnostic
 )

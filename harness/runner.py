@@ -146,14 +146,14 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
     calls: list[CallTiming] = []
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        key = (("gen", r.max_new_tokens, r.stop_at_eos, r.forced is not None) if isinstance(r, GenerateRequest)
-               else ("infill", i))
+        key = (("gen", r.max_new_tokens, r.stop_at_eos, r.forced is not None, r.probe)
+               if isinstance(r, GenerateRequest) else ("infill", i))
         groups.setdefault(key, []).append(i)
     for key, index in groups.items():
         if key[0] == "gen":
             forced = [list(requests[i].forced) for i in index] if key[3] else None
             gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]),
-                                  forced)
+                                  forced, probe=key[4])
         else:
             r: InfillRequest = requests[index[0]]
             gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
@@ -161,7 +161,7 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
         calls.append(CallTiming(gens[0].seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens),
                                 tuple(index)))
         for i, g in zip(index, gens):
-            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens, g.log_q)
+            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens, g.log_q, g.first_step)
     return outputs, calls
 
 

@@ -27,7 +27,8 @@ class Canvas:
     real: torch.Tensor       # [B, C] bool, False on left padding
     span: torch.Tensor       # [B, C] bool, the positions to decode (masks at the start)
     forced: torch.Tensor | None = None   # [B, C + 1] teacher-forced targets (span columns; column C is scratch)
-    log_q: torch.Tensor | None = None    # [B] the decoder's log q_dec, when its chooser keeps it (track)
+    probe: bool = False                  # record the first step's predictive distributions (Generation.first_step)
+    chooser: "TokenChooser | None" = None   # the decoder's chooser (track)
 
     @classmethod
     def for_generation(cls, prompts: Sequence[Sequence[int]], max_new_tokens: int, mask_id: int, pad_id: int,
@@ -77,8 +78,9 @@ class Canvas:
         self.forced = forced
 
     def track(self, chooser: "TokenChooser") -> "TokenChooser":
-        """The decoder's chooser; its log q_dec (if it keeps one) becomes this canvas's."""
-        self.log_q = chooser.log_q
+        """The decoder's chooser: the canvas reads its log q_dec (if it keeps one) and, probed, its first step."""
+        self.chooser = chooser
+        chooser.probe = self.probe
         return chooser
 
     def with_scratch_column(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -102,16 +104,32 @@ class Canvas:
             )
 
     def outputs(self, mask_id: int, eos_id: int | None, stop_at_eos: bool, nfe: torch.Tensor,
-                tokens_per_step: torch.Tensor, seconds: float, log_q: torch.Tensor | None = None) -> list[Generation]:
+                tokens_per_step: torch.Tensor, seconds: float) -> list[Generation]:
         """Decoded span of every row (masks dropped, cut by the token-counting rule)."""
         ids, span = self.ids.tolist(), self.span.tolist()
         nfe, steps = nfe.tolist(), tokens_per_step.T.tolist()
-        log_q = [None] * len(ids) if log_q is None else log_q.tolist()
+        chooser = self.chooser
+        log_q = [None] * len(ids) if chooser is None or chooser.log_q is None else chooser.log_q.tolist()
+        first = self.first_step_by_offset(chooser.first) if chooser is not None and chooser.first else [None] * len(ids)
         out = []
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
             gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
-            out.append(Generation(gen, int(nfe[b]), seconds, [int(k) for k in steps[b][:int(nfe[b])]], log_q[b]))
+            out.append(Generation(gen, int(nfe[b]), seconds, [int(k) for k in steps[b][:int(nfe[b])]], log_q[b],
+                                  first[b]))
+        return out
+
+    def first_step_by_offset(self, first: tuple[torch.Tensor, torch.Tensor]) -> list[dict[int, list[float]]]:
+        """Per row: span offset (1 = the first span position) -> the log-probabilities the first step predicted there."""
+        cols, log_p = first
+        start = self.span.float().argmax(dim=1)   # each row's first span column
+        out = []
+        for b in range(cols.shape[0]):
+            row = {}
+            for j, col in enumerate(cols[b].tolist()):
+                if col < self.span.shape[1] and bool(self.span[b, col]):
+                    row[col - int(start[b]) + 1] = log_p[b, j].tolist()
+            out.append(row)
         return out
 
 
@@ -172,6 +190,8 @@ class TokenChooser:
         self.forced = forced
         self.log_q = torch.zeros(canvas_ids.shape[0], dtype=torch.float32, device=device) if exact else None
         self._token_p: torch.Tensor | None = None
+        self.probe = False          # set by Canvas.track: keep the first call's (cols, log-probabilities)
+        self.first: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _see(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
         if self.seen is not None:
@@ -192,6 +212,8 @@ class TokenChooser:
             seen = self.seen[:, None, :self.vocab_size]
             penalised = torch.where(logits > 0, logits / d.repetition_penalty, logits * d.repetition_penalty)
             logits = torch.where(seen, penalised, logits)
+        if self.probe and self.first is None and cols is not None:
+            self.first = (cols.clone(), torch.log_softmax(logits / (1.0 if d.greedy else d.temperature), dim=-1))
         if d.greedy:  # confidence = p(argmax) = exp(max logit - logsumexp), without a full softmax
             top, tokens = logits.max(dim=-1)
             return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))

@@ -210,19 +210,20 @@ class ParadigmModel(nn.Module):
     # -- public decoding interface -------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                 decode: DecodeConfig = DecodeConfig(), forced: Sequence[Sequence[int]] | None = None
-                 ) -> list[Generation]:
+                 decode: DecodeConfig = DecodeConfig(), forced: Sequence[Sequence[int]] | None = None,
+                 probe: bool = False) -> list[Generation]:
         """`forced`: teacher-force each row's max_new_tokens target tokens through the decoding schedule instead of
-        drawing them (Generation.log_q is then log q_dec of the targets; see models.decoding.TokenChooser)."""
+        drawing them (Generation.log_q is then log q_dec of the targets; see models.decoding.TokenChooser).
+        `probe`: record the first forward's predictive distributions (Generation.first_step)."""
         decode = self.resolve_decode(decode, self.config)
         with Timer(self.device) as timer:
             canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
             canvas.check_fits(self.config.length)
             if forced is not None:
                 canvas.force(forced)
+            canvas.probe = probe
             nfe, per_step = self._decode(canvas, decode, decode.stop_at_eos)
-        return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds,
-                              canvas.log_q)
+        return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds)
 
     @torch.inference_mode()
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
@@ -234,7 +235,7 @@ class ParadigmModel(nn.Module):
             if forced is not None:
                 canvas.force([forced])
             nfe, per_step = self._decode(canvas, decode, stop_at_eos=False)
-        return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds, canvas.log_q)[0]
+        return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds)[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:

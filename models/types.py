@@ -182,6 +182,8 @@ class Generation:
              of the committed token under the distribution it was drawn from (or, teacher-forced, the target's).
              Exact where the commit order does not depend on sampled values (AR; confidence="max_prob"); None
              otherwise (greedy, or confidence="sampled").
+    first_step: with probe=True, span offset (1 = first position) -> the log-probabilities the decoder's first
+             forward predicted there (its window, block, every mask, or the next token): a calibration probe.
     """
 
     tokens: list[int]
@@ -189,6 +191,7 @@ class Generation:
     seconds: float
     tokens_per_step: list[int] = field(default_factory=list)
     log_q: float | None = None
+    first_step: dict[int, list[float]] | None = None
 
     @property
     def n_tokens(self) -> int:

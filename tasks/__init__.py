@@ -26,14 +26,14 @@ from tasks.cnndm import CNNDM
 from tasks.genppl import GenPPL
 from tasks.gsm8k import GSM8K
 from tasks.mauve_task import Mauve
-from tasks.oracle import OracleGen, OracleGreedy, OracleInfill, OracleKL, OracleNll
+from tasks.oracle import OracleGen, OracleGreedy, OracleInfill, OracleKL, OracleNll, OracleOffsets
 from tasks.perplexity import PplFile, PplLm1b, PplOwt, PplWikitext
 from tasks.rocstories import RocInfill1, RocInfill3
 
 TASKS: dict[str, type[Task]] = {
     cls.name: cls
     for cls in (GSM8K, RocInfill1, RocInfill3, CNNDM, PplOwt, PplLm1b, PplWikitext, PplFile, GenPPL, Mauve,
-                OracleNll, OracleGen, OracleKL, OracleGreedy, OracleInfill)
+                OracleNll, OracleGen, OracleKL, OracleOffsets, OracleGreedy, OracleInfill)
 }
 
 

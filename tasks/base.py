@@ -61,6 +61,7 @@ class GenerateRequest:
     max_new_tokens: int
     stop_at_eos: bool = True
     forced: tuple[int, ...] | None = None   # teacher-force these max_new_tokens tokens (TextOutput.log_q scores them)
+    probe: bool = False                     # return the first step's predictive distributions (TextOutput.first_step)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class TextOutput:
     text: str
     ids: list[int]
     log_q: float | None = None
+    first_step: dict[int, list[float]] | None = None   # span offset -> log-probabilities of the first forward
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ position. Per-token values divide by n.
     span (only while n_symbols**span <= 1e5, which the default span 3 is), valid.
   * oracle_kl: oracle_gen's prefixes with 16-token continuations, scored two-sided (forward KL on a teacher-forced
     exact continuation, reverse KL on the decoder's sample; OracleKL says how).
+  * oracle_offsets: the KL between the oracle's exact marginal and the model's prediction at each offset of the
+    decoder's first step after a sampled prefix (a calibration diagnostic; OracleOffsets says how).
   * oracle_nll: NllRequest(bos + `length` symbols, n_context 1, `nll_samples` draws averaged by a bound);
     nll = model NLL per token
     (NELBO for diffusion: an upper bound), oracle_entropy = -log p(x) / length of the same
@@ -269,6 +271,55 @@ class OracleKL(OracleGen):
         n = self.max_new_tokens
         row["forward_kl"] = (example.fields["target_log_p"] - forced.log_q) / n
         row["reverse_kl"] = decoded.log_q / n + row["oracle_nll"]
+        return row
+
+
+class OracleOffsets(_OracleTask):
+    """Calibration per offset: how well a model predicts each position of its first decoding step.
+
+    Per example: a sampled prefix; the decoder's first forward after it predicts some positions at once (SetDLM
+    its window, BD3LM its block, MDLM every mask, AR the next token). For each offset k = 1..`max_offset` it
+    predicts, kl_offset_k = KL(p_k || q_k) in nats, p_k the oracle's exact marginal of the k-th next symbol given
+    the prefix, q_k the model's distribution there (mass it puts on specials counts as lost). `kl` (primary) is
+    the mean over the offsets the decoder predicts. A perfect model scores 0 at every offset; a model that
+    commits more tokens per forward than it should at a threshold is overconfident at the far offsets.
+    """
+    name = "oracle_offsets"
+    seed_tag = 5
+    primary_metric = "kl"
+    decode_kind = "generate"
+
+    def __init__(self, prefix_len: int = 31, max_offset: int = 8, **options: Any):
+        super().__init__(**options)
+        if prefix_len < 0 or max_offset < 1:
+            raise TaskError(f"task {self.name}: need prefix_len >= 0 and max_offset >= 1, got {prefix_len} and "
+                            f"{max_offset}")
+        self.prefix_len, self.max_offset = prefix_len, max_offset
+        self.typical_new_tokens = max_offset
+        self.higher_is_better = {"kl": False, **{f"kl_offset_{k}": False for k in range(1, max_offset + 1)}}
+        self.metric_labels = {"kl": "KL(oracle marginal || model) over the first step's offsets, nats",
+                              **{f"kl_offset_{k}": f"KL at offset {k}, nats" for k in range(1, max_offset + 1)}}
+
+    def sample_example(self, i: int) -> dict[str, Any]:
+        prefix = [int(s) for s in self.lang.sample(1, self.prefix_len, self.example_rng(i))[0]]
+        return {"prefix": prefix, "marginals": self.lang.marginals(prefix, self.max_offset).tolist()}
+
+    def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
+        prompt = [tokenizer.bos_id] + self.encode(example.fields["prefix"], tokenizer)
+        self.fits(example, len(prompt) + self.max_offset, context_length, "prefix_len or max_offset")
+        return {"decode": GenerateRequest(prompt, self.max_offset, stop_at_eos=False, probe=True)}
+
+    def score(self, example: Example, outputs: dict[str, Any], judge: Any = None) -> dict[str, float]:
+        decoded = output(outputs, "decode", TextOutput)
+        if decoded is None or not decoded.first_step:
+            raise TaskError(f"task {self.name} needs the decoder's first-step distributions (sampler harness)")
+        row = {}
+        for k, log_q in decoded.first_step.items():
+            if 1 <= k <= self.max_offset:
+                p = np.asarray(example.fields["marginals"][k - 1])
+                q = np.exp(np.asarray(log_q[:self.lang.n_symbols]))   # symbol k is token k (oracle_tokenizer)
+                row[f"kl_offset_{k}"] = float(np.sum(p * (np.log(p) - np.log(np.maximum(q, 1e-30)))))
+        row["kl"] = float(np.mean(list(row.values())))
         return row
 
 

@@ -359,3 +359,20 @@ def test_teacher_forcing_a_decoders_own_sample_reproduces_its_log_q():
             assert f.tokens == g.tokens and f.nfe == g.nfe and f.log_q == pytest.approx(g.log_q, abs=1e-4)
     with pytest.raises(ValueError, match="value-independent"):
         model.generate([[1, 2, 3]], 4, DecodeConfig(greedy=False), forced=[[1, 2, 3, 4]])
+
+
+@pytest.mark.parametrize("tag, offsets", [("ar", 1), ("mdlm", 8), ("bd3lm-s4", 4), ("setdlm-smax8", 4)])
+def test_the_first_step_probe_reads_each_decoders_own_candidates(tag, offsets):
+    """oracle_offsets through the runner: the perfect model's first-step predictions are the oracle's marginals
+    (KL 0 at every offset), at as many offsets as the decoder's first forward predicts."""
+    from harness.configs import RunCell
+    from harness.runner import evaluate_cell, load_model
+    from models import DecodeConfig
+
+    task = get_task("oracle_offsets", n_examples=6)
+    loaded = load_model(f"perfect:hmm-strong:{tag}", torch.device("cpu"), "perfect")
+    cell = RunCell("cpu", "perfect", loaded.model.config.paradigm, "oracle_offsets", DecodeConfig(), limit=6, warmup=0,
+                   batch_size=3)
+    rows = {r["metric"]: r for r in evaluate_cell(cell, loaded, task, [], lambda rows: None, progress=False)}
+    assert sorted(m for m in rows if m.startswith("kl_offset")) == [f"kl_offset_{k}" for k in range(1, offsets + 1)]
+    assert all(abs(r["value"]) < 1e-5 for r in rows.values())
