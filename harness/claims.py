@@ -326,7 +326,7 @@ def _c1(r: Results) -> Built:
     primary = [x for a, b in _at_tau_off(pairs) for x in paired(r, 1, a, b, "exact_match", True)]
     secondary = [x for a, b in pairs for x in paired(r, 1, a, b, "exact_match", True, "noninferior")]
     secondary += [x for a, b in pairs for x in paired(r, 1, a, b, "tokens_per_forward", True)]
-    secondary += speed_rows(r, 1, [("SetDLM", "BD3LM"), ("SetDLM tau=0.3", "BD3LM tau=0.3")])
+    secondary += speed_rows(r, 1, [("SetDLM", "BD3LM")])
     return primary, secondary, None
 
 

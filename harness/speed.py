@@ -8,9 +8,10 @@ every prompt and round, so that drift hits all of them alike. One configuration 
 two names (the A/A control): its ratio must be 1 within +-AA_TOLERANCE, with its 95% interval
 containing 1, or no wall-clock verdict is drawn from the measurement.
 
-Statistic of a pair (A, B): per prompt, the median over rounds of log(seconds_B / seconds_A); their mean
+Statistic of a pair (A, B): per prompt, the mean over rounds of log(seconds_B / seconds_A); their mean
 over prompts with a percentile bootstrap over prompts; reported as ratio = exp(mean), A's tokens/s over
-B's (> 1: A is faster). Beside every ratio, the hardware-free measures: tokens per forward of each
+B's (> 1: A is faster). On a shared 2-core machine one 32-token decode varies by 12-20% from run to run, so
+the control needs a few hundred paired runs to resolve +-3% (60 prompts x 4 rounds). Beside every ratio, the hardware-free measures: tokens per forward of each
 configuration and its milliseconds per forward. The numbers are for this implementation on this machine
 (`cpu_capability` in the file), not the paper's GPU throughput.
 
@@ -59,9 +60,10 @@ class SpeedSpec:
     pairs: tuple[tuple[str, str], ...]           # (A, B): A's tokens/s over B's
     control: tuple[str, str]                     # the A/A pair: one configuration under two names
     task: str = "gsm8k"                          # whose prompts
-    n_prompts: int = 32
-    rounds: int = 3
-    new_tokens: int = 48
+    n_prompts: int = 60
+    rounds: int = 4
+    new_tokens: int = 32
+    prompt_tokens: int = 64                      # each prompt's last tokens (the prefill is part of every call)
     seed: int = 0
     task_options: tuple = field(default=())
 
@@ -75,7 +77,7 @@ def measure(spec: SpeedSpec, loaded: dict, progress: bool = True) -> dict:
     for ex in examples:
         request = task.requests(ex, first.tokenizer, first.length)["decode"]
         prompt = request.prompt if hasattr(request, "prompt") else request.prefix
-        prompts.append(prompt[-(first.length - spec.new_tokens):])   # room for the fixed-length continuation
+        prompts.append(prompt[-min(spec.prompt_tokens, first.length - spec.new_tokens):])
     runs = {c.name: (loaded[c.model].model, c.decode_config()) for c in spec.configs}
     for model, decode in runs.values():   # warm-up, untimed
         model.generate([prompts[0]], spec.new_tokens, decode)
@@ -103,12 +105,13 @@ def measure(spec: SpeedSpec, loaded: dict, progress: bool = True) -> dict:
                              and 1 - AA_TOLERANCE <= control["ci_low"] and control["ci_high"] <= 1 + AA_TOLERANCE)
     return {"n_prompts": len(prompts), "rounds": spec.rounds, "new_tokens": spec.new_tokens, "task": spec.task,
             "configs": configs, "pairs": pairs, "control": control, "aa_tolerance": AA_TOLERANCE,
+            "seconds": {n: np.round(seconds[n], 6).tolist() for n in names},   # [prompt][round]: re-check anything
             **fingerprint(first.device, first.dtype)}
 
 
 def ratio(a: str, b: str, seconds: dict) -> dict:
-    """A's tokens/s over B's at equal length: exp(mean over prompts of the median over rounds of log(t_B / t_A))."""
-    per_prompt = np.median(np.log(seconds[b]) - np.log(seconds[a]), axis=1)
+    """A's tokens/s over B's at equal length: exp(mean over prompts of the mean over rounds of log(t_B / t_A))."""
+    per_prompt = np.mean(np.log(seconds[b]) - np.log(seconds[a]), axis=1)
     index = np.random.default_rng(0).integers(0, len(per_prompt), size=(2000, len(per_prompt)))
     low, high = np.percentile(per_prompt[index].mean(axis=1), [2.5, 97.5])
     return {"a": a, "b": b, "ratio": math.exp(per_prompt.mean()), "ci_low": math.exp(low), "ci_high": math.exp(high),
