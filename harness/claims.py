@@ -198,6 +198,10 @@ def holm(ps: list[float]) -> list[float]:
     return adjusted
 
 
+DETAIL_COLUMNS = ("claim", "role", "task", "a", "b", "a_run_id", "b_run_id", "metric", "test", "n", "a_mean", "b_mean",
+                  "difference", "ci_low", "ci_high", "p_value", "p_holm", "verdict")
+
+
 def _row(claim: int, a: dict, b: dict | None, metric: str, test: str, n: int, **values) -> dict:
     return {"claim": claim, "task": a["task"], "a": label(a), "b": label(b) if b is not None else "",
             "a_run_id": a["run_id"], "b_run_id": b["run_id"] if b is not None else None, "metric": metric,

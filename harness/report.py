@@ -414,11 +414,11 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
 
 def claims_tables(preset_dir: Path, bench_dir: Path | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The claims summary and every paired comparison (harness.claims) of one preset's results."""
-    from .claims import evaluate
+    from .claims import DETAIL_COLUMNS, evaluate
 
     rows = checked_rows(preset_dir / "runs.jsonl")
     summary, details = evaluate(preset_dir, rows, bench_dir)
-    return pd.DataFrame(summary), pd.DataFrame(details)
+    return pd.DataFrame(summary), pd.DataFrame(details, columns=DETAIL_COLUMNS)
 
 
 def claims_markdown(summary: pd.DataFrame, details: pd.DataFrame) -> str:

@@ -288,17 +288,18 @@ class OracleOffsets(_OracleTask):
     seed_tag = 5
     primary_metric = "kl"
     decode_kind = "generate"
+    MAX_OFFSET = 16
+    higher_is_better = {"kl": False, **{f"kl_offset_{k}": False for k in range(1, MAX_OFFSET + 1)}}
+    metric_labels = {"kl": "KL(oracle marginal || model) over the first step's offsets, nats",
+                     **{f"kl_offset_{k}": f"KL at offset {k}, nats" for k in range(1, MAX_OFFSET + 1)}}
 
     def __init__(self, prefix_len: int = 31, max_offset: int = 8, **options: Any):
         super().__init__(**options)
-        if prefix_len < 0 or max_offset < 1:
-            raise TaskError(f"task {self.name}: need prefix_len >= 0 and max_offset >= 1, got {prefix_len} and "
-                            f"{max_offset}")
+        if prefix_len < 0 or not 1 <= max_offset <= self.MAX_OFFSET:
+            raise TaskError(f"task {self.name}: need prefix_len >= 0 and max_offset in [1, {self.MAX_OFFSET}], got "
+                            f"{prefix_len} and {max_offset}")
         self.prefix_len, self.max_offset = prefix_len, max_offset
         self.typical_new_tokens = max_offset
-        self.higher_is_better = {"kl": False, **{f"kl_offset_{k}": False for k in range(1, max_offset + 1)}}
-        self.metric_labels = {"kl": "KL(oracle marginal || model) over the first step's offsets, nats",
-                              **{f"kl_offset_{k}": f"KL at offset {k}, nats" for k in range(1, max_offset + 1)}}
 
     def sample_example(self, i: int) -> dict[str, Any]:
         prefix = [int(s) for s in self.lang.sample(1, self.prefix_len, self.example_rng(i))[0]]

@@ -182,7 +182,7 @@ def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tm
     for cell, value, speed in ((ar, 0.1, 10.0), (sd, 0.2, 5.0), (bd, 0.15, 6.0), (ref, 0.9, 100.0)):
         rows.append({**dict.fromkeys(REQUIRED_KEYS), **cell, "preset": "cpu", "value": value, "ci_low": value,
                      "ci_high": value, "tokens_per_s": speed, "tokens_per_s_ci_low": speed, "tokens_per_s_ci_high": speed,
-                     "tokens_per_forward": 1.0, "nfe_mean": 10.0, "device": "cpu", "dtype": "float32"})
+                     "tokens_per_forward": speed / 5, "nfe_mean": 10.0, "device": "cpu", "dtype": "float32"})
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     df = load_runs(tmp_path)
     assert set(df[df.model_id == "smollm2"].family) == {"smollm2 (AR, pretrained reference)"}

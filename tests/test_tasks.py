@@ -68,7 +68,7 @@ STORY = ["Ann wanted a dog.", "She asked her parents every day.", "They finally 
 
 def test_registry_names_and_errors():
     assert list(TASKS) == ["gsm8k", "roc_infill1", "roc_infill3", "cnndm", "ppl_owt", "ppl_lm1b", "ppl_wikitext",
-                           "ppl_file", "genppl", "mauve", "oracle_nll", "oracle_gen", "oracle_greedy", "oracle_infill"]
+                           "ppl_file", "genppl", "mauve", "oracle_nll", "oracle_gen", "oracle_kl", "oracle_offsets", "oracle_greedy", "oracle_infill"]
     for name, cls in TASKS.items():
         assert cls.name == name
         assert cls.decode_kind in base.DECODE_KINDS
