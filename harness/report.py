@@ -60,7 +60,10 @@ def family(row: dict) -> str:
     """The series a point belongs to: the paradigm's series label (models/paradigm.py: the model and the
     decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
     if is_reference(row):
-        return f"{row['model_id']} ({get_paradigm(row['paradigm']).label}, pretrained reference)"
+        paradigm = get_paradigm(row["paradigm"])
+        if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm
+            return f"perfect model: {paradigm.series(row)} (reference)"
+        return f"{row['model_id']} ({paradigm.label}, pretrained reference)"
     return get_paradigm(row["paradigm"]).series(row)
 
 
@@ -324,10 +327,14 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
                 handle = ax.plot(f[xcol], f.value, color=colors[fam], marker=markers[fam], markerfacecolor="none",
                                  linestyle=":", linewidth=1, markersize=5, alpha=0.6)[0]
             handles[f"hollow, dotted: reference run on\n{_machine(ref_pts)},\n{ref_pts.iloc[0].precision}"] = handle
-        for fam in dict.fromkeys(pts[~compared(pts)].family):   # a pretrained reference: a star, no series
-            f = pts[pts.family == fam]
-            handles[fam] = ax.scatter(f[xcol], f.value, marker=REFERENCE_MARKER, s=160, color=REFERENCE_COLOR,
-                                      zorder=4, label=fam)
+        for fam in dict.fromkeys(pts[~compared(pts)].family):   # a reference: a star, or a dashed grey series
+            f = pts[pts.family == fam].sort_values(xcol)
+            if len(f) == 1:
+                handles[fam] = ax.scatter(f[xcol], f.value, marker=REFERENCE_MARKER, s=160, color=REFERENCE_COLOR,
+                                          zorder=4, label=fam)
+            else:
+                handles[fam] = ax.plot(f[xcol], f.value, color=REFERENCE_COLOR, marker=markers[fam], linestyle="--",
+                                       linewidth=1, markersize=4, alpha=0.7, label=fam)[0]
         pts = pts[compared(pts)]
         for fam in dict.fromkeys(pts.family):
             f = pts[pts.family == fam].sort_values(xcol)
