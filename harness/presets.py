@@ -205,7 +205,7 @@ _CPU_ORACLE = Preset(
 # exact conditionals) decoded by each paradigm's decoder: the structural cost of parallel decoding without model
 # error, and a check of the decode loops (at one token per forward every decoder samples the oracle exactly).
 # A reference family: drawn, never in the fronts or the claims.
-_PERFECT_TAGS = ("ar", "bd3lm-s4", "setdlm-smax8", "setdlm-smax16")
+_PERFECT_TAGS = ("ar", "mdlm", "bd3lm-s4", "setdlm-smax8", "setdlm-smax16")
 _CPU_PERFECT = Preset(
     name="cpu",
     description="perfect model of the oracle language, decoded by every paradigm (a reference for the decoders)",
