@@ -472,19 +472,14 @@ def _c8(r: Results) -> Built:
 
 def _c9(r: Results) -> Built:
     """The oracle trade-off: SetDLM's forward-KL frontier below BD3LM's at matched parallelism."""
-    def frontier(reference: bool, smax: int, claim_rows: bool):
+    def frontier(reference: bool, smax: int, metric: str = "forward_kl"):
         sd = series_cells(r, "oracle_kl", "setdlm", reference, max_block_size=smax, window=smax // 2)
         bd = series_cells(r, "oracle_kl", "bd3lm", reference, block_size=4)
-        return frontier_area(r, 9, sd, bd, "forward_kl", "forward KL frontier, nats/token", reference)
+        return frontier_area(r, 9, sd, bd, metric, f"{metric.replace('_kl', '')} KL frontier, nats/token", reference)
 
-    primary = frontier(False, 8, True)
-    secondary = frontier(False, 16, True)
-    for metric in ("reverse_kl",):
-        sd = series_cells(r, "oracle_kl", "setdlm", max_block_size=8, window=4)
-        bd = series_cells(r, "oracle_kl", "bd3lm", block_size=4)
-        secondary += frontier_area(r, 9, sd, bd, metric, "reverse KL frontier, nats/token")
-    reference = frontier(True, 8, False) + frontier(True, 16, False)
-    return primary, secondary + reference, None
+    secondary = frontier(False, 16) + frontier(False, 8, "reverse_kl")
+    reference = frontier(True, 8) + frontier(True, 16)
+    return frontier(False, 8), secondary + reference, None
 
 
 def _c10(r: Results) -> Built:

@@ -121,15 +121,13 @@ class Canvas:
 
     def first_step_by_offset(self, first: tuple[torch.Tensor, torch.Tensor]) -> list[dict[int, list[float]]]:
         """Per row: span offset (1 = the first span position) -> the log-probabilities the first step predicted there."""
-        cols, log_p = first
-        start = self.span.float().argmax(dim=1)   # each row's first span column
+        cols, log_p = first[0].tolist(), first[1].tolist()   # one transfer each, not one per entry
+        span = self.span.tolist()
         out = []
-        for b in range(cols.shape[0]):
-            row = {}
-            for j, col in enumerate(cols[b].tolist()):
-                if col < self.span.shape[1] and bool(self.span[b, col]):
-                    row[col - int(start[b]) + 1] = log_p[b, j].tolist()
-            out.append(row)
+        for b, row_cols in enumerate(cols):
+            start = span[b].index(True)   # the row's first span column
+            out.append({col - start + 1: log_p[b][j] for j, col in enumerate(row_cols)
+                        if col < len(span[b]) and span[b][col]})
         return out
 
 
