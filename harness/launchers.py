@@ -124,11 +124,11 @@ def import_ray():
     return ray
 
 
-def checkpoint_payload(model_id: str, directory: Path) -> dict:
-    """A checkpoint directory as plain data (file name -> bytes), to travel through Ray's object store: the
-    checkpoint's own files only (models.checkpoint.CHECKPOINT_FILES; nothing else a user keeps in the folder), and
-    a symlink among them only if it stays inside the folder (CheckpointError otherwise: a symlinked secret or a big
-    file elsewhere never reaches the cluster)."""
+def shipped_files(directory: Path) -> dict[str, Path]:
+    """The files of a checkpoint directory that travel to Ray workers: the checkpoint's own files only
+    (models.checkpoint.CHECKPOINT_FILES; nothing else a user keeps in the folder), and a symlink among them only
+    if it stays inside the folder (CheckpointError otherwise: a symlinked secret or a big file elsewhere never
+    reaches the cluster)."""
     directory = Path(directory)
     inside = directory.resolve()
     files = {}
@@ -138,8 +138,14 @@ def checkpoint_payload(model_id: str, directory: Path) -> dict:
             raise models.CheckpointError(f"checkpoint {directory}: {name} is a symlink to {path.resolve()}, outside "
                                          f"the checkpoint's folder; it is not shipped to Ray workers")
         if path.is_file():
-            files[name] = path.read_bytes()
-    return {"model_id": model_id, "files": files}
+            files[name] = path
+    return files
+
+
+def checkpoint_payload(model_id: str, directory: Path) -> dict:
+    """A checkpoint directory as plain data (file name -> bytes of its `shipped_files`), to travel through Ray's
+    object store."""
+    return {"model_id": model_id, "files": {name: path.read_bytes() for name, path in shipped_files(directory).items()}}
 
 
 def write_checkpoint(payload: dict, directory: Path) -> Path:
@@ -354,6 +360,9 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         raise LauncherError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
     if launcher == "ray":
         import_ray()                             # say how to install it before any work
+        for external in plan.external.values():  # and refuse a checkpoint that cannot be shipped, before any work
+            if models.spec_kind(external.spec) == "checkpoint":
+                shipped_files(Path(external.spec))
     store = ResultsStore(results_dir(out, plan.preset.name))
     store.check_schema()                         # refuse another schema's results before creating anything
     with store.lock(wait=wait):

@@ -347,12 +347,13 @@ BAD_INPUTS = [
     "results_lock_a_symlink", "checkpoint_weights_nan", "checkpoint_config_nested_too_deeply", "data_a_device",
     "checkpoint_config_zero_heads", "checkpoint_config_huge_vocabulary", "hf_shard_outside_the_folder",
     "gguf_header_larger_than_its_metadata",
-    # in-process, harness.run (issue 19): rows of the wrong shape, a config.json list, an unsafe model_id,
-    # a tokenizer that does not fit the model, a results directory that cannot be written
+    # in-process, harness.run: rows of the wrong shape, a config.json list, an unsafe model_id, a tokenizer that
+    # does not fit the model, a results directory that cannot be written, a checkpoint Ray could not ship safely
     "results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
     "example_row_without_example_id", "checkpoint_config_a_json_list", "checkpoint_model_id_a_path",
     "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
     "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
+    "ray_checkpoint_file_symlinked_outside_its_folder",
     # harness.report
     "report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
     "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
@@ -367,7 +368,8 @@ IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
             "example_row_without_example_id", "checkpoint_config_a_json_list", "checkpoint_model_id_a_path",
             "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
-            "results_directory_read_only_for_a_finished_cell", "out_is_a_file"],
+            "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
+            "ray_checkpoint_file_symlinked_outside_its_folder"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
                "report_threshold_above_one", "report_primary_not_a_bool"],
@@ -463,6 +465,14 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     if name == "out_is_a_file":
         (tmp / "afile").write_text("not a directory\n")
         return [*cell, "--out", str(tmp / "afile")], f"{tmp / 'afile'} is a file, not a directory"
+    if name == "ray_checkpoint_file_symlinked_outside_its_folder":   # it loads here, but would ship a secret
+        outside = tmp / "secret" / "tokenizer.json"
+        outside.parent.mkdir()
+        shutil.copy(ck["ar"] / "tokenizer.json", outside)
+        d = _broken_copy(ck["ar"], tmp / "linked", lambda d: ((d / "tokenizer.json").unlink(),
+                                                               (d / "tokenizer.json").symlink_to(outside)))
+        return ([*cell, "--checkpoint", str(d), "--launcher", "ray"],
+                "tokenizer.json is a symlink to " + str(outside) + ", outside the checkpoint's folder")
     # harness.report
     report = ["--results", str(out), "--plots", str(tmp / "plots"), "--reference", "none"]
     rows = {"report_unknown_preset": report_row(), "report_unknown_paradigm": report_row(paradigm="gpt"),
