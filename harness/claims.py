@@ -46,6 +46,7 @@ from scipy import stats
 
 from models import jsonio
 
+from .rows import series_of, setting
 from .store import ResultsStore
 
 ALPHA = 0.05
@@ -120,9 +121,8 @@ class Results:
 
 
 def label(cell: dict) -> str:
-    from .report import family, setting   # the report's own names for a configuration
 
-    return f"{family(cell)} {setting(cell)}"
+    return f"{series_of(cell)} {setting(cell)}"
 
 
 # -- the tests ------------------------------------------------------------------------------------
@@ -299,9 +299,8 @@ def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: li
 
 
 def _series(cell: dict) -> str:
-    from .report import family
 
-    return family(cell) + " (every tau)"
+    return series_of(cell) + " (every tau)"
 
 
 def matched_pairs(results: Results, task: str, window: str = "S", reference: bool = False) -> list[tuple[dict, dict]]:

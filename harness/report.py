@@ -6,7 +6,7 @@ For every preset directory under the results root:
     results/<preset>/tables/perplexity.md|csv perplexity per model and corpus (diffusion: upper bounds)
     results/<preset>/tables/summary.md        the primary metric of every task, per configuration
     plots/<preset>-<task>[-<metric>].png      quality vs tokens/s and vs tokens per forward, one series
-                                              per paradigm/config family (points along tau / steps),
+                                              per paradigm/config series (points along tau / steps),
                                               CI error bars, the non-dominated (Pareto) set ringed and joined
 
 A point is Pareto-optimal when no other point of the same task is at least as good on both
@@ -46,6 +46,7 @@ from tasks import TASKS  # noqa: E402
 
 from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
 from .paths import replacing, safe_component  # noqa: E402
+from .rows import is_reference, series_of, setting  # noqa: E402
 from .store import REQUIRED_KEYS, StoreError, numbered_jsonl  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
@@ -56,32 +57,11 @@ DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
 REFERENCE_COLOR, REFERENCE_MARKER = "#444444", "*"
 
 
-def family(row: dict) -> str:
-    """The series a point belongs to: the paradigm's series label (models/paradigm.py: the model and the
-    decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
-    if is_reference(row):
-        paradigm = get_paradigm(row["paradigm"])
-        if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm
-            return f"perfect model: {paradigm.series(row)} (reference)"
-        return f"{row['model_id']} ({paradigm.label}, pretrained reference)"
-    return get_paradigm(row["paradigm"]).series(row)
-
-
-def is_reference(row) -> bool:
-    """Whether a row is a pretrained reference (harness.presets: kept out of Pareto fronts and claims)."""
-    return row.get("reference") is True   # rows as read from runs.jsonl (older rows have no such key)
-
-
 def compared(points: pd.DataFrame) -> pd.Series:
     """The rows that take part in the paradigm comparison (every row but the pretrained references)."""
     if "reference" not in points:
         return pd.Series(True, index=points.index)
     return ~points.reference.fillna(False).astype(bool)
-
-
-def setting(row: dict) -> str:
-    """What varies along a series: the threshold (and step budgets)."""
-    return get_paradigm(row["paradigm"]).setting(row)
 
 
 def paradigm_order() -> dict[str, int]:
@@ -124,11 +104,11 @@ def load_runs(preset_dir: Path) -> pd.DataFrame:
             seen.add(key)
             unique.append(r)
     df = pd.DataFrame(unique)
-    df["family"] = [family(r) for r in unique]
+    df["series"] = [series_of(r) for r in unique]
     df["precision"] = [precision_label(r) for r in unique]
     df["setting"] = [setting(r) for r in unique]
     df["order"] = df["paradigm"].map(paradigm_order())
-    return df.sort_values(["task", "order", "family", "setting", "metric"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["task", "order", "series", "setting", "metric"], kind="stable").reset_index(drop=True)
 
 
 class ReportError(StoreError):
@@ -216,7 +196,7 @@ def task_table(df: pd.DataFrame, task: str) -> pd.DataFrame:
         first = cell.iloc[0]
         ours.append(bool(compared(cell).iloc[0]))
         row = {
-            "family": first.family, "setting": first.setting, "paradigm": first.paradigm, "model_id": first.model_id,
+            "series": first.series, "setting": first.setting, "paradigm": first.paradigm, "model_id": first.model_id,
             "S": first.block_size, "S_max": first.get("max_block_size"),
             **{knob: first.get(knob) for knob in DECODE_KNOBS},
             "expected_budget": first.expected_budget, "n": first.n_examples, "precision": first.precision,
@@ -259,18 +239,18 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     prim = df[df.primary & df.tokens_per_s.notna()]
     if prim.empty:
         return pd.DataFrame()
-    prim = prim.assign(config=prim.family + " " + prim.setting, task_metric=prim.task + " " + prim.metric)
+    prim = prim.assign(config=prim.series + " " + prim.setting, task_metric=prim.task + " " + prim.metric)
     table = prim.pivot_table(index=["order", "config"], columns="task_metric", values="value", aggfunc="first")
     return table.reset_index().drop(columns="order")
 
 
-def family_colors(points: pd.DataFrame) -> dict[str, tuple]:
-    """One hue per paradigm, one shade per family within it (so e.g. the SetDLM windows stay apart)."""
-    colors = {fam: REFERENCE_COLOR for fam in points[~compared(points)].family}
+def series_colors(points: pd.DataFrame) -> dict[str, tuple]:
+    """One hue per paradigm, one shade per series within it (so e.g. the SetDLM windows stay apart)."""
+    colors = {fam: REFERENCE_COLOR for fam in points[~compared(points)].series}
     points = points[compared(points)]
     for paradigm in paradigm_names():
         cmap = get_paradigm(paradigm).colormap
-        fams = list(dict.fromkeys(points[points.paradigm == paradigm].family))
+        fams = list(dict.fromkeys(points[points.paradigm == paradigm].series))
         for i, fam in enumerate(fams):
             colors[fam] = plt.get_cmap(cmap)(0.95 if len(fams) == 1 else 0.5 + 0.45 * i / (len(fams) - 1))
     return colors
@@ -318,17 +298,17 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
                              (axes[1], "tokens_per_forward", "tokens per forward (hardware-independent; the front)")):
         pts = sub[sub[xcol].notna()]
         ref_pts = ref[ref[xcol].notna()] if not ref.empty else ref
-        colors = family_colors(pd.concat([pts, ref_pts]) if not ref_pts.empty else pts)
+        colors = series_colors(pd.concat([pts, ref_pts]) if not ref_pts.empty else pts)
         markers = {fam: MARKERS[i % len(MARKERS)] for i, fam in
-                   enumerate(dict.fromkeys(list(pts.family) + (list(ref_pts.family) if not ref_pts.empty else [])))}
+                   enumerate(dict.fromkeys(list(pts.series) + (list(ref_pts.series) if not ref_pts.empty else [])))}
         if not ref_pts.empty:
-            for fam in dict.fromkeys(ref_pts.family):
-                f = ref_pts[ref_pts.family == fam].sort_values(xcol)
+            for fam in dict.fromkeys(ref_pts.series):
+                f = ref_pts[ref_pts.series == fam].sort_values(xcol)
                 handle = ax.plot(f[xcol], f.value, color=colors[fam], marker=markers[fam], markerfacecolor="none",
                                  linestyle=":", linewidth=1, markersize=5, alpha=0.6)[0]
             handles[f"hollow, dotted: reference run on\n{_machine(ref_pts)},\n{ref_pts.iloc[0].precision}"] = handle
-        for fam in dict.fromkeys(pts[~compared(pts)].family):   # a reference: a star, or a dashed grey series
-            f = pts[pts.family == fam].sort_values(xcol)
+        for fam in dict.fromkeys(pts[~compared(pts)].series):   # a reference: a star, or a dashed grey series
+            f = pts[pts.series == fam].sort_values(xcol)
             if len(f) == 1:
                 handles[fam] = ax.scatter(f[xcol], f.value, marker=REFERENCE_MARKER, s=160, color=REFERENCE_COLOR,
                                           zorder=4, label=fam)
@@ -336,8 +316,8 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
                 handles[fam] = ax.plot(f[xcol], f.value, color=REFERENCE_COLOR, marker=markers[fam], linestyle="--",
                                        linewidth=1, markersize=4, alpha=0.7, label=fam)[0]
         pts = pts[compared(pts)]
-        for fam in dict.fromkeys(pts.family):
-            f = pts[pts.family == fam].sort_values(xcol)
+        for fam in dict.fromkeys(pts.series):
+            f = pts[pts.series == fam].sort_values(xcol)
             yerr = [(f.value - f.ci_low).clip(lower=0).fillna(0), (f.ci_high - f.value).clip(lower=0).fillna(0)]
             xerr = None
             if xcol == "tokens_per_s":
@@ -387,10 +367,10 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
         return False
     firsts = pd.concat([g for _, g in groups]).drop_duplicates("model_id")   # one row per model, in order
     models = list(firsts.model_id)
-    labels = {m: fam.split(" W=")[0] for m, fam in zip(firsts.model_id, firsts.family)}
+    labels = {m: fam.split(" W=")[0] for m, fam in zip(firsts.model_id, firsts.series)}
     fig, ax = plt.subplots(figsize=(max(9.0, 3 + 0.5 * len(groups) * len(models)), 4.4))
     width = 0.8 / max(1, len(models))
-    colors = family_colors(firsts.assign(family=firsts.model_id))   # one shade per model within its paradigm
+    colors = series_colors(firsts.assign(series=firsts.model_id))   # one shade per model within its paradigm
     for i, model in enumerate(models):
         xs, ys, lo, hi = [], [], [], []
         for j, (task, g) in enumerate(groups):
@@ -477,7 +457,7 @@ def oracle_section(df: pd.DataFrame, preset: str) -> str | None:
     for _, cell in sub.groupby("run_id", sort=False):
         m = {r.metric: r for r in cell.itertuples()}
         first = cell.iloc[0]
-        rows.append({"model": first.family, "model_id": first.model_id,
+        rows.append({"model": first.series, "model_id": first.model_id,
                      "model NLL, nats/token": _fmt(m["nll"].value, m["nll"].ci_low, m["nll"].ci_high),
                      "oracle entropy": _fmt(m["oracle_entropy"].value, m["oracle_entropy"].ci_low,
                                             m["oracle_entropy"].ci_high),
@@ -508,8 +488,8 @@ def pretrained_section(df: pd.DataFrame, preset: str) -> str | None:
         ar = ours[ours.paradigm == "ar"]
         cell = lambda r: _fmt(r.value, r.ci_low, r.ci_high) if r is not None else ""   # noqa: E731
         rows.append({"task": task, "metric": prim.iloc[0].metric + (" (higher is better)" if hib else " (lower is better)"),
-                     ref.iloc[0].family: cell(ref.iloc[0]), "trained AR": cell(ar.iloc[0]) if not ar.empty else "",
-                     "best trained configuration": f"{cell(best)} ({best.family} {best.setting})" if best is not None else "",
+                     ref.iloc[0].series: cell(ref.iloc[0]), "trained AR": cell(ar.iloc[0]) if not ar.empty else "",
+                     "best trained configuration": f"{cell(best)} ({best.series} {best.setting})" if best is not None else "",
                      "n (reference / trained)": f"{int(ref.iloc[0].n_examples)} / "
                                                 f"{int(ours.iloc[0].n_examples) if not ours.empty else '-'}"})
     table = pd.DataFrame(rows)

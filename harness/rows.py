@@ -14,6 +14,7 @@ import dataclasses
 import math
 import time
 
+from models import get_paradigm
 from tasks import Task
 
 from .configs import RunCell, decode_columns
@@ -48,3 +49,25 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
          "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]
+
+
+# -- what a row's configuration is called (the report's series and settings, the claims' names) -----------
+def series_of(row: dict) -> str:
+    """The series a row belongs to in plots and tables: the paradigm's series label (models/paradigm.py: the model and the
+    decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
+    if is_reference(row):
+        paradigm = get_paradigm(row["paradigm"])
+        if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm
+            return f"perfect model: {paradigm.series(row)} (reference)"
+        return f"{row['model_id']} ({paradigm.label}, pretrained reference)"
+    return get_paradigm(row["paradigm"]).series(row)
+
+
+def is_reference(row) -> bool:
+    """Whether a row is a pretrained reference (harness.presets: kept out of Pareto fronts and claims)."""
+    return row.get("reference") is True   # rows as read from runs.jsonl (older rows have no such key)
+
+
+def setting(row: dict) -> str:
+    """What varies along a series: the threshold (and step budgets)."""
+    return get_paradigm(row["paradigm"]).setting(row)

@@ -320,12 +320,7 @@ def external_model(spec: str, paradigm: str | None = None, length: int | None = 
 
         return External(spec, ModelShape(**paper_shape(spec)))
     if kind == "checkpoint":
-        meta = models.checkpoint.read_config(spec)
-        try:
-            config = ModelConfig.from_dict(meta["model"])
-        except (TypeError, ValueError) as e:
-            raise models.CheckpointError(f"{Path(spec) / models.checkpoint.CONFIG_FILE}: invalid model config ({e})"
-                                         ) from None
+        config = models.checkpoint.read_model_config(spec)
         if paradigm is not None and paradigm != config.paradigm:
             raise models.CheckpointError(f"checkpoint {spec} holds a {config.paradigm!r} model, not {paradigm!r}")
         weights = Path(spec) / models.checkpoint.WEIGHTS_FILE

@@ -81,7 +81,7 @@ def check_sizes(config: ModelConfig, weights: Path, where: Path) -> None:
     """A config.json's sizes checked before anything is allocated (CheckpointError naming the file and field): a
     context of at most MAX_CONTEXT tokens, no more layers than the weights file holds tensors, every tensor of the
     model (built on the meta device) of the shape the weights file's header gives, and the whole in memory."""
-    from . import from_config
+    from .factory import from_config
 
     if config.length > MAX_CONTEXT:
         raise CheckpointError(f"{where}: length {config.length} is beyond the {MAX_CONTEXT:,} tokens of context any "
@@ -320,16 +320,24 @@ def migrate(meta: dict) -> dict:
     return meta
 
 
-def load(directory: str | Path, paradigm: str | None = None, device: str | torch.device = "cpu") -> "ParadigmModel":
-    """Load a model saved by `save`; `paradigm` (if given) must match the stored one."""
-    from . import from_config
+def read_model_config(directory: str | Path) -> ModelConfig:
+    """The resolved ModelConfig of a checkpoint directory's config.json (CheckpointError naming the file)."""
+    from .factory import resolve_config
 
     directory = Path(directory)
     meta = read_config(directory)
     try:
-        config = ModelConfig.from_dict(meta["model"])
+        return resolve_config(ModelConfig.from_dict(meta["model"]))
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: invalid model config ({e})") from None
+
+
+def load(directory: str | Path, paradigm: str | None = None, device: str | torch.device = "cpu") -> "ParadigmModel":
+    """Load a model saved by `save`; `paradigm` (if given) must match the stored one."""
+    from .factory import from_config
+
+    directory = Path(directory)
+    config = read_model_config(directory)
     if paradigm is not None and config.paradigm != paradigm:
         raise CheckpointError(f"checkpoint {directory} holds a {config.paradigm!r} model, not {paradigm!r}")
     weights = directory / WEIGHTS_FILE

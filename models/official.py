@@ -138,7 +138,7 @@ def paper_download_bytes(key: str) -> int:
     """About how many bytes a paper checkpoint's download takes: its parameters in float32 (the published
     pytorch_model.bin files are fp32 pickles; the Qwen3 ones save the tied lm_head as a second copy, counted here),
     from the family's architecture built on the meta device (nothing is allocated or downloaded)."""
-    from . import build
+    from .factory import build
 
     shape = paper_shape(key)
     kind, arch, vocab = PAPER_BACKBONES[paper_key(key).split(":")[0]]
@@ -520,7 +520,7 @@ def describe_official(directory: str | Path) -> tuple[OfficialInfo, dict]:
 
 def load_official(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
     """(ParadigmModel in eval mode, Tokenizer) of an official `save_pretrained` folder (module docstring)."""
-    from . import from_config
+    from .factory import from_config
     from .types import ModelConfig
 
     directory = Path(directory)

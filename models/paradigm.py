@@ -36,19 +36,13 @@ PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definitio
 
 
 def get_paradigm(name: str) -> type["ParadigmModel"]:
-    _ensure_builtin()
     if name not in PARADIGMS:
         raise ValueError(f"unknown paradigm {name!r}; choose one of {', '.join(PARADIGMS)}")
     return PARADIGMS[name]
 
 
 def paradigm_names() -> tuple[str, ...]:
-    _ensure_builtin()
     return tuple(PARADIGMS)
-
-
-def _ensure_builtin() -> None:
-    from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  (defining the classes registers them)
 
 
 def parse_model_tag(tag: str, max_size: int = 1024) -> dict:
@@ -121,6 +115,14 @@ class ParadigmModel(nn.Module):
             raise ValueError(f"max_block_size (S_max) does not apply to {cls.paradigm}")
 
     @classmethod
+    def resolve_config(cls, config: ModelConfig) -> ModelConfig:
+        """`config` checked against this paradigm (ValueError) with its derived fields filled in (S_max): the one
+        place they are derived; a model is always built from a resolved config."""
+        cls.check_block_size(config.block_size, config.max_block_size, config.length)
+        s_max = cls.resolved_max_block_size(config.block_size, config.max_block_size, config.length)
+        return config if s_max == config.max_block_size else config.replace(max_block_size=s_max)
+
+    @classmethod
     def resolved_max_block_size(cls, block_size: int | None, max_block_size: int | None, length: int) -> int | None:
         """S_max where the paradigm has one (SetDLM), with its default filled in; None otherwise."""
         return None
@@ -177,7 +179,7 @@ class ParadigmModel(nn.Module):
         super().__init__()
         if config.paradigm != self.paradigm:
             raise ValueError(f"{type(self).__name__} got a config for paradigm {config.paradigm!r}")
-        self.config = config
+        self.config = config = self.resolve_config(config)
         self.backbone = config.backbone.build(config.vocab_size, config.length, config.mask_id)
 
     @property

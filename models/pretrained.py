@@ -669,7 +669,7 @@ def load_pretrained(spec: str | Path, paradigm: str = "ar", device: str | torch.
 
     length: the context L (default min(max_position_embeddings, 8192)); block_size / max_block_size:
     the paradigm's S / S_max (BD3LM and SetDLM need S)."""
-    from . import from_config
+    from .factory import from_config
     from .types import ModelConfig
 
     src = resolve(spec)

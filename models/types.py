@@ -12,13 +12,13 @@ number (tokens/s, tokens per forward) is computed from `Generation.n_tokens`, wh
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
 from .backbones import BackboneSpec
+from .fields import MAX_FIELD, check_fields  # noqa: F401  (re-exported)
 from .backbones.gpt import GPTArch
 
 SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
@@ -135,30 +135,6 @@ class DecodeConfig:
         return dataclasses.replace(self, **changes)
 
 
-MAX_FIELD = 1 << 24   # no whole-number field of a stored config (a size, an id, a count) is larger
-
-
-def check_fields(cls, d: dict, low: int = 0) -> None:
-    """ValueError naming the field unless every value of `d` has its dataclass field's type (a config read from a
-    file is untrusted: a list, a string or True where a number belongs, 2^70, a negative size): whole numbers in
-    [low, MAX_FIELD], finite numbers, booleans and strings as annotated (None where the annotation allows it)."""
-    for f in dataclasses.fields(cls):
-        if f.name not in d:
-            continue
-        value, kind = d[f.name], str(f.type)
-        if value is None and "None" in kind:
-            continue
-        base = kind.split(" |")[0]
-        if base == "int" and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_FIELD):
-            raise ValueError(f"{f.name} must be a whole number in [{low}, {MAX_FIELD:,}], got {str(value)[:40]!r}")
-        if base == "float" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
-            raise ValueError(f"{f.name} must be a finite number, got {str(value)[:40]!r}")
-        if base == "bool" and not isinstance(value, bool):
-            raise ValueError(f"{f.name} must be true or false, got {str(value)[:40]!r}")
-        if base == "str" and not isinstance(value, str):
-            raise ValueError(f"{f.name} must be a string, got {str(value)[:40]!r}")
-
-
 # numeric precisions a model computes in (harness.precision chooses between them per phase)
 PRECISIONS = ("fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -235,8 +211,9 @@ class ContextOverflowError(ValueError):
 class ModelConfig:
     """Everything needed to rebuild a model (stored as config.json next to the weights).
 
-    The paradigm's own fields (block_size, max_block_size, train_on_nelbo, ...) are checked by the
-    paradigm's `check_config`; `backbone` says which transformer runs underneath (models/backbones)."""
+    The paradigm's own fields (block_size, max_block_size) are checked, and its derived ones filled in, by
+    `ParadigmModel.resolve_config` when a model is built (models/factory.py); `backbone` says which transformer
+    runs underneath (models/backbones)."""
 
     paradigm: str
     vocab_size: int
@@ -252,8 +229,6 @@ class ModelConfig:
     nll_samples: int = 1              # Monte-Carlo samples (t / orders) per sequence in nll()
 
     def __post_init__(self) -> None:
-        from .paradigm import get_paradigm
-
         if isinstance(self.backbone, dict):
             object.__setattr__(self, "backbone", BackboneSpec.from_dict(self.backbone))
         if self.mask_id is None:
@@ -264,10 +239,6 @@ class ModelConfig:
             raise ValueError(f"length must be >= 2, got {self.length}")
         if self.nll_samples < 1:
             raise ValueError("nll_samples must be >= 1")
-        cls = get_paradigm(self.paradigm)
-        cls.check_block_size(self.block_size, self.max_block_size, self.length)
-        object.__setattr__(self, "max_block_size", cls.resolved_max_block_size(self.block_size, self.max_block_size,
-                                                                                self.length))
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)

@@ -185,7 +185,7 @@ def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tm
                      "tokens_per_forward": speed / 5, "nfe_mean": 10.0, "device": "cpu", "dtype": "float32"})
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     df = load_runs(tmp_path)
-    assert set(df[df.model_id == "smollm2"].family) == {"smollm2 (AR, pretrained reference)"}
+    assert set(df[df.model_id == "smollm2"].series) == {"smollm2 (AR, pretrained reference)"}
     table = task_table(df, "gsm8k").set_index("run_id")
     # the reference dominates every point; without it the three compared points are all non-dominated
     assert not table.loc["ref1", "pareto"] and table.loc[["ar1", "a", "b"], "pareto"].all()

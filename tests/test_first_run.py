@@ -206,7 +206,7 @@ def test_report_draws_the_reference_beside_a_users_run(tmp_path):
     written = build_report(tmp_path / "results", tmp_path / "plots", reference=REFERENCE)
     assert (tmp_path / "plots" / "cpu-gsm8k.png").is_file() and written
     table = pd.read_csv(mine / "tables" / "gsm8k.csv")
-    ours = ~table.family.str.endswith("pretrained reference)")      # the SmolLM2 row's weights were not trained here
+    ours = ~table.series.str.endswith("pretrained reference)")      # the SmolLM2 row's weights were not trained here
     assert table.precision[ours].str.startswith("trained").all() and table.precision[~ours].str.startswith("pretrained").all()
 
 

@@ -239,12 +239,12 @@ def test_hub_corpus_streams_through_datasets(monkeypatch):
 
 
 def test_series_labels_from_rows():
-    from harness.report import family
+    from harness.rows import series_of
     row = {"paradigm": "setdlm", "model_id": "my-checkpoint", "block_size": 4, "max_block_size": 8, "window": 8}
-    assert family(row) == "SetDLM S_max=8 W=8"                  # from the row's fields, never the model id
-    assert family({**row, "max_block_size": 16}) == "SetDLM S_max=16 W=8"
-    assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 4}) == "BD3LM S=4"
-    assert family({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 8}) == "BD3LM S=4 block=8"
+    assert series_of(row) == "SetDLM S_max=8 W=8"                  # from the row's fields, never the model id
+    assert series_of({**row, "max_block_size": 16}) == "SetDLM S_max=16 W=8"
+    assert series_of({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 4}) == "BD3LM S=4"
+    assert series_of({"paradigm": "bd3lm", "model_id": "x", "block_size": 4, "decode_block": 8}) == "BD3LM S=4 block=8"
 
 
 

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import Backbone
+from .base import Backbone, BackboneSpec
 from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads
 
 FREQUENCY_EMBEDDING_SIZE = 256   # TimestepEmbedder's sinusoidal input width (official default)
@@ -265,8 +265,6 @@ class DiTLegacyBackbone(DiTBackbone):
 
 def dit_spec(legacy: bool = False, **arch):
     """BackboneSpec of a DiT kind: dit_spec(n_layers=12, d_model=768, n_heads=12, adaln=True)."""
-    from . import BackboneSpec
-
     return BackboneSpec("dit_legacy", DiTLegacyArch(**arch)) if legacy else BackboneSpec("dit", DiTArch(**arch))
 
 

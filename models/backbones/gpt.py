@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import nn
 
-from . import Backbone
+from .base import Backbone, BackboneSpec
 from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads
 
 
@@ -99,3 +99,8 @@ class GPTBackbone(Backbone):
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, attn_mask, is_causal, cache, i, keep if i == last else None, closed)
         return self.ln_f(x)
+
+
+def gpt_spec(**arch) -> BackboneSpec:
+    """BackboneSpec of the harness's own kind: gpt_spec(n_layers=4, d_model=128, n_heads=4)."""
+    return BackboneSpec("gpt", GPTArch(**arch))

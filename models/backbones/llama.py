@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import Backbone
+from .base import Backbone
 from .attention import ClosedStream, KVCache, Rotary, attend
 
 
