@@ -40,8 +40,6 @@ import torch
 
 from harness.timing import Stopwatch
 
-PARADIGMS = ("ar", "mdlm", "bd3lm", "setdlm")
-KINDS = ("gpt", "llama", "dit", "dit_legacy")
 BUDGET_S = 7 * 60          # stop starting new work after this (the whole check must stay under 8 minutes)
 
 
@@ -74,26 +72,14 @@ QUICK = Sizes(vocab=64, length=32, n_layers=2, d_model=32, n_heads=2, batch=2, p
               hf_new_tokens=6, repeats=1)
 
 
-def arch_kwargs(kind: str, z: Sizes) -> dict:
-    if kind == "gpt":
-        return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads)
-    if kind == "llama":
-        return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads, n_kv_heads=max(1, z.n_heads // 2),
-                    head_dim=z.d_model // z.n_heads, intermediate_size=3 * z.d_model, qk_norm=True, rope_theta=1e6)
-    if kind == "dit":
-        return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads)
-    return dict(n_layers=z.n_layers, d_model=z.d_model, n_heads=z.n_heads, adaln=True, cond_dim=max(16, z.d_model // 4))
-
-
 def build(paradigm: str, kind: str, z: Sizes, seed: int = 0):
     """A random model with confident predictions (weights ~ N(0, 4 / fan_in), embeddings ~ N(0, 1))."""
     import models
-    import models.backbones.dit  # noqa: F401  (registers the DiT kinds)
 
     sizes = {"bd3lm": dict(block_size=z.S), "setdlm": dict(block_size=z.S, max_block_size=2 * z.S)}.get(paradigm, {})
     torch.manual_seed(seed)
-    model = models.build(paradigm, backbone=kind, vocab_size=z.vocab, length=z.length, eos_id=1, **sizes,
-                         **arch_kwargs(kind, z))
+    spec = models.BackboneSpec(kind, models.KINDS[kind].sized_arch(z.n_layers, z.d_model, z.n_heads))
+    model = models.build(paradigm, backbone=spec, vocab_size=z.vocab, length=z.length, eos_id=1, **sizes)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -132,9 +118,11 @@ def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline
 
     rows = []
     prompts = make_prompts(z)
-    for kind in KINDS:
-        for paradigm in PARADIGMS:
-            samplers = ("harness", "official") if kind.startswith("dit") else ("harness",)
+    import models
+
+    for kind, backbone in models.KINDS.items():   # every registered kind and paradigm, none named here
+        for paradigm in models.paradigm_names():
+            samplers = ("harness", "official") if backbone.official_samplers else ("harness",)
             if time.perf_counter() > deadline:
                 rows += [{"kind": kind, "paradigm": paradigm, "sampler": s, "skipped": "time budget"} for s in samplers]
                 continue
@@ -259,12 +247,13 @@ def synthetic_batch(z: Sizes, step: int, device) -> torch.Tensor:
 
 
 def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
+    import models
     from models import Batch
 
     rows = []
     autocast = device.type == "cuda"
-    for kind in KINDS:
-        for paradigm in PARADIGMS:
+    for kind in models.KINDS:
+        for paradigm in models.paradigm_names():
             if time.perf_counter() > deadline:
                 rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
                 continue

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+import models
 from harness import bench_gpu
 
 
@@ -18,15 +19,17 @@ def test_quick_cpu_run_covers_every_section(tmp_path):
     assert result["ok"] and not result["errors"] and result["dtype"] == "float32"
     rows = result["sections"]["paradigms"]
     cells = {(r["kind"], r["paradigm"], r["sampler"]) for r in rows}
-    assert {(k, p) for k, p, _ in cells} == {(k, p) for k in bench_gpu.KINDS for p in bench_gpu.PARADIGMS}
-    assert {(k, s) for k, _, s in cells if s == "official"} == {("dit", "official"), ("dit_legacy", "official")}
+    assert {(k, p) for k, p, _ in cells} == {(k, p) for k in models.KINDS for p in models.paradigm_names()}
+    assert {(k, s) for k, _, s in cells if s == "official"} == {(k, "official") for k, b in models.KINDS.items()
+                                                                 if b.official_samplers} == {("dit", "official"),
+                                                                                             ("dit_legacy", "official")}
     assert all(r["tokens"] > 0 and r["cache_rows_equal"] == 1.0 for r in rows)   # fp32: cache on/off agree exactly
     assert result["cache_equal_all"]
     hf = [r for r in result["sections"]["vs_hf"] if "batch" in r]
     assert [r["batch"] for r in hf] == [1, 8]
     assert all(r["hf_lengths_ok"] and r["token_agreement"] == 1.0 and r["ours_tokens_per_s"] > 0 for r in hf)
     train = result["sections"]["train"]
-    assert len(train) == 16 and all(r["finite"] and r["steps"] == bench_gpu.QUICK.train_steps for r in train)
+    assert len(train) == len(models.KINDS) * len(models.paradigm_names()) and all(r["finite"] and r["steps"] == bench_gpu.QUICK.train_steps for r in train)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

@@ -20,7 +20,7 @@ from models.decoding import TokenChooser
 from models.official_sampler import OfficialTokenChooser
 
 
-@pytest.mark.parametrize("kind", bench_gpu.KINDS)
+@pytest.mark.parametrize("kind", sorted(models.KINDS))
 def test_every_paradigm_decodes_in_bf16_with_identical_tokens_cache_on_and_off(kind, one_thread):
     """bf16 weights, as `auto` picks on CUDA: every paradigm generates (left-padded batch) and infills on every
     kind, the adaLN DiT included, and the KV cache changes no token (MDLM has no cache: decoded twice)."""
@@ -29,7 +29,7 @@ def test_every_paradigm_decodes_in_bf16_with_identical_tokens_cache_on_and_off(k
     for paradigm in models.paradigm_names():
         model = bench_gpu.build(paradigm, kind, z).to(torch.bfloat16).eval()
         assert model.backbone.dtype == torch.bfloat16
-        samplers = ("harness", "official") if kind.startswith("dit") else ("harness",)
+        samplers = ("harness", "official") if models.KINDS[kind].official_samplers else ("harness",)
         for sampler in samplers:
             decode = DecodeConfig(sampler=sampler, threshold=None if paradigm == "ar" else 0.9, stop_at_eos=False)
             on = model.generate(prompts, z.new_tokens, decode)
@@ -108,7 +108,7 @@ def test_a_failing_model_is_an_error_row_and_the_json_is_written_after_each_sect
     failed = [r for r in rows if "error" in r]
     assert [(r["kind"], r["paradigm"]) for r in failed] == [("llama", "bd3lm")]
     assert failed[0]["error"] == "RuntimeError: mat1 and mat2 must have the same dtype"
-    assert len(rows) == len(bench_gpu.KINDS) * len(bench_gpu.PARADIGMS) + 2 * len(bench_gpu.PARADIGMS)   # DiTs: 2 samplers
+    assert len(rows) == len(models.KINDS) * len(models.paradigm_names()) + 2 * len(models.paradigm_names())   # DiTs: 2 samplers
     assert sum("cache_rows_equal" in r for r in rows) == len(rows) - 1
     train = result["sections"]["train"]
     assert [r for r in train if "error" in r][0]["paradigm"] == "bd3lm" and len(train) == 16
@@ -123,5 +123,5 @@ def test_the_gpu_check_runs_in_bf16_on_the_cpu_with_every_row(tmp_path):
     result = json.loads(out.read_text())
     assert result["ok"] and result["dtype"] == "bfloat16" and result["row_errors"] == 0
     rows = result["sections"]["paradigms"]
-    assert {(r["kind"], r["paradigm"]) for r in rows} == {(k, p) for k in bench_gpu.KINDS for p in bench_gpu.PARADIGMS}
+    assert {(r["kind"], r["paradigm"]) for r in rows} == {(k, p) for k in models.KINDS for p in models.paradigm_names()}
     assert all(r["tokens"] > 0 for r in rows)

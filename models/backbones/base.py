@@ -29,6 +29,13 @@ class Backbone(nn.Module):
 
     kind: ClassVar[str]
     arch_type: ClassVar[type]
+    official_samplers: ClassVar[bool] = False   # whether the official checkpoints run on it (their samplers apply)
+
+    @classmethod
+    def sized_arch(cls, n_layers: int, d_model: int, n_heads: int):
+        """An architecture of this kind at the given size, with every option the kind has switched on, so that a
+        test or a benchmark that builds it exercises the whole kind (the invariant tests, `harness.bench gpu`)."""
+        return cls.arch_type(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

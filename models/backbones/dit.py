@@ -178,6 +178,13 @@ class FinalLayer(nn.Module):
 class DiTBackbone(Backbone):
     kind = "dit"
     arch_type = DiTArch
+    official_samplers = True
+
+    @classmethod
+    def sized_arch(cls, n_layers, d_model, n_heads):
+        """With adaLN time conditioning (the MDLM/BD3LM checkpoints' layout)."""
+        return cls.arch_type(n_layers=n_layers, d_model=d_model, n_heads=n_heads, adaln=True,
+                             cond_dim=max(16, d_model // 4))
 
     def __init__(self, arch: DiTArch, vocab_size: int, length: int, mask_id: int | None):
         super().__init__(arch, vocab_size, length, mask_id)

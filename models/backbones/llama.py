@@ -165,6 +165,13 @@ class LlamaBackbone(Backbone):
     kind = "llama"
     arch_type = LlamaArch
 
+    @classmethod
+    def sized_arch(cls, n_layers, d_model, n_heads):
+        """Every option a pretrained family brings: grouped-query attention, an explicit head_dim, Qwen3's q/k
+        norms, Qwen2's q/k/v biases."""
+        return LlamaArch(n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=max(1, n_heads // 2),
+                         head_dim=d_model // n_heads, intermediate_size=2 * d_model, qk_norm=True, qkv_bias=True)
+
     def __init__(self, arch: LlamaArch, vocab_size: int, length: int, mask_id: int | None):
         super().__init__(arch, vocab_size, length, mask_id)
         self.n_layers, self.n_kv_heads, self.head_dim = arch.n_layers, arch.n_kv_heads, arch.head_dim
