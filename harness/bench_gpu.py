@@ -89,6 +89,13 @@ def build(paradigm: str, kind: str, z: Sizes, seed: int = 0):
     return model
 
 
+def learned_kinds() -> list[str]:
+    """Every registered backbone kind with weights (an exact model such as the oracle's has none to train)."""
+    import models
+
+    return [kind for kind, backbone in models.KINDS.items() if backbone.learned]
+
+
 def make_prompts(z: Sizes, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(z.prompt_min, z.prompt_max + 1, (z.batch,), generator=g).tolist()
@@ -120,9 +127,9 @@ def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline
     prompts = make_prompts(z)
     import models
 
-    for kind, backbone in models.KINDS.items():   # every registered kind and paradigm, none named here
+    for kind in learned_kinds():   # every registered kind and paradigm, none named here
         for paradigm in models.paradigm_names():
-            samplers = ("harness", "official") if backbone.official_samplers else ("harness",)
+            samplers = ("harness", "official") if models.KINDS[kind].official_samplers else ("harness",)
             if time.perf_counter() > deadline:
                 rows += [{"kind": kind, "paradigm": paradigm, "sampler": s, "skipped": "time budget"} for s in samplers]
                 continue
@@ -252,7 +259,7 @@ def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
 
     rows = []
     autocast = device.type == "cuda"
-    for kind in models.KINDS:
+    for kind in learned_kinds():
         for paradigm in models.paradigm_names():
             if time.perf_counter() > deadline:
                 rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})

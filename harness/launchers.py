@@ -101,9 +101,10 @@ def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> Loa
     if model_id in plan.external:
         return load_model(directory, dev, model_id, **plan.external[model_id].options, **kwargs)
     try:
-        return load_model(directory, dev, model_id, save_hint="", **kwargs)
+        return load_model(directory, dev, model_id, **kwargs)
     except models.CheckpointError as e:
-        raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {e}; delete "
+        reason = str(e).replace(models.loading.SAVE_HINT, "")
+        raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {reason}; delete "
                                      f"{directory} and rerun to retrain it") from None
 
 

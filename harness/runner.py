@@ -23,7 +23,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
-from models.tokenizers import Tokenizer, load_tokenizer
+from models.tokenizers import Tokenizer
 import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: model specs)
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
@@ -37,7 +37,6 @@ from .timing import CallTiming, summarize
 
 SEED_STRIDE = 1_000_003
 # advice for a user's checkpoint with no tokenizer; harness.launchers gives a cached one its own (retrain it)
-SAVE_HINT = " (save the tokenizer with it: models.save(model, directory, tokenizer=tok))"
 
 
 @dataclass
@@ -55,32 +54,18 @@ class LoadedModel:
 
 
 def load_model(checkpoint: Path | str, device: torch.device, model_id: str | None = None,
-               paradigm: str | None = None, precision: str = "fp32", save_hint: str = SAVE_HINT,
-               length: int | None = None, block_size: int | None = None) -> LoadedModel:
-    """Model and tokenizer of any model spec (models.open_model: a checkpoint directory, an official or a
-    pretrained model), cast to the decoding `precision` ("fp32"/"bf16"); models.CheckpointError if either
-    cannot be loaded (a checkpoint's missing tokenizer: with `save_hint` as advice). `length` and
-    `block_size` apply to pretrained models (their context and, for BD3LM / SetDLM, S)."""
+               paradigm: str | None = None, precision: str = "fp32", length: int | None = None,
+               block_size: int | None = None) -> LoadedModel:
+    """models.open_model of any model spec (a checkpoint directory, an official or a pretrained model), cast to the
+    decoding `precision` ("fp32"/"bf16"), with the id and training precision the rows record; models.CheckpointError
+    if it cannot be loaded. `length` and `block_size` apply to pretrained models (their context and, for BD3LM /
+    SetDLM, S)."""
     dtype = DTYPES[precision]
+    model, tokenizer = models.open_model(checkpoint, paradigm, device, dtype, length=length, block_size=block_size)
     if models.spec_kind(checkpoint) != "checkpoint":
-        model, tokenizer = models.open_model(checkpoint, paradigm, device, dtype, length=length, block_size=block_size)
         return LoadedModel(model, tokenizer, model_id or spec_model_id(checkpoint), device, dtype, None)
-    model = models.load(checkpoint, paradigm=paradigm, device=device).to(dtype)
     meta = models.checkpoint.read_config(checkpoint)
-    missing = [f for f in ("tokenizer.json", "tokenizer_meta.json") if not (Path(checkpoint) / f).is_file()]
-    if missing:
-        raise models.CheckpointError(f"checkpoint {checkpoint} has no {' or '.join(missing)}{save_hint}")
-    try:
-        tokenizer = load_tokenizer(checkpoint)
-    except Exception as e:  # bad JSON, a tokenizer.json that `tokenizers` cannot parse, missing special tokens
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise models.CheckpointError(f"checkpoint {checkpoint}: unreadable tokenizer files ({first})") from None
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise models.CheckpointError(f"checkpoint {checkpoint}: its tokenizer has {tokenizer.vocab_size} tokens but "
-                                     f"the model's vocab_size is {model.config.vocab_size}: they do not belong "
-                                     f"together")
-    model_id = model_id or checkpoint_model_id(meta, Path(checkpoint))
-    return LoadedModel(model, tokenizer, model_id, device, dtype,
+    return LoadedModel(model, tokenizer, model_id or checkpoint_model_id(meta, Path(checkpoint)), device, dtype,
                        training_precision(meta))
 
 

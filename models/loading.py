@@ -42,6 +42,9 @@ def register_spec_prefix(prefix: str, loader: Callable) -> None:
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_meta.json")   # what models.save(..., tokenizer=tok) writes
+SAVE_HINT = " (save the tokenizer with it: models.save(model, directory, tokenizer=tok))"
+
 
 def spec_kind(spec: str | Path) -> str:
     """'checkpoint', 'official', 'paper' or 'pretrained' (see the module docstring); never raises."""
@@ -91,11 +94,17 @@ def open_model(spec: str | Path, paradigm: str | None = None, device: str | torc
             raise CheckpointError(str(e)) from None
     if kind == "checkpoint":
         model = load(spec, paradigm=paradigm, device=device).to(dtype)
+        missing = [f for f in TOKENIZER_FILES if not (Path(spec) / f).is_file()]
+        if missing:
+            raise CheckpointError(f"checkpoint {spec} has no {' or '.join(missing)}{SAVE_HINT}")
         try:
             tokenizer = load_tokenizer(spec)
-        except (OSError, ValueError, KeyError) as e:
+        except Exception as e:  # bad JSON, a tokenizer.json that `tokenizers` cannot parse, missing special tokens
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise CheckpointError(f"checkpoint {spec}: no readable tokenizer ({first})") from None
+            raise CheckpointError(f"checkpoint {spec}: unreadable tokenizer files ({first})") from None
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise CheckpointError(f"checkpoint {spec}: its tokenizer has {tokenizer.vocab_size} tokens but the "
+                                  f"model's vocab_size is {model.config.vocab_size}: they do not belong together")
         return model, tokenizer
     if kind in ("official", "paper"):
         from .official import load_official, resolve_paper_key

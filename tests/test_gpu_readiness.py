@@ -20,7 +20,7 @@ from models.decoding import TokenChooser
 from models.official_sampler import OfficialTokenChooser
 
 
-@pytest.mark.parametrize("kind", sorted(models.KINDS))
+@pytest.mark.parametrize("kind", bench_gpu.learned_kinds())
 def test_every_paradigm_decodes_in_bf16_with_identical_tokens_cache_on_and_off(kind, one_thread):
     """bf16 weights, as `auto` picks on CUDA: every paradigm generates (left-padded batch) and infills on every
     kind, the adaLN DiT included, and the KV cache changes no token (MDLM has no cache: decoded twice)."""
@@ -108,7 +108,8 @@ def test_a_failing_model_is_an_error_row_and_the_json_is_written_after_each_sect
     failed = [r for r in rows if "error" in r]
     assert [(r["kind"], r["paradigm"]) for r in failed] == [("llama", "bd3lm")]
     assert failed[0]["error"] == "RuntimeError: mat1 and mat2 must have the same dtype"
-    assert len(rows) == len(models.KINDS) * len(models.paradigm_names()) + 2 * len(models.paradigm_names())   # DiTs: 2 samplers
+    official = sum(models.KINDS[k].official_samplers for k in bench_gpu.learned_kinds())   # the DiTs: 2 samplers
+    assert len(rows) == (len(bench_gpu.learned_kinds()) + official) * len(models.paradigm_names())
     assert sum("cache_rows_equal" in r for r in rows) == len(rows) - 1
     train = result["sections"]["train"]
     assert [r for r in train if "error" in r][0]["paradigm"] == "bd3lm" and len(train) == 16
@@ -123,5 +124,6 @@ def test_the_gpu_check_runs_in_bf16_on_the_cpu_with_every_row(tmp_path):
     result = json.loads(out.read_text())
     assert result["ok"] and result["dtype"] == "bfloat16" and result["row_errors"] == 0
     rows = result["sections"]["paradigms"]
-    assert {(r["kind"], r["paradigm"]) for r in rows} == {(k, p) for k in models.KINDS for p in models.paradigm_names()}
+    assert {(r["kind"], r["paradigm"]) for r in rows} == {(k, p) for k in bench_gpu.learned_kinds()
+                                                         for p in models.paradigm_names()}
     assert all(r["tokens"] > 0 for r in rows)

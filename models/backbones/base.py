@@ -30,6 +30,7 @@ class Backbone(nn.Module):
     kind: ClassVar[str]
     arch_type: ClassVar[type]
     official_samplers: ClassVar[bool] = False   # whether the official checkpoints run on it (their samplers apply)
+    learned: ClassVar[bool] = True   # False: an exact model with no weights to learn (no sized_arch; e.g. the oracle's)
 
     @classmethod
     def sized_arch(cls, n_layers: int, d_model: int, n_heads: int):

@@ -1,4 +1,6 @@
-"""The import graph of the project's packages has no cycle, lazy (function-level) imports included.
+"""The project's structure: no import cycle, every module in the README's Layout tree, a docstring atop each.
+
+The import graph of the project's packages has no cycle, lazy (function-level) imports included.
 
 A module that imports another inside a function still depends on it: a cycle through a lazy import is a
 circle of concepts that only the import order keeps working. This test reads every module's source (no import
@@ -6,7 +8,7 @@ is executed), resolves each `import` / `from ... import` to the deepest project 
 naming the modules of every cycle it finds. Importing a submodule of one's own package (`from . import gpt`)
 counts as an edge to that submodule only.
 
-    python -m pytest tests/test_import_graph.py -q
+    python -m pytest tests/test_layout.py -q
 """
 
 from __future__ import annotations
@@ -109,3 +111,22 @@ def test_no_import_cycle(package):
     found = [c for c in cycles(graph) if any(m.split(".")[0] == package for m in c)]
     assert not found, "import cycles (lazy imports included): " + "; ".join(
         " <-> ".join(c) + " (" + ", ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c) + ")" for c in found)
+
+
+def test_the_readme_layout_names_every_module():
+    """Every module of harness/ and models/ by its path, every module of tasks/ by its path or its folder."""
+    readme = (REPO / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):readme.index("## Troubleshooting")]
+    missing = []
+    for path in project_modules().values():
+        relative = path.relative_to(REPO).as_posix()
+        folder = path.parent.relative_to(REPO).as_posix() + "/"
+        if relative not in layout and not (relative.startswith("tasks/") and folder != "tasks/" and folder in layout):
+            missing.append(relative)
+    assert not missing, f"the README's Layout tree omits {missing}"
+
+
+def test_every_module_opens_with_a_docstring():
+    missing = [path.relative_to(REPO).as_posix() for path in project_modules().values()
+               if path.stat().st_size and ast.get_docstring(ast.parse(path.read_text())) is None]
+    assert not missing, f"modules without a docstring: {missing}"
