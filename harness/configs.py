@@ -93,11 +93,11 @@ class TrainConfig:
 
     @property
     def resolved_max_block_size(self) -> int | None:
-        return get_paradigm(self.paradigm).resolved_max_block_size(self.block_size, self.max_block_size, self.length)
+        return get_paradigm(self.paradigm).derived_sizes(self)[0]
 
     @property
     def expected_budget(self) -> float | None:
-        return get_paradigm(self.paradigm).budget(self.length, self.block_size, self.resolved_max_block_size)
+        return get_paradigm(self.paradigm).derived_sizes(self)[1]
 
     def model_config(self, vocab_size: int, mask_id: int, eos_id: int | None, pad_id: int | None) -> ModelConfig:
         """The ModelConfig this trains, given the tokenizer's vocabulary and special ids."""

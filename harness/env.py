@@ -24,7 +24,7 @@ _kill_counts: dict[str, int] = {}
 
 
 def kill_point(name: str) -> None:
-    """Test hook of the interrupted-run tests (tests/test_reliability.py); a no-op unless
+    """Test hook of the interrupted-run tests (tests/test_resume.py); a no-op unless
     HARNESS_TEST_KILL_AT=<name>:<n> is set, in which case the n-th time this process passes point `name`
     it SIGKILLs itself. Points: "train_step" (a training step finished, its state saved if due),
     "after_chunk" (an example chunk's rows appended), "after_cell" (a cell's result rows appended)."""

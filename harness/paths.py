@@ -12,7 +12,7 @@ tokenizer metadata, lm-eval arguments) and becomes part of a path goes through o
 Used for: a checkpoint's config.json model_id (harness.runner.checkpoint_model_id), a run id's
 examples file (harness.store), a report row's task (harness.report), corpus names in the cache
 (harness.train); the Ray worker names its checkpoint copy itself and checks a payload's file names
-(harness.launchers). So nothing is written outside --out, --plots and the cache (tests/test_reliability.py).
+(harness.launchers). So nothing is written outside --out, --plots and the cache (tests/test_bad_input.py).
 
     python -c "from harness.paths import safe_component; safe_component('../x', 'task')"   # ValueError
 """

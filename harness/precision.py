@@ -16,8 +16,8 @@ bf16 decoding at batch 1 and 8, written to results/bench/precision-<CPU capabili
 * Training: a step is 11-15x slower in emulated bf16 (AVX2) and about 2x faster where the CPU has bf16
   instructions (AMX) or a GPU does; the optimiser keeps fp32 master weights either way (autocast).
 * Decoding on a CPU is latency-bound at batch 1: casting to bf16 adds conversions around every small
-  matmul, and the cpu-preset models decode at 0.59-0.68x of their fp32 speed in bf16 on AMX (issue
-  notes; `bench decode`'s precision rows measure it on any machine). fp32 it is, on every CPU kind.
+  matmul, and the cpu-preset models decode at 0.59-0.68x of their fp32 speed in bf16 on AMX (as
+  measured on a Xeon; `bench decode`'s precision rows measure it on any machine). fp32 it is, on every CPU kind.
 * Measuring instruments are not models under test: the gen-PPL judge, the MAUVE featuriser and the
   pretrained reference row compute in fp32 everywhere (`INSTRUMENT_PRECISION`; the genppl option
   `judge_precision` and the mauve option `features_precision` override it).

@@ -47,7 +47,8 @@ from tasks import TASKS  # noqa: E402
 from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
 from .paths import replacing, safe_component  # noqa: E402
 from .rows import is_reference, series_of, setting  # noqa: E402
-from .store import REQUIRED_KEYS, StoreError, numbered_jsonl  # noqa: E402
+from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
+from .store import StoreError, numbered_jsonl  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
@@ -115,12 +116,6 @@ class ReportError(StoreError):
     """Results the report cannot draw (a row of the wrong shape, nothing found to report); exit status 2."""
 
 
-# what the report reads of a row, beyond harness.store.REQUIRED_KEYS (n_metrics aside: older rows lack it)
-REPORT_KEYS = tuple(k for k in REQUIRED_KEYS if k != "n_metrics") + ("primary", "higher_is_better", "steps")
-NUMBERS = ("value", "ci_low", "ci_high", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
-           "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward")
-WHOLE_NUMBERS = ("block_size", "max_block_size", "window", "decode_block", "steps", "steps_per_block", "chunk_size",
-                 "n_examples")
 MAX_NUMBER = 2.0 ** 53   # beyond float64's exact integers: no count, rate or size of a row is that large
 
 
@@ -131,7 +126,7 @@ def checked_rows(path: Path) -> list[dict]:
     rows = []
     for lineno, row in numbered_jsonl(path, ("run_id", "metric")):
         where = f"{path}:{lineno}"
-        missing = [k for k in REPORT_KEYS if k not in row]
+        missing = [k for k in REPORTED_KEYS if k not in row]
         if missing:
             raise ReportError(f"{where}: result row lacks {', '.join(missing[:5])}")
         if row["paradigm"] not in paradigm_names():
@@ -147,17 +142,16 @@ def checked_rows(path: Path) -> list[dict]:
         for key in ("primary", "higher_is_better"):
             if not isinstance(row[key], bool):
                 raise ReportError(f"{where}: {key} {row[key]!r} is not true or false")
-        for key in NUMBERS + WHOLE_NUMBERS:
-            value = row.get(key)
-            kinds = (int,) if key in WHOLE_NUMBERS else (int, float)
-            if (value is not None or key == "n_examples") and (isinstance(value, bool) or not isinstance(value, kinds)):
-                raise ReportError(f"{where}: {key} {value!r} is not a{' whole' if key in WHOLE_NUMBERS else ''} "
+        for key in NUMBER_KEYS + WHOLE_KEYS:   # harness/schema.py: every numeric column, wherever present
+            value, column = row.get(key), BY_NAME[key]
+            kinds = (int,) if column.kind == "whole" else (int, float)
+            if (value is not None or not column.nullable) and (isinstance(value, bool) or not isinstance(value, kinds)):
+                raise ReportError(f"{where}: {key} {value!r} is not a{' whole' if column.kind == 'whole' else ''} "
                                   f"number")
             if value is not None and not abs(value) <= MAX_NUMBER:   # NaN, infinities and 400-digit integers
                 raise ReportError(f"{where}: {key} {str(value)[:40]} is not a finite number of sensible size")
-            low = 0 if key == "n_examples" else 1
-            if key in WHOLE_NUMBERS and value is not None and value < low:
-                raise ReportError(f"{where}: {key} {value} must be >= {low}")
+            if column.kind == "whole" and value is not None and value < column.low:
+                raise ReportError(f"{where}: {key} {value} must be >= {column.low}")
         if row.get("threshold") is not None and not 0 < row["threshold"] <= 1:
             raise ReportError(f"{where}: threshold {row['threshold']} is not in (0, 1]")
         rows.append(row)

@@ -1,4 +1,6 @@
-"""The layout of a result row: one row per (cell, metric), written to results/<preset>/runs.jsonl.
+"""The writer of result rows: one row per (cell, metric), written to results/<preset>/runs.jsonl, holding every
+column of harness/schema.py (the vocabulary) and more; and what a row's configuration is called (its series and
+setting, whether it is a reference), for the report and the claims.
 
 Every row carries the cell's identity (run_id, model, task), the model's S and S_max and expected
 budget, each decoding knob under its own name (harness.configs.decode_columns: None for knobs the
@@ -18,6 +20,7 @@ from models import get_paradigm
 from tasks import Task
 
 from .configs import RunCell, decode_columns
+from .schema import COLUMNS
 
 
 def finite(value):
@@ -40,7 +43,7 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
     }
     judge_name = getattr(judge, "name", None) if task.needs_judge else None
-    return [
+    rows = [
         {**base, "metric": name, "value": finite(mv.value), "ci_low": finite(mv.ci_low),
          "ci_high": finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
          "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
@@ -49,6 +52,10 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
          "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]
+    missing = [c.name for c in COLUMNS if rows and c.name not in rows[0]]
+    if missing:   # a column of harness/schema.py that this writer does not fill: a bug here, not bad input
+        raise AssertionError(f"result rows lack the schema's columns {missing}")
+    return rows
 
 
 # -- what a row's configuration is called (the report's series and settings, the claims' names) -----------

@@ -17,7 +17,7 @@ results/reference/ are never read as a cache: they are drawn beside yours in the
 Every input problem (unknown name, window > L, tau outside (0, 1], BD3LM block not dividing L,
 --limit <= 0, a bad --data file or --checkpoint, a results directory that cannot be read or written, ...)
 is reported before any work with exit status 2 and one `error:` line (the full list: the bad-input table
-of tests/test_reliability.py). A decoding knob that a planned paradigm does not read (e.g. --window for
+of tests/test_bad_input.py). A decoding knob that a planned paradigm does not read (e.g. --window for
 AR) gets one `warning:` line. A finished cell is never rerun; an interrupted cell resumes at its first
 missing example; Ctrl-C exits 130 with one line saying so.
 """

@@ -42,13 +42,8 @@ from models import jsonio
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
 from .paths import safe_component
+from .schema import STORED_KEYS
 
-REQUIRED_KEYS = (
-    "run_id", "preset", "paradigm", "model_id", "task", "metric", "value", "ci_low", "ci_high", "n_examples",
-    "block_size", "max_block_size", "threshold", "expected_budget", "tokens_per_s", "tokens_per_s_ci_low",
-    "tokens_per_s_ci_high", "latency_s_median", "nfe_mean", "tokens_per_forward", "device", "dtype",
-    "torch_version", "git_sha", "seed", "timestamp", "n_metrics",
-)
 RUN_ROW_KEYS = ("run_id", "metric")       # what a runs.jsonl line must hold to be read at all
 EXAMPLE_ROW_KEYS = ("example_id",)        # and an examples/<run_id>.jsonl line
 
@@ -229,7 +224,7 @@ class ResultsStore:
 
     def append_runs(self, rows: list[dict]) -> None:
         """Append a cell's metric rows in one write; rows already present (a torn cell's) are not repeated."""
-        missing = [k for k in REQUIRED_KEYS for r in rows if k not in r]
+        missing = [k for k in STORED_KEYS for r in rows if k not in r]
         if missing:
             raise ValueError(f"result rows lack required keys: {sorted(set(missing))}")
         present = {(r["run_id"], r["metric"]) for r in self.runs()}

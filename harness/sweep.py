@@ -113,14 +113,6 @@ def resolve_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig, task: T
     return decode
 
 
-def budget_of(cfg: TrainConfig | ModelConfig) -> float | None:
-    return get_paradigm(cfg.paradigm).budget(cfg.length, cfg.block_size, max_block_size(cfg))
-
-
-def max_block_size(cfg: TrainConfig | ModelConfig) -> int | None:
-    return get_paradigm(cfg.paradigm).resolved_max_block_size(cfg.block_size, cfg.max_block_size, cfg.length)
-
-
 def _task_options(spec_options: dict, data: str | None, source: str | None) -> dict:
     options = dict(spec_options)
     if data is not None:
@@ -186,6 +178,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
         options = _metric_lms(name, _task_options(spec.options, data, source), notes)
         task = tasks[name] = _load_task(name, options)
         for model_id, cfg in targets:
+            s_max, budget = get_paradigm(cfg.paradigm).derived_sizes(cfg)
             if task.decode_kind == "none":
                 grid = [DecodeConfig()]
             else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every point
@@ -196,7 +189,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 cells.append(RunCell(
                     preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,
-                    block_size=cfg.block_size, max_block_size=max_block_size(cfg), expected_budget=budget_of(cfg),
+                    block_size=cfg.block_size, max_block_size=s_max, expected_budget=budget,
                     **cell_fields,
                 ))
     return cells, tasks

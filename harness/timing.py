@@ -25,6 +25,8 @@ import numpy as np
 from models.paradigm import Timer as Stopwatch  # noqa: F401  (the one stopwatch: CUDA-synchronised)
 from tasks.base import mean_ci
 
+from .schema import TIMING_KEYS
+
 
 @dataclass(frozen=True)
 class CallTiming:
@@ -42,10 +44,8 @@ class CallTiming:
 
 def summarize(calls: list[CallTiming]) -> dict:
     """The throughput fields of a result row (None everywhere when nothing was timed)."""
-    keys = ("tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high", "latency_s_median", "nfe_mean",
-            "tokens_per_forward", "n_tokens_total")
     if not calls:
-        return dict.fromkeys(keys)
+        return dict.fromkeys(TIMING_KEYS)
     rates = np.array([c.tokens_per_s for c in calls])
     rate = mean_ci(rates)   # the project's one bootstrap (tasks/base.py)
     tokens = sum(sum(c.tokens) for c in calls)

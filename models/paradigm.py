@@ -119,8 +119,16 @@ class ParadigmModel(nn.Module):
         """`config` checked against this paradigm (ValueError) with its derived fields filled in (S_max): the one
         place they are derived; a model is always built from a resolved config."""
         cls.check_block_size(config.block_size, config.max_block_size, config.length)
-        s_max = cls.resolved_max_block_size(config.block_size, config.max_block_size, config.length)
+        s_max, _ = cls.derived_sizes(config)
         return config if s_max == config.max_block_size else config.replace(max_block_size=s_max)
+
+    @classmethod
+    def derived_sizes(cls, config) -> tuple[int | None, float | None]:
+        """(S_max, expected prediction budget) of anything with `length`, `block_size` and `max_block_size` (a
+        ModelConfig, or a TrainConfig before any model exists): THE derivation of both, from the paradigm's
+        `resolved_max_block_size` and `budget`."""
+        s_max = cls.resolved_max_block_size(config.block_size, config.max_block_size, config.length)
+        return s_max, cls.budget(config.length, config.block_size, s_max)
 
     @classmethod
     def resolved_max_block_size(cls, block_size: int | None, max_block_size: int | None, length: int) -> int | None:
@@ -206,8 +214,7 @@ class ParadigmModel(nn.Module):
         raise NotImplementedError
 
     def expected_budget(self) -> float | None:
-        c = self.config
-        return self.budget(c.length, c.block_size, c.max_block_size)
+        return self.derived_sizes(self.config)[1]
 
     # -- public decoding interface -------------------------------------------------------------
     @torch.inference_mode()

@@ -1,4 +1,4 @@
-"""The claims table (issue 17): paired bootstrap coverage, verdicts that can fail, honest plots, and the
+"""The claims table: paired bootstrap coverage, verdicts that can fail, honest plots, and the
 README's generated section equal to what the report makes of the committed results.
 
     pytest tests/test_claims.py
@@ -15,7 +15,7 @@ import pytest
 
 from harness.claims import (NOT_TESTABLE, Results, envelope, frontier_area, holm, mcnemar_p, paired, sign_flip_p,
                             decide)
-from harness.store import REQUIRED_KEYS
+from harness.schema import STORED_KEYS
 from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, load_runs,
                             oracle_section, plot_task, pretrained_section, readme_section, task_table)
 from tasks.base import mean_ci
@@ -180,7 +180,7 @@ def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tm
     sd, bd = _cell("a", "setdlm", 4), _cell("b", "bd3lm", 4)
     rows = []
     for cell, value, speed in ((ar, 0.1, 10.0), (sd, 0.2, 5.0), (bd, 0.15, 6.0), (ref, 0.9, 100.0)):
-        rows.append({**dict.fromkeys(REQUIRED_KEYS), **cell, "preset": "cpu", "value": value, "ci_low": value,
+        rows.append({**dict.fromkeys(STORED_KEYS), **cell, "preset": "cpu", "value": value, "ci_low": value,
                      "ci_high": value, "tokens_per_s": speed, "tokens_per_s_ci_low": speed, "tokens_per_s_ci_high": speed,
                      "tokens_per_forward": speed / 5, "nfe_mean": 10.0, "device": "cpu", "dtype": "float32"})
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

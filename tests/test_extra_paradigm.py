@@ -1,4 +1,4 @@
-"""A paradigm declared in this file alone reaches every part of the harness (issue 18's measure of success).
+"""A paradigm declared in this file alone reaches every part of the harness.
 
 The fixture defines `ToyModel`, a minimal paradigm (the AR decoder and likelihood, under its own name, label,
 colours and knobs); defining the class registers it. Nothing else is edited, yet it appears in the CLI's
