@@ -299,6 +299,33 @@ def read_config(directory: str | Path) -> dict:
     return migrate(meta)
 
 
+def assemble(config: ModelConfig, state: dict[str, torch.Tensor], where: str | Path,
+             device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> "ParadigmModel":
+    """The shared last step of every foreign-format loader (models/pretrained.py, models/official.py): the model of
+    `config` built on the meta device (nothing allocated twice), its backbone given `state` (our tensor names) after
+    every tensor is checked (CheckpointError naming `where` and the first missing, unexpected or mis-shaped tensor;
+    check_tensors: dense, floating, finite), then moved to `device` / `dtype`, in eval mode."""
+    from .factory import from_config
+
+    with torch.device("meta"):
+        model = from_config(config)
+    backbone = model.backbone
+    expected = {k: tuple(v.shape) for k, v in backbone.state_dict().items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != expected[k])
+    if missing or unexpected or wrong:
+        detail = (f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}" if unexpected else
+                  f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, expected {expected[wrong[0]]}")
+        raise CheckpointError(f"{where}: the weights do not match the model's config ({detail}; {len(missing)} "
+                              f"missing, {len(unexpected)} unexpected, {len(wrong)} mis-shaped)")
+    state = check_tensors({k: v.to(torch.float32) for k, v in state.items()}, where)
+    backbone.load_state_dict(state, strict=True, assign=True)
+    if hasattr(backbone, "column_major"):   # the layout random-init llama models get (see LlamaBackbone)
+        backbone.column_major()
+    return model.to(device=device, dtype=dtype).eval()
+
+
 GPT_FIELDS_V1 = ("n_layers", "d_model", "n_heads", "mlp_ratio", "dropout")
 
 

@@ -35,9 +35,8 @@ How the folder maps onto this project:
 
 `PAPER_CHECKPOINTS` maps the official scripts' keys (`owt:setdlm-smax8`, `gsm8k:bd3lm-s4`, ...) to the 32
 hub ids; `resolve_paper_key` finds one locally or downloads it (`huggingface_hub.snapshot_download`).
-`save_official` writes one of our models in the same layout (tests/fixtures_official uses it), and
-`trace_calls` records every backbone call of a decode for call-by-call comparison with the official
-sampler (tests/test_official.py).
+The tests write this layout themselves (tests/official_layout.py: `save_official`, and `trace_calls` for
+call-by-call comparison with the official sampler).
 
     python -m models.official owt:bd3lm-s4 --prompt-ids 50256 --new-tokens 16
 """
@@ -50,10 +49,8 @@ import os
 import re
 import shutil
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -62,7 +59,7 @@ from . import jsonio
 from .backbones import BackboneSpec
 from .backbones.dit import DiTArch, DiTLegacyArch
 from .backbones.llama import LlamaArch
-from .checkpoint import CheckpointError, check_tensors, shard_files
+from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
 from .tokenizers import Tokenizer
 
 HUB_PREFIX = "kuleshov-group"
@@ -84,7 +81,7 @@ DIT_KEYS = frozenset({"_target_", "length", "causal_attention", "adaln", "hidden
 # their documented defaults when no base config.json can be found (published-checkpoints.md §1.2)
 QWEN3_BASES = ("Qwen/Qwen3-0.6B-Base", "Qwen/Qwen3-1.7B-Base", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B")
 QWEN3_DEFAULTS = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6}
-BASE_DIR = "base_model"       # where save_official puts a Qwen3 base config (and where loads look first)
+BASE_DIR = "base_model"       # where a Qwen3 base config lies next to config.json (loads look here first)
 DROPPED_KEYS = ("static_attention_mask", "backbone.rotary_emb.inv_freq")
 
 _DATASETS = ("gsm8k", "owt", "lm1b", "cnndm")
@@ -300,9 +297,9 @@ def read_official_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     (or its shards), read with torch.load(weights_only=True)."""
     directory = Path(directory)
     if (directory / "model.safetensors").is_file() or (directory / "model.safetensors.index.json").is_file():
-        from .pretrained import _read_safetensors
+        from .hf_format import read_safetensors
 
-        return _read_safetensors(directory)
+        return read_safetensors(directory)
     index = directory / "pytorch_model.bin.index.json"
     if index.is_file():
         tensors: dict[str, torch.Tensor] = {}
@@ -405,7 +402,7 @@ def _infer_qwen3_config(t: dict[str, torch.Tensor], base: object, where: str) ->
 
 
 def _qwen3_arch(bc: dict, t: dict[str, torch.Tensor], directory: Path, L: int, where: str) -> LlamaArch:
-    from .pretrained import arch_from_hf_config
+    from .hf_format import arch_from_hf_config
 
     base = _base_config(bc, directory, where)
     cfg = dict(base) if base is not None else _infer_qwen3_config(t, bc.get("pretrained_model_name_or_path"), where)
@@ -420,16 +417,9 @@ def _qwen3_arch(bc: dict, t: dict[str, torch.Tensor], directory: Path, L: int, w
 
 
 def _qwen3_state(t: dict[str, torch.Tensor], arch: LlamaArch, rows: int, where: str) -> dict[str, torch.Tensor]:
-    from .pretrained import fused_state
+    from .llama_layout import backbone_state, hf_shapes
 
-    expected = {"embed_tokens.weight", "norm.weight", "lm_head.weight"}
-    per_layer = ["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-                 "input_layernorm.weight", "post_attention_layernorm.weight"]
-    per_layer += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"] if arch.qk_norm else []
-    per_layer += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"] if arch.qkv_bias else []
-    per_layer += ["self_attn.o_proj.bias"] if arch.o_bias else []
-    expected |= {f"layers.{i}.{p}" for i in range(arch.n_layers) for p in per_layer}
+    expected = set(hf_shapes(arch, rows)) | {"lm_head.weight"}   # the official Qwen3 always saves its head
     unexpected = sorted(set(t) - expected)
     if unexpected:
         raise CheckpointError(f"{where}: unexpected tensor backbone.model.model.{unexpected[0]} for a "
@@ -437,7 +427,7 @@ def _qwen3_state(t: dict[str, torch.Tensor], arch: LlamaArch, rows: int, where: 
     if arch.tie_embeddings and "lm_head.weight" in t and not torch.equal(t["lm_head.weight"], t["embed_tokens.weight"]):
         raise CheckpointError(f"{where}: the base config ties the head to the embedding but lm_head.weight differs "
                               f"from embed_tokens.weight")
-    return fused_state(t, arch, rows, where)
+    return backbone_state(t, arch, rows, where)
 
 
 # -- tokenizer --------------------------------------------------------------------------------------------
@@ -520,7 +510,6 @@ def describe_official(directory: str | Path) -> tuple[OfficialInfo, dict]:
 
 def load_official(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
     """(ParadigmModel in eval mode, Tokenizer) of an official `save_pretrained` folder (module docstring)."""
-    from .factory import from_config
     from .types import ModelConfig
 
     directory = Path(directory)
@@ -553,23 +542,7 @@ def load_official(directory: str | Path, device: str | torch.device = "cpu", dty
     config = ModelConfig(paradigm=info.paradigm, vocab_size=rows, length=L, backbone=spec, mask_id=tokenizer.mask_id,
                          eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, block_size=info.block_size,
                          max_block_size=info.max_block_size)
-    with torch.device("meta"):
-        model = from_config(config)
-    backbone = model.backbone
-    expected = {k: tuple(v.shape) for k, v in backbone.state_dict().items()}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != expected[k])
-    if missing or unexpected or wrong:
-        detail = (f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}" if unexpected else
-                  f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, expected {expected[wrong[0]]}")
-        raise CheckpointError(f"{where}: the weights do not match config.json's backbone ({detail}; "
-                              f"{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong)} mis-shaped)")
-    backbone.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
-    if hasattr(backbone, "column_major"):
-        backbone.column_major()
-    model = model.to(device=device, dtype=dtype)
-    return model.eval(), tokenizer
+    return assemble(config, state, where, device, dtype), tokenizer
 
 
 # -- the paper's checkpoints ------------------------------------------------------------------------------
@@ -617,156 +590,6 @@ def resolve_paper_key(key: str, download: bool = True, local_dir: str | Path | N
                           f"{target.parent} or pass the folder to load_official)")
 
 
-# -- writing the official layout (fixtures) -----------------------------------------------------------------
-def _official_tensors(model) -> dict[str, torch.Tensor]:
-    """Our backbone's weights under the official state-dict names."""
-    backbone, kind = model.backbone, model.config.backbone.kind
-    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in backbone.state_dict().items()}
-    out: dict[str, torch.Tensor] = {}
-    if kind in ("dit", "dit_legacy"):
-        for k, v in state.items():
-            out["backbone.vocab_embed.embedding" if k == "embed.weight" else "backbone." + k] = v
-        hd = backbone.head_dim
-        out["backbone.rotary_emb.inv_freq"] = 1.0 / (10_000 ** (torch.arange(0, hd, 2).float() / hd))
-    elif kind == "llama":
-        a = model.config.backbone.arch
-        H, Hk, hd, Fi = a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate_size
-        p = "backbone.model.model."
-        out[p + "embed_tokens.weight"] = state["embed.weight"]
-        for i in range(a.n_layers):
-            b, o = f"blocks.{i}.", f"{p}layers.{i}."
-            q, k, v = state[b + "qkv.weight"].split([H * hd, Hk * hd, Hk * hd])
-            out[o + "self_attn.q_proj.weight"], out[o + "self_attn.k_proj.weight"] = q.contiguous(), k.contiguous()
-            out[o + "self_attn.v_proj.weight"] = v.contiguous()
-            out[o + "self_attn.o_proj.weight"] = state[b + "o.weight"]
-            if a.qk_norm:
-                out[o + "self_attn.q_norm.weight"], out[o + "self_attn.k_norm.weight"] = (state[b + "q_norm.weight"],
-                                                                                      state[b + "k_norm.weight"])
-            gate, up = state[b + "gate_up.weight"].split([Fi, Fi])
-            out[o + "mlp.gate_proj.weight"], out[o + "mlp.up_proj.weight"] = gate.contiguous(), up.contiguous()
-            out[o + "mlp.down_proj.weight"] = state[b + "down.weight"]
-            out[o + "input_layernorm.weight"] = state[b + "attn_norm.weight"]
-            out[o + "post_attention_layernorm.weight"] = state[b + "mlp_norm.weight"]
-        out[p + "norm.weight"] = state["norm.weight"]
-        out["backbone.model.lm_head.weight"] = state["embed.weight" if a.tie_embeddings else "lm_head.weight"].clone()
-    else:
-        raise ValueError(f"save_official: backbone kind {kind!r} has no official layout (dit, dit_legacy, llama)")
-    if model.config.paradigm == "setdlm":   # SetDLM re-registers it without skipping it at push time
-        from .setdlm import two_stream_set_mask
-
-        out["static_attention_mask"] = two_stream_set_mask(model.config.length)
-    return out
-
-
-def save_official(model, directory: str | Path, tokenizer: Tokenizer, name: str = "tiny") -> Path:
-    """Write `model` in the layout of a published checkpoint (config.json, pytorch_model.bin, tokenizer files;
-    for Qwen3 (llama kind with q/k norms) a base_model/config.json, which the official loader reads the
-    architecture from)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    c = model.config
-    kind = c.backbone.kind
-    arch = c.backbone.arch
-    paradigm = c.paradigm
-    ids = {"vocab_size": c.vocab_size, "mask_token_id": c.mask_id, "pad_token_id": tokenizer.pad_id,
-           "bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_vocab_size_multiple": 1}
-    if kind in ("dit", "dit_legacy"):
-        backbone_config = {"_target_": BACKBONE_TARGETS[kind], "length": c.length, "causal_attention": paradigm == "ar",
-                           "adaln": arch.adaln, "hidden_size": arch.d_model, "cond_dim": arch.cond_dim,
-                           "n_heads": arch.n_heads, "num_layers": arch.n_layers, "dropout": 0.1,
-                           "tie_word_embeddings": True, "attn_backend": "sdpa", "vocab_size": c.vocab_size,
-                           "block_size": c.block_size if paradigm == "bd3lm" else c.length,
-                           "pretrained_model_name_or_path": None}
-    elif kind == "llama" and arch.qk_norm:
-        backbone_config = {"_target_": BACKBONE_TARGETS["qwen3"], "attn_implementation": "sdpa",
-                           "automodel_cls": "AutoModelForCausalLM", "keep_top_layers": False,
-                           "num_layers": arch.n_layers, "pretrained_model_name_or_path": BASE_DIR,
-                           "reinit_model": False, "revision": None, "trust_remote_code": True,
-                           "use_causal_mask": paradigm == "ar"}
-        base = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": arch.o_bias,
-                "hidden_act": "silu", "hidden_size": arch.d_model, "intermediate_size": arch.intermediate_size,
-                "num_hidden_layers": arch.n_layers, "num_attention_heads": arch.n_heads,
-                "num_key_value_heads": arch.n_kv_heads, "head_dim": arch.head_dim, "rms_norm_eps": arch.rms_eps,
-                "rope_theta": arch.rope_theta, "rope_scaling": None, "max_position_embeddings": 4 * c.length,
-                "sliding_window": 4096, "use_sliding_window": False, "tie_word_embeddings": arch.tie_embeddings,
-                "vocab_size": c.vocab_size, "torch_dtype": "float32"}
-        (directory / BASE_DIR).mkdir(exist_ok=True)
-        (directory / BASE_DIR / "config.json").write_text(json.dumps(base, indent=2, sort_keys=True) + "\n")
-    else:
-        raise ValueError(f"save_official: backbone kind {kind!r} has no official layout (dit, dit_legacy, Qwen3)")
-    cfg = {"architectures": [PARADIGM_ARCHITECTURE[paradigm]], "model_type": MODEL_TYPES[paradigm],
-           "attn_backend": "sdpa", "backbone_config": backbone_config, "length": c.length, **ids,
-           "tokenization_config": dict(ids), "tokenizer_name": name, "torch_dtype": "float32",
-           "train_on_context": False, "transformers_version": "4.52.4"}
-    if paradigm != "ar":
-        cfg["keep_clean_bos"] = True
-    if paradigm in ("mdlm", "bd3lm"):
-        cfg["noise_config"] = {"_target_": "noise_schedule_noise_schedules.LinearNoise"}
-    elif paradigm == "setdlm":
-        cfg["noise_config"] = {"_target_": "noise_schedule_noise_schedules.StaggeredNoise", "eps": 1e-3,
-                               "block_size": c.length, "desired_block_size": c.block_size,
-                               "max_block_size": c.max_block_size, "length": c.length}
-    else:
-        cfg["noise_config"] = None
-    if paradigm in ("bd3lm", "setdlm"):
-        S = c.block_size if paradigm == "bd3lm" else c.length
-        cfg.update(block_size=S, eval_block_size=S, setdlm_eos_last_in_target_order=False, setdlm_fht_cache_order=False)
-    (directory / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    torch.save(_official_tensors(model), directory / "pytorch_model.bin")
-    tokenizer.backend.save(str(directory / "tokenizer.json"))
-    roles = {f"{r}_token": tokenizer.special_tokens[r] for r in ("bos", "eos", "pad", "mask")}
-    (directory / "special_tokens_map.json").write_text(json.dumps(roles, indent=2) + "\n")
-    (directory / "tokenizer_config.json").write_text(json.dumps({**roles, "tokenizer_class": "PreTrainedTokenizer"},
-                                                                indent=2) + "\n")
-    return directory
-
-
-# -- call-by-call traces ----------------------------------------------------------------------------------------
-@dataclass
-class BackboneCall:
-    """One backbone forward of a decode: its inputs, the keys its rows may attend to, the cache length
-    before it, and the raw logits (mask not suppressed) of the rows it computed."""
-    input_ids: torch.Tensor       # [B, T]
-    position_ids: torch.Tensor    # [B, T]
-    attention: torch.Tensor       # [B, T, S] bool, S = cache length + T (what attn_mask / is_causal meant)
-    cache_length: int
-    logits: torch.Tensor          # [B, T', V] float32 (T' = T unless the call kept fewer rows)
-
-
-@contextmanager
-def trace_calls(model) -> Iterator[list[BackboneCall]]:
-    """Record every backbone forward inside the block: `with trace_calls(model) as calls: model.generate(...)`."""
-    from .official_sampler import raw_logits
-
-    backbone = model.backbone
-    calls: list[BackboneCall] = []
-
-    def hook(module, args, kwargs, output):
-        names = ("input_ids", "position_ids", "attn_mask", "is_causal", "cache", "keep", "closed")
-        given = dict(zip(names, args)) | kwargs
-        ids, pos = given["input_ids"], given["position_ids"]
-        mask, causal, cache = given.get("attn_mask"), given.get("is_causal", False), given.get("cache")
-        n = cache.length if cache is not None else 0
-        B, T = ids.shape
-        S = n + T
-        if mask is not None:
-            allowed = mask.expand(B, 1, T, S)[:, 0]
-        elif causal:
-            allowed = torch.ones(T, S, dtype=torch.bool, device=ids.device).tril(S - T).expand(B, T, S)
-        else:
-            allowed = torch.ones(B, T, S, dtype=torch.bool, device=ids.device)
-        if pos.dim() == 1:
-            pos = pos.expand(B, -1)
-        calls.append(BackboneCall(ids.detach().clone(), pos.detach().clone(), allowed.detach().clone(), n,
-                                  raw_logits(module, output).detach().float().clone()))
-
-    handle = backbone.register_forward_hook(hook, with_kwargs=True)
-    try:
-        yield calls
-    finally:
-        handle.remove()
-
-
 # -- command line ------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     from .types import DecodeConfig
@@ -802,6 +625,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["PAPER_ALIASES", "PAPER_CHECKPOINTS", "BackboneCall", "OfficialInfo", "describe_official",
-           "is_official_checkpoint", "load_official", "official_paradigm", "official_tokenizer",
-           "read_official_weights", "resolve_paper_key", "save_official", "trace_calls"]
+__all__ = ["PAPER_ALIASES", "PAPER_CHECKPOINTS", "OfficialInfo", "describe_official", "is_official_checkpoint",
+           "load_official", "official_paradigm", "official_tokenizer", "read_official_weights", "resolve_paper_key"]

@@ -38,8 +38,8 @@ QUESTIONS = [("What is 2 plus 3?", "2+3=5 #### 5"), ("Tom has 4 apples and eats 
              ("What is 6 times 7?", "6*7=42 #### 42"), ("Half of 10 is?", "10/2=5 #### 5")]
 
 
-from reliability_utils import (  # noqa: F401  (fixtures are used by name)
-    checkpoints, run_concurrently, set_schema, tree,
+from reliability_utils import (  # noqa: F401  (fixtures are used by name; checkpoints needs tok)
+    checkpoints, run_concurrently, set_schema, tok, tree,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 import models
 from models import CheckpointError, DecodeConfig
 from models.official import (PAPER_ALIASES, PAPER_CHECKPOINTS, describe_official, is_official_checkpoint,
-                             load_official, official_paradigm, read_official_weights, resolve_paper_key,
-                             trace_calls)
+                             load_official, official_paradigm, read_official_weights, resolve_paper_key)
+from official_layout import trace_calls
 from models.official_sampler import official_commit_counts
 
 from fixtures_official import FIXTURES, build, write_fixtures

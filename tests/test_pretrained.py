@@ -14,7 +14,8 @@ import torch
 
 import models
 from models import DecodeConfig
-from models.pretrained import PretrainedError, load_pretrained, reverse_permute
+from models.gguf_format import reverse_permute
+from models.pretrained import PretrainedError, load_pretrained
 
 transformers = pytest.importorskip("transformers")
 V = 96                       # tokenizer size of the tiny checkpoints
@@ -250,10 +251,10 @@ def test_smollm2_matches_transformers_gguf_load(monkeypatch):
 
     import gguf
 
-    import models.pretrained as pretrained
+    import models.gguf_format as gguf_format
 
-    reader = functools.lru_cache(maxsize=None)(pretrained.gguf_reader)
-    monkeypatch.setattr(pretrained, "gguf_reader", lambda p: reader(str(p)))
+    reader = functools.lru_cache(maxsize=None)(gguf_format.gguf_reader)
+    monkeypatch.setattr(gguf_format, "gguf_reader", lambda p: reader(str(p)))
     monkeypatch.setattr("gguf.GGUFReader", lambda p, *a, **k: reader(str(p)))
     monkeypatch.setattr("gguf.get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
     done: dict = {}   # and each tensor dequantized once (both loaders copy the array they get)
@@ -369,7 +370,7 @@ def test_gguf_headers_are_checked_against_the_metadata_before_any_dequantization
     rows; a sparse file can claim gigabytes) is refused before anything is dequantized, and so is metadata that
     describes more weights than the machine has memory."""
     pytest.importorskip("gguf")
-    import models.pretrained as pretrained
+    import models.gguf_format as gguf_format
 
     _, hf = checkpoints["llama"]
     state = {**hf.state_dict(), "lm_head.weight": torch.zeros(8 * V, hf.config.hidden_size)}
@@ -382,7 +383,7 @@ def test_gguf_headers_are_checked_against_the_metadata_before_any_dequantization
 
     write_gguf(tmp_path / "bomb.gguf", Bomb())
     dequantized = []
-    real = pretrained._gguf().quants.dequantize
+    real = gguf_format._gguf().quants.dequantize
     monkeypatch.setattr("gguf.quants.dequantize", lambda *a: dequantized.append(a) or real(*a))
     with pytest.raises(PretrainedError, match=r"'output.weight' has shape \(768, 32\), but the metadata implies"):
         load_pretrained(tmp_path / "bomb.gguf")

@@ -1,5 +1,5 @@
 """Tiny random checkpoints in the official (kuleshov-group/setdlms `save_pretrained`) layout, written by OUR
-code (models.official.save_official) at test time: nothing large is committed.
+code (tests/official_layout.py: save_official) at test time: nothing large is committed.
 
     write_fixtures(root) -> {name: folder}
 
@@ -75,7 +75,7 @@ def build(name: str):
 
 
 def write_fixtures(root: str | Path, names: tuple[str, ...] = FIXTURES) -> dict[str, Path]:
-    from models.official import save_official
+    from official_layout import save_official
 
     root = Path(root)
     tok = tiny_tokenizer()
