@@ -3,3 +3,5 @@
     python -m harness.run --sweep            # the cpu preset, end to end
     python -m harness.report                 # tables and Pareto plots from results/ alone
 """
+
+import tasks.oracle_language.perfect  # noqa: E402,F401  (registers the perfect: model specs for every harness module)

@@ -139,7 +139,7 @@ def add_decode_flags(ap: argparse.ArgumentParser) -> None:
                         help=KNOB_HELP.get(name))
 
 
-def decode_knobs(args: argparse.Namespace) -> dict:
+def given_decode_knobs(args: argparse.Namespace) -> dict:
     """The decoding knobs given on the command line (see add_decode_flags)."""
     return {name: getattr(args, name) for name in DECODE_KNOBS if hasattr(args, name)}
 

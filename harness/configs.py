@@ -14,12 +14,15 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import models
 from models import backbones
 from models.backbones import BackboneSpec
 from models.paradigm import get_paradigm
 from models.types import SAMPLING_KNOBS, DecodeConfig, ModelConfig
 
+from .paths import hashed_component, safe_component
 from .precision import PRECISIONS
 
 RESULTS_SCHEMA_VERSION = 1
@@ -178,3 +181,19 @@ def options_tuple(options: dict) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(options.items()))
 
 
+# -- the identity of a model the user brings ---------------------------------------------------------------
+def spec_model_id(spec: str | Path) -> str:
+    """The model id of a pretrained or official model: its short name, file stem or directory name."""
+    text = str(spec).rstrip("/")
+    name = Path(text).stem if text.endswith(".gguf") else text.replace(":", "-").replace("/", "--")
+    if Path(text).expanduser().exists():
+        name = Path(text).expanduser().resolve().stem
+    return hashed_component(name)
+
+
+def checkpoint_model_id(meta: dict, directory: Path) -> str:
+    """The `model_id` of a checkpoint's config.json (untrusted: it must be a safe name, see harness.paths),
+    else the directory's name."""
+    if meta.get("model_id") in (None, ""):
+        return directory.resolve().name
+    return safe_component(meta["model_id"], f"checkpoint {directory}: config.json model_id", models.CheckpointError)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from tasks import NllRequest
 
 from .precision import DTYPE_PRECISIONS
-from .runner import LoadedModel, execute_nll
+from .evaluate import LoadedModel, execute_nll
 
 
 class ARJudge:

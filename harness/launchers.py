@@ -30,17 +30,17 @@ import torch
 import models
 from models import get_paradigm
 from models.checkpoint import atomic_directory
-from tasks import TASKS, get_task
+from tasks import TASKS, Task, TaskError, get_task
 
 from .configs import RunCell, TrainConfig
 from .env import REPO, git_sha
 from .estimate import describe, estimate
 from .judge import ARJudge
 from .progress import format_duration, progress as progress_bar
-from .runner import LoadedModel, evaluate_cell, load_model
+from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
 from .store import ResultsStore
-from .sweep import Plan, needed_models, pending_cells, results_dir
+from .sweep import Plan, PlanError, is_local_spec, load_task, needed_models, pending_cells, results_dir
 from .cache import checkpoint_dir, is_cached
 from .data import get_tokenizer
 from .precision import resolve_device
@@ -350,6 +350,36 @@ def preview(plan: Plan, cells: list[RunCell], device: str) -> str:
     if device == "cpu":
         line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
     return describe(plan, cells, to_train, cached, line, est)
+
+
+def preflight(plan: Plan) -> None:
+    """What is checked before any work (PlanError or CheckpointError, exit 2, nothing written):
+    * every task of every cell loads its data, so a hub dataset that cannot be read fails now, not an hour into
+      a sweep after the first model's cells;
+    * every local model the user brings (a checkpoint directory, a Hugging Face folder, a GGUF, SmolLM2) is
+      opened on the CPU and turns the selected examples of each of its tasks into requests (a bad file, or a
+      prompt that does not fit its context).
+    A paper checkpoint or a hub id is not loaded here: it is downloaded and loaded when its first cell runs, one
+    model at a time (`--plan` prints the disk each needs)."""
+    tasks: dict[tuple, Task] = {}
+    for cell in plan.cells:
+        key = (cell.task, cell.task_options)
+        if key not in tasks:
+            tasks[key] = load_task(cell.task, cell.options)
+            try:
+                tasks[key].records()
+            except TaskError as e:
+                raise PlanError(str(e)) from None
+    for model_id, external in plan.external.items():
+        if not is_local_spec(external.spec):
+            continue
+        loaded = load_model(external.spec, torch.device("cpu"), model_id, **external.options)
+        firsts = {(c.task, c.task_options): c for c in reversed(plan.cells) if c.model_id == model_id}
+        for key, cell in firsts.items():   # requests do not depend on decoding: one cell per task
+            try:
+                cell_requests(cell, tasks[key], loaded.tokenizer, loaded.length)
+            except TaskError as e:
+                raise PlanError(f"{e} (model {external.spec})") from None
 
 
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,

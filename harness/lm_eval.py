@@ -72,7 +72,7 @@ the NLL (the NELBO; for SetDLM the NLL along sampled generation orders), so the 
 log-likelihoods are lower bounds and perplexities upper bounds, not exact values like AR's.
 This is logged when such requests run and recorded in the results' config
 ("harness_likelihood"). The first token of every scored sequence is context (bos), as in
-harness.runner, so all paradigms score the same tokens.
+harness.evaluate, so all paradigms score the same tokens.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ import models
 from harness import cli
 from harness.precision import resolve_precision
 from harness.progress import progress
-from harness.runner import SEED_STRIDE, execute_decode, execute_nll, load_model
+from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
 from tasks.base import INFILL_MARKER, fit_generation, fit_infill
@@ -102,7 +102,7 @@ logger = logging.getLogger("harness.lm_eval")
 KNOBS = (*cli.DECODE_KNOBS, "repetition_penalty", "seed")
 
 
-def decode_knobs(paradigm: str) -> set[str]:
+def output_knob_names(paradigm: str) -> set[str]:
     """The model_args that can change the output of a paradigm's generate_until / infill requests."""
     return set(get_paradigm(paradigm).knobs) | {"repetition_penalty", "seed"}
 
@@ -260,7 +260,7 @@ class HarnessLM(LM):
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         prepared = [self._prepare_generation(*r.args) for r in requests]
         for kind in sorted({"infill" if isinstance(p[0], InfillRequest) else "generate_until" for p in prepared}):
-            self._warn_inert(kind, decode_knobs(self.paradigm))
+            self._warn_inert(kind, output_knob_names(self.paradigm))
         groups: dict[DecodeConfig, list[int]] = {}
         for i, (_, decode, _) in enumerate(prepared):
             groups.setdefault(decode, []).append(i)

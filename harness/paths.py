@@ -9,7 +9,7 @@ tokenizer metadata, lm-eval arguments) and becomes part of a path goes through o
 * `hashed_component(text)`: for a name that may legitimately hold other characters (e.g. a hub
   corpus `hf:user/dataset`): the string when it is safe, else a readable prefix plus a hash.
 
-Used for: a checkpoint's config.json model_id (harness.runner.checkpoint_model_id), a run id's
+Used for: a checkpoint's config.json model_id (harness.configs.checkpoint_model_id), a run id's
 examples file (harness.store), a report row's task (harness.report), corpus names in the cache
 (harness.train); the Ray worker names its checkpoint copy itself and checks a payload's file names
 (harness.launchers). So nothing is written outside --out, --plots and the cache (tests/test_bad_input.py).

@@ -32,13 +32,13 @@ from models import get_paradigm, paradigm_names
 from tasks import TASKS, TaskError
 
 from .cli import (
-    INTERRUPTED, REFERENCE, Parser, add_decode_flags, decode_knobs, exit_exhausted, interrupt_on_sigterm, number,
+    INTERRUPTED, REFERENCE, Parser, add_decode_flags, given_decode_knobs, exit_exhausted, interrupt_on_sigterm, number,
     reference_option,
 )
-from .launchers import LAUNCHERS, execute, import_ray, preview
+from .launchers import LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore, StoreError
-from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, preflight, resolve_device, results_dir
+from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
 from .train import TrainingError
 
 positive_int = number(int, 1)
@@ -106,7 +106,7 @@ def make_plan(args):
     device = "cuda" if args.launcher == "ray" and args.device == "cuda" else resolve_device(args.device)
     common = dict(limit=args.limit, device=device, seed=args.seed, batch_size=args.batch_size, data=args.data,
                   source=args.source, precision=args.precision)
-    knobs = decode_knobs(args)
+    knobs = given_decode_knobs(args)
     if args.model:
         if args.sweep or not args.task:
             raise PlanError("--model evaluates one cell: give --task NAME (and no --sweep)")
@@ -148,7 +148,7 @@ def summary_table(rows: list[dict]) -> str:
 def warn_inert_knobs(args, plan) -> None:
     """One `warning:` line per decoding knob given on the command line that a planned paradigm does not read
     (e.g. --window for AR): the knob is dropped for those cells (ParadigmModel.resolve_decode)."""
-    given = set(decode_knobs(args))
+    given = set(given_decode_knobs(args))
     decoding = [c for c in plan.cells if TASKS[c.task].decode_kind != "none"]
     for knob in sorted(given):
         flag = f"--{knob.replace('_', '-')}"

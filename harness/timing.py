@@ -1,6 +1,6 @@
 """Throughput methodology: the one place where decode calls are timed and summarised.
 
-Rules (every runner, benchmark and the lm-eval bridge use this module):
+Rules (every evaluation, benchmark and the lm-eval bridge use this module):
   * warm-up: each cell first runs `warmup` decode calls whose results are thrown away;
   * a timed call is the model's generate/infill call only, timed by the model itself
     (`Generation.seconds`, models.paradigm.Timer): prefill and every denoising step are inside,

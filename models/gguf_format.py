@@ -74,7 +74,9 @@ def reverse_permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, dim, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def read_gguf(src: Source, length: int | None) -> None:
+def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> None:
+    """Fill `src` from a GGUF file: the architecture from its metadata, then (unless `metadata_only`) every tensor,
+    its header checked first, dequantized, and the tokenizer."""
     gguf = _gguf()
     where = str(src.path)
     try:
@@ -123,14 +125,17 @@ def read_gguf(src: Source, length: int | None) -> None:
         raise PretrainedError(f"{where}: {e}") from None
     src.max_positions = whole("context_length", MAX_DEFAULT_LENGTH)
     check_window(int(window) if window else None, context_length(src, length), where)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    rows = len(tokens.data) if tokens is not None else int(meta("vocab_size", 0, required=False) or 0)
+    if metadata_only:
+        src.vocab_rows = rows
+        return
 
     ok = dequantizable_types()
     permute = arch_name == "llama"
     block = re.compile(r"blk\.(\d+)\.(.+)")
     # every header checked against what the metadata implies before any tensor is dequantized (a size bomb: a
     # sparse file whose output.weight header says (2^27, 32) would otherwise ask for 16 GiB)
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    rows = len(tokens.data) if tokens is not None else int(meta("vocab_size", 0, required=False) or 0)
     shapes = hf_shapes(src.arch, rows)
     hf_names = {}
     for t in reader.tensors:

@@ -131,13 +131,17 @@ def _token_string(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def read_hf(src: Source, length: int | None) -> None:
+def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> None:
+    """Fill `src` from a Hugging Face folder: the architecture from config.json, then (unless `metadata_only`) the
+    tensors and the tokenizer."""
     cfg_path = src.path / "config.json"
     cfg = jsonio.read_object(cfg_path, PretrainedError, "a model config")
     if "schema_version" in cfg and "model" in cfg:
         raise PretrainedError(f"{src.path} is a checkpoint of this project: load it with models.load")
     src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(cfg, str(cfg_path))
     check_window(window, context_length(src, length), str(cfg_path))
+    if metadata_only:
+        return
     src.tensors = {k.removeprefix("model."): v for k, v in read_safetensors(src.path).items()}
     tok_path = src.path / "tokenizer.json"
     if not tok_path.is_file():

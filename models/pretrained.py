@@ -165,6 +165,20 @@ def check_vocab(tokenizer_size: int, vocab_rows: int, where: str) -> None:
                               f"{vocab_rows} rows (tokenizer and weights do not belong together)")
 
 
+def describe_pretrained(spec: str | Path, paradigm: str = "ar", length: int | None = None,
+                        block_size: int | None = None, max_block_size: int | None = None):
+    """The ModelConfig that `load_pretrained` would build, read from config.json or the GGUF metadata alone: no
+    tensor is read or dequantized and no tokenizer is built (what a sweep plans with). Its vocabulary is the
+    file's (a mask row that loading may add is not counted) and its mask id the last row."""
+    from .types import ModelConfig
+
+    src = resolve(spec)
+    (read_gguf if src.kind == "gguf" else read_hf)(src, length, metadata_only=True)
+    return ModelConfig(paradigm=paradigm, vocab_size=src.vocab_rows, length=context_length(src, length),
+                       backbone=BackboneSpec("llama", src.arch, source=src.spec), block_size=block_size,
+                       max_block_size=max_block_size)
+
+
 def load_pretrained(spec: str | Path, paradigm: str = "ar", device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32, length: int | None = None, block_size: int | None = None,
                     max_block_size: int | None = None):

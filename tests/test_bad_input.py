@@ -463,7 +463,7 @@ def test_a_model_id_never_chooses_where_the_ray_worker_writes(tmp_path, monkeypa
 def test_every_string_read_from_a_file_is_checked_before_it_names_a_path(tmp_path, checkpoints):
     """harness.paths at each place a read string becomes a path component (besides the table above)."""
     from harness.paths import hashed_component, safe_component
-    from harness.runner import checkpoint_model_id
+    from harness.configs import checkpoint_model_id
     for bad in ("../x", "a/b", ".hidden", "..", "", "x" * 200, 5, None, "a\x00b", "C:\\x"):
         with pytest.raises(ValueError, match="is not a safe name"):
             safe_component(bad, "name")

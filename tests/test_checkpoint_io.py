@@ -55,7 +55,7 @@ FORBIDDEN = {
     r"weights_only\s*=\s*False": "torch.load without weights_only",
     r"trust_remote_code\s*=\s*True": "remote code",
 }
-# Hugging Face loaders, and third-party `<module>.load_model(` helpers (harness.runner.load_model is the
+# Hugging Face loaders, and third-party `<module>.load_model(` helpers (harness.evaluate.load_model is the
 # project's own safetensors loader, called by bare name, and covered by FORBIDDEN above)
 HF_CALLS = re.compile(r"(\bfrom_pretrained|\bSentenceTransformer|\bload_dataset|\bpipeline|\w\.load_model)\(")
 

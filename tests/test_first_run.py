@@ -25,7 +25,7 @@ from harness.env import machine_id
 from harness.presets import TaskSpec, get_preset
 from harness.progress import LineProgress, progress
 from harness.report import build_report, load_runs, plot_task
-from harness.runner import training_precision
+from harness.evaluate import training_precision
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep
 from models.pretrained import smollm2_installed

@@ -87,13 +87,13 @@ def spy_on(monkeypatch, name: str) -> list:
 
 @pytest.fixture
 def decode_calls(monkeypatch) -> list:
-    """Requests that reach harness.runner.execute_decode."""
+    """Requests that reach harness.evaluate.execute_decode."""
     return spy_on(monkeypatch, "execute_decode")
 
 
 @pytest.fixture
 def nll_calls(monkeypatch) -> list:
-    """Requests that reach harness.runner.execute_nll."""
+    """Requests that reach harness.evaluate.execute_nll."""
     return spy_on(monkeypatch, "execute_nll")
 
 

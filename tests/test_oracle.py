@@ -363,10 +363,10 @@ def test_teacher_forcing_a_decoders_own_sample_reproduces_its_log_q():
 
 @pytest.mark.parametrize("tag, offsets", [("ar", 1), ("mdlm", 8), ("bd3lm-s4", 4), ("setdlm-smax8", 4)])
 def test_the_first_step_probe_reads_each_decoders_own_candidates(tag, offsets):
-    """oracle_offsets through the runner: the perfect model's first-step predictions are the oracle's marginals
+    """oracle_offsets through harness.evaluate: the perfect model's first-step predictions are the oracle's marginals
     (KL 0 at every offset), at as many offsets as the decoder's first forward predicts."""
     from harness.configs import RunCell
-    from harness.runner import evaluate_cell, load_model
+    from harness.evaluate import evaluate_cell, load_model
     from models import DecodeConfig
 
     task = get_task("oracle_offsets", n_examples=6)

@@ -24,13 +24,11 @@ import torch
 import models
 from models import Batch, DecodeConfig
 from models.tokenizers import Tokenizer
-import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: model specs)
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
-from .configs import RunCell
+from .configs import RunCell, checkpoint_model_id, spec_model_id
 from .env import fingerprint
 from .rows import finite, result_rows
-from .paths import hashed_component, safe_component
 from .precision import DTYPES, PRECISIONS
 from .progress import progress as progress_bar
 from .timing import CallTiming, summarize
@@ -67,23 +65,6 @@ def load_model(checkpoint: Path | str, device: torch.device, model_id: str | Non
     meta = models.checkpoint.read_config(checkpoint)
     return LoadedModel(model, tokenizer, model_id or checkpoint_model_id(meta, Path(checkpoint)), device, dtype,
                        training_precision(meta))
-
-
-def spec_model_id(spec: str | Path) -> str:
-    """The model id of a pretrained or official model: its short name, file stem or directory name."""
-    text = str(spec).rstrip("/")
-    name = Path(text).stem if text.endswith(".gguf") else text.replace(":", "-").replace("/", "--")
-    if Path(text).expanduser().exists():
-        name = Path(text).expanduser().resolve().stem
-    return hashed_component(name)
-
-
-def checkpoint_model_id(meta: dict, directory: Path) -> str:
-    """The `model_id` of a checkpoint's config.json (untrusted: it must be a safe name, see harness.paths),
-    else the directory's name."""
-    if meta.get("model_id") in (None, ""):
-        return directory.resolve().name
-    return safe_component(meta["model_id"], f"checkpoint {directory}: config.json model_id", models.CheckpointError)
 
 
 def training_precision(meta: dict) -> str | None:
