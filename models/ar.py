@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import Canvas, StepLog
-from .official_sampler import OfficialTokenChooser, check_sampler, is_official, official_numerics, raw_logits
+from .official_sampler import OfficialTokenChooser, check_sampler, is_official, raw_logits
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
 
@@ -83,10 +83,6 @@ class ARModel(ParadigmModel):
                              None if forced is None else [forced])[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        with official_numerics(self.backbone, decode):
-            return self._decode_tokens(canvas, decode, stop_at_eos)
-
-    def _decode_tokens(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
         official = is_official(decode)
         logits = self.backbone.logits

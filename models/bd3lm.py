@@ -47,7 +47,7 @@ import torch
 from .backbones import ClosedStream
 from .decoding import Canvas, StepLog, left_aligned, select_commits
 from .mdlm import MDLMModel
-from .official_sampler import OfficialTokenChooser, is_official, official_commit_counts, official_numerics
+from .official_sampler import OfficialTokenChooser, is_official, official_commit_counts
 from .paradigm import Grid
 from .schedules import block_expected_budget, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
@@ -154,10 +154,6 @@ class BD3LMModel(MDLMModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        with official_numerics(self.backbone, decode):
-            return self._decode_blocks(canvas, decode, stop_at_eos)
-
-    def _decode_blocks(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         S = decode.decode_block
         official = is_official(decode)
         unfused = decode.sampler == "official_unfused" and decode.use_cache

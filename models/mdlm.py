@@ -39,8 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned, select_commits
-from .official_sampler import (OfficialTokenChooser, check_sampler, is_official, official_commit_counts,
-                               official_numerics)
+from .official_sampler import OfficialTokenChooser, check_sampler, is_official, official_commit_counts
 from .paradigm import Grid, ParadigmModel
 from .schedules import confidence_commit_counts, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
@@ -145,8 +144,7 @@ class MDLMModel(ParadigmModel):
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         if is_official(decode):
-            with official_numerics(self.backbone, decode):
-                return self._decode_official(canvas, decode, stop_at_eos)
+            return self._decode_official(canvas, decode, stop_at_eos)
         return self._decode_chunks(canvas, decode, stop_at_eos)
 
     def _decode_chunks(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .decoding import Canvas
+from .official_sampler import official_numerics
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
 PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definition order
@@ -231,7 +232,8 @@ class ParadigmModel(nn.Module):
             if forced is not None:
                 canvas.force(forced)
             canvas.probe = probe
-            nfe, per_step = self._decode(canvas, decode, decode.stop_at_eos)
+            with official_numerics(self.backbone, decode):
+                nfe, per_step = self._decode(canvas, decode, decode.stop_at_eos)
         return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds)
 
     @torch.inference_mode()
@@ -243,10 +245,11 @@ class ParadigmModel(nn.Module):
             canvas.check_fits(self.config.length)
             if forced is not None:
                 canvas.force([forced])
-            nfe, per_step = self._decode(canvas, decode, stop_at_eos=False)
+            with official_numerics(self.backbone, decode):
+                nfe, per_step = self._decode(canvas, decode, stop_at_eos=False)
         return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds)[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fill canvas.ids in place. Returns (nfe [B], tokens committed per step [steps, B])."""
+        """Fill canvas.ids in place (inside the backbone's official numerics for an official decode). Returns (nfe [B], tokens committed per step [steps, B])."""
         raise NotImplementedError

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 
 from .backbones import ClosedStream
 from .decoding import Canvas, StepLog, left_aligned, select_commits
-from .official_sampler import OfficialTokenChooser, check_sampler, is_official, official_numerics
+from .official_sampler import OfficialTokenChooser, check_sampler, is_official
 from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule
 from .types import Batch, DecodeConfig, ModelConfig
@@ -172,10 +172,6 @@ class SetDLMModel(ParadigmModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        with official_numerics(self.backbone, decode):
-            return self._decode_window(canvas, decode, stop_at_eos)
-
-    def _decode_window(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         W = decode.window
         official = is_official(decode)
         B, C = canvas.ids.shape

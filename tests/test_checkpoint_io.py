@@ -13,11 +13,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,18 +26,10 @@ from harness.configs import RESULTS_SCHEMA_VERSION
 from harness.store import ResultsStore, StoreError, append_jsonl
 from harness.train import checkpoint_dir
 
-REPO = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
-KILLED = -signal.SIGKILL
-# measured, or describing the process that measured: legitimately differ between two runs
-VOLATILE_RUN_FIELDS = {"timestamp", "latency_s_median", "threads", "git_sha"}
-VOLATILE_EXAMPLE_FIELDS = {"seconds"}
-QUESTIONS = [("What is 2 plus 3?", "2+3=5 #### 5"), ("Tom has 4 apples and eats 1. How many are left?", "4-1=3 #### 3"),
-             ("What is 6 times 7?", "6*7=42 #### 42"), ("Half of 10 is?", "10/2=5 #### 5")]
 
 
 from reliability_utils import (  # noqa: F401  (fixtures are used by name; checkpoints needs tok)
-    checkpoints, run_concurrently, set_schema, tok, tree,
+    REPO, checkpoints, run_concurrently, set_schema, tok, tree,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py

@@ -7,9 +7,7 @@ NaN loss stops training naming the step, with no checkpoint written.
 
 from __future__ import annotations
 
-import signal
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,14 +20,6 @@ from harness import run
 from harness.train import TrainingError, checkpoint_dir
 from result_rows import assert_same_rows
 
-REPO = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
-KILLED = -signal.SIGKILL
-# measured, or describing the process that measured: legitimately differ between two runs
-VOLATILE_RUN_FIELDS = {"timestamp", "latency_s_median", "threads", "git_sha"}
-VOLATILE_EXAMPLE_FIELDS = {"seconds"}
-QUESTIONS = [("What is 2 plus 3?", "2+3=5 #### 5"), ("Tom has 4 apples and eats 1. How many are left?", "4-1=3 #### 3"),
-             ("What is 6 times 7?", "6*7=42 #### 42"), ("Half of 10 is?", "10/2=5 #### 5")]
 
 
 from reliability_utils import (  # noqa: F401  (fixtures are used by name; checkpoints needs tok)

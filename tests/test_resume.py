@@ -17,7 +17,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,18 +34,10 @@ from harness.env import KILL_ENV
 from harness.store import ResultsStore, StoreError, append_jsonl, read_jsonl
 from result_rows import assert_same_rows
 
-REPO = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
-KILLED = -signal.SIGKILL
-# measured, or describing the process that measured: legitimately differ between two runs
-VOLATILE_RUN_FIELDS = {"timestamp", "latency_s_median", "threads", "git_sha"}
-VOLATILE_EXAMPLE_FIELDS = {"seconds"}
-QUESTIONS = [("What is 2 plus 3?", "2+3=5 #### 5"), ("Tom has 4 apples and eats 1. How many are left?", "4-1=3 #### 3"),
-             ("What is 6 times 7?", "6*7=42 #### 42"), ("Half of 10 is?", "10/2=5 #### 5")]
 
 
 from reliability_utils import (  # noqa: F401  (fixtures are used by name; checkpoints needs tok)
-    checkpoints, cli, cli_env, questions, read_rows, tiny_corpus, tok, tree, write_jsonl,
+    KILLED, REPO, TESTS, checkpoints, cli, cli_env, questions, read_rows, tiny_corpus, tok, tree, write_jsonl,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
