@@ -12,6 +12,8 @@ under results/bench/<name>.json).
     python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
+    python -m harness.bench steps           # dispatched ops per decode step; eager vs compiled backbones
+                                            # (harness/bench_steps.py; the published shapes on the meta device)
     python -m harness.bench gpu             # the prepared GPU check (harness/bench_gpu.py; CUDA, < 8 minutes)
     python -m harness.bench all             # every benchmark above but gpu; one that needs a wheel that is
                                             # not installed (smollm2) is skipped with one line saying why
@@ -41,56 +43,22 @@ from models import Batch, DecodeConfig
 from models.backbones import ClosedStream
 from models.schedules import sample_t
 
+from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
+    PROMPT_LEN, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
+)
 from .env import fingerprint
 from .estimate import model_config_of, random_model
 from .precision import PHASES, cpu_has_native_bf16, explain as precision_explain, resolve_precision
 from .presets import get_preset
 from .timing import Stopwatch
-from .cache import checkpoint_dir, is_cached
+from .cache import checkpoint_dir
 from .train import make_optimizer
 
-PROMPT_LEN, NEW_TOKENS = 32, 128
+NEW_TOKENS = 128
 PRECISION_NEW_TOKENS = 32   # bench precision's decoding rows: bf16 is emulated (~16x slower) on an AVX2 CPU
 
 
 # -- model helpers -----------------------------------------------------------------------------------
-def cpu_config(paradigm: str, block_size: int | None = None, precision: str = "auto"):
-    """The cpu preset's TrainConfig of this paradigm at `block_size`; at a size the preset does not train, its
-    architecture with that S (random weights only)."""
-    configs = get_preset("cpu").train_configs((paradigm,), precision=precision)
-    cfg = next((c for c in configs if c.block_size == block_size), None)
-    return cfg if cfg is not None else configs[0].replace(block_size=block_size, max_block_size=None)
-
-
-def preset_block_sizes(paradigms: tuple[str, ...] = ("bd3lm", "setdlm")) -> list[int]:
-    """Every S the cpu preset trains for these paradigms, in order."""
-    return sorted({c.block_size for c in get_preset("cpu").train_configs(paradigms) if c.block_size is not None})
-
-
-def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = False, seed: int = 0):
-    """The cpu preset's model of this paradigm: trained checkpoint if asked and cached, else random init."""
-    cfg = cpu_config(paradigm, block_size)
-    if trained and is_cached(cfg):
-        return models.load(checkpoint_dir(cfg)).eval(), "trained"
-    return random_model(model_config_of(cfg), seed=seed).eval(), "random"
-
-
-def gsm8k_prompts(batch: int, tokenizer_dir) -> list[list[int]]:
-    """Real prompts for trained models: the last PROMPT_LEN tokens of bos + 'Question: ...\nAnswer:'."""
-    from models.tokenizers import load_tokenizer
-    from tasks import get_task
-    from tasks.gsm8k import prompt_text
-
-    tok = load_tokenizer(tokenizer_dir)
-    task = get_task("gsm8k")
-    return [([tok.bos_id] + tok.encode(prompt_text(r["question"])))[-PROMPT_LEN:] for r in task.records()[:batch]]
-
-
-def prompts(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, vocab - 1, (batch, PROMPT_LEN), generator=g).tolist()
-
-
 class ForwardClock:
     """Accumulates wall time inside backbone forwards (trunk and output head), to the end of their kernels."""
 
@@ -165,12 +133,6 @@ def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_
     return summarize_runs(interleaved([generate_run(model, batch_prompts, decode, new_tokens)], repeats)[0])
 
 
-def _table(rows: list[dict], cols: list[str]) -> str:
-    import pandas as pd
-
-    return pd.DataFrame(rows)[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}")
-
-
 # -- benchmarks ---------------------------------------------------------------------------------------
 def bench_decode(args) -> dict:
     rows = []
@@ -183,7 +145,7 @@ def bench_decode(args) -> dict:
             rows.append({"paradigm": paradigm, "S": S, "batch": batch, "weights": weights,
                          **{k: v for k, v in r.items() if k != "repeats"}, "loop_share": 1 - r["forward_share"],
                          "repeats": r["repeats"]})
-    print(_table(rows, ["paradigm", "S", "batch", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "nfe",
+    print(table(rows, ["paradigm", "S", "batch", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "nfe",
                         "tokens_per_forward", "ms_per_forward", "forward_share", "loop_share"]))
     return {"benchmark": "decode", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "rows": rows}
 
@@ -206,7 +168,7 @@ def bench_precision(args) -> dict:
                                "bf16_seconds_per_step": statistics.median(r["seconds"] for r in b),
                                "bf16_over_fp32_step_time": 1 / paired_ratio(a, b)})
     print(f"training step time, bf16 autocast / fp32 (paired by round; {precision_explain('cpu')})")
-    print(_table(train_rows, ["family", "paradigm", "S", "fp32_seconds_per_step", "bf16_seconds_per_step",
+    print(table(train_rows, ["family", "paradigm", "S", "fp32_seconds_per_step", "bf16_seconds_per_step",
                               "bf16_over_fp32_step_time"]))
     decode_rows = []
     for cfg in cpu.train_configs():
@@ -222,7 +184,7 @@ def bench_precision(args) -> dict:
                                 "bf16_tokens_per_s": summarize_runs(b)["tokens_per_s"],
                                 "bf16_over_fp32_speed": paired_ratio(a, b)})
     print("decoding speed, bf16 / fp32 (paired by round)")
-    print(_table(decode_rows, ["paradigm", "S", "batch", "fp32_tokens_per_s", "bf16_tokens_per_s",
+    print(table(decode_rows, ["paradigm", "S", "batch", "fp32_tokens_per_s", "bf16_tokens_per_s",
                                "bf16_over_fp32_speed"]))
     return {"benchmark": "precision", "native_bf16": cpu_has_native_bf16(),
             "auto": {phase: resolve_precision("auto", "cpu", phase) for phase in PHASES},
@@ -260,7 +222,7 @@ def bench_vs_hf(args) -> dict:
                      "hf_repeats": theirs, "ours_repeats": mine})
     print(f"transformers {transformers.__version__} GPT2LMHeadModel vs our AR, {arch.n_layers}x{arch.d_model}, "
           f"{arch.n_heads} heads, vocab {c.vocab_size}, context {c.length}; {PROMPT_LEN} prompt + {NEW_TOKENS} new tokens")
-    print(_table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio"]))
+    print(table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio"]))
     return {"benchmark": "vs-hf", "transformers_version": transformers.__version__, "rows": rows}
 
 
@@ -285,7 +247,7 @@ def bench_matched(args) -> dict:
                          "setdlm_tokens_per_forward": b["tokens_per_forward"],
                          "bd3lm_ms_per_forward": a["ms_per_forward"], "setdlm_ms_per_forward": b["ms_per_forward"]})
     print("SetDLM (S_max = 2S, W = S) vs BD3LM (S), batch 1, expected budget S/2 for both")
-    print(_table(rows, ["S", "tau", "weights", "bd3lm_tokens_per_s", "setdlm_tokens_per_s", "ratio", "ratio_min",
+    print(table(rows, ["S", "tau", "weights", "bd3lm_tokens_per_s", "setdlm_tokens_per_s", "ratio", "ratio_min",
                         "ratio_max",
                         "bd3lm_tokens_per_forward", "setdlm_tokens_per_forward", "bd3lm_ms_per_forward",
                         "setdlm_ms_per_forward"]))
@@ -338,7 +300,7 @@ def bench_train(args) -> dict:
     bd, sd, per_order = timed[names.index("bd3lm S=4")], timed[names.index("setdlm S=4")], timed[-1]
     ratio = 1 / paired_ratio(bd, sd)          # step-time ratio SetDLM / BD3LM, paired by round
     mask_ratio = 1 / paired_ratio(sd, per_order)
-    print(_table(rows, ["model", "seconds_per_step", "batch_tokens_per_s", "tokens_through_model", "precision"]))
+    print(table(rows, ["model", "seconds_per_step", "batch_tokens_per_s", "tokens_through_model", "precision"]))
     print(f"SetDLM / BD3LM step time (S=4, paired by round): {ratio:.3f}")
     print(f"per-order mask / static mask step time (SetDLM S=4): {mask_ratio:.3f}")
     split_gain = {name: 1 / paired_ratio(split[name], one_call[name]) for name in one_call_names}
@@ -489,8 +451,14 @@ def bench_smollm2(args) -> dict:
     return run(rounds=args.rounds, new_tokens=args.new_tokens, out=None)
 
 
+def bench_steps(args) -> dict:
+    from .bench_steps import bench_steps as run
+
+    return run(args)
+
+
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
-              "gradvar": bench_gradvar, "precision": bench_precision, "smollm2": bench_smollm2}
+              "gradvar": bench_gradvar, "precision": bench_precision, "smollm2": bench_smollm2, "steps": bench_steps}
 
 
 def why_skipped(name: str) -> str | None:

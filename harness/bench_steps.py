@@ -1,0 +1,184 @@
+"""What a decode step costs beyond its arithmetic: dispatched ops per step (a hardware-free proxy for GPU kernel
+launches) and eager against torch.compile'd backbones, per paradigm.
+
+    python -m harness.bench steps            # writes results/bench/steps.json
+
+Two parts:
+  * cpu-preset models at batch 1 (random weights, EOS ignored, 128 new tokens): the eager decode and the same
+    decode with the backbone's forward compiled (`torch.compile(dynamic=True)`, inductor's C++ wrapper, which
+    removes most of the Python launch overhead on a CPU), timed in one interleaved round-robin schedule, with the
+    compile time reported apart (the first call's excess over a timed one; dynamo reuses a compiled graph for a
+    later model of the same architecture in the process, whose row then shows about 0) and the tokens checked
+    identical. Dispatched ops are counted with a
+    `TorchDispatchMode` over one eager decode, split into the backbone's forward and the decode loop around it, and
+    into kernel ops and views (a view launches nothing on a GPU).
+  * the published checkpoints' shapes (models/official.py PAPER_BACKBONES: the 12 x 768 DiT of OWT, the 28-layer
+    Qwen3 of GSM8K), built on the meta device (no memory, no download): the ops of one cached decode forward of
+    each paradigm's step width, plus the loop ops the same paradigm's decode spends per step at cpu-preset size
+    (the loop does not depend on the backbone's size).
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import models
+from models import DecodeConfig
+
+from .bench_models import cpu_model, prompts, table
+
+VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze", "aten.squeeze", "aten.permute",
+                      "aten.transpose", "aten.expand", "aten.t", "aten._unsafe_view", "aten.alias", "aten.split",
+                      "aten.chunk", "aten.unbind", "aten.as_strided", "aten.detach", "aten.split_with_sizes",
+                      "aten.lift_fresh", "aten._reshape_alias"})
+STEPS = (("ar", None, None), ("mdlm", None, None), ("bd3lm", 4, None), ("setdlm", 4, None), ("setdlm", 4, 0.9))
+PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar", "gsm8k:bd3lm-s4",
+             "gsm8k:setdlm-smax8")
+NEW_TOKENS = 128
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts every aten op dispatched inside the block, and how many of them ran inside `model`'s backbone
+    forward; `kernels` leaves out views (VIEW_OPS)."""
+
+    def __init__(self, model=None):
+        super().__init__()
+        self.ops = self.kernels = self.forward_ops = self.forward_kernels = 0
+        self.by_op: collections.Counter = collections.Counter()
+        self._in_forward = 0
+        self.model = model
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        kernel = name not in VIEW_OPS
+        self.ops += 1
+        self.kernels += kernel
+        self.by_op[name] += 1
+        if self._in_forward:
+            self.forward_ops += 1
+            self.forward_kernels += kernel
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        if self.model is not None:
+            backbone = self.model.backbone
+            self._forward = backbone.forward
+
+            def counted(*a, **k):
+                self._in_forward += 1
+                try:
+                    return self._forward(*a, **k)
+                finally:
+                    self._in_forward -= 1
+            backbone.forward = counted
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        if self.model is not None:
+            self.model.backbone.forward = self._forward
+        return super().__exit__(*exc)
+
+
+def ops_per_step(model, prompts, decode: DecodeConfig, new_tokens: int = NEW_TOKENS) -> dict:
+    """Dispatched ops per decode step (per forward) of one eager decode, split into forward and loop."""
+    with torch.inference_mode(), OpCounter(model) as c:
+        gen = model.generate(prompts, new_tokens, decode)
+    nfe = max(g.nfe for g in gen)
+    return {"ops_per_step": c.ops / nfe, "kernels_per_step": c.kernels / nfe,
+            "forward_kernels_per_step": c.forward_kernels / nfe,
+            "loop_kernels_per_step": (c.kernels - c.forward_kernels) / nfe, "nfe": nfe}
+
+
+def compiled_backbone(model) -> tuple[object, float]:
+    """`model` with its backbone forward compiled (dynamic shapes, inductor's C++ wrapper), and the seconds the
+    first call took (the compile), measured by the caller's first decode."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp_wrapper = True
+    model.backbone.forward = torch.compile(model.backbone.forward, dynamic=True)
+    return model
+
+
+def bench_cpu(repeats: int) -> list[dict]:
+    rows = []
+    for paradigm, S, tau in STEPS:
+        eager, _ = cpu_model(paradigm, S)
+        compiled, _ = cpu_model(paradigm, S)
+        batch = prompts(1, eager.config.vocab_size)
+        decode = DecodeConfig(stop_at_eos=False, threshold=tau)
+        counts = ops_per_step(eager, batch, decode)
+        compiled_backbone(compiled)
+        t0 = time.perf_counter()
+        first = compiled.generate(batch, NEW_TOKENS, decode)
+        compile_s = time.perf_counter() - t0
+        reference = eager.generate(batch, NEW_TOKENS, decode)
+        seconds = {"eager": [], "compiled": []}
+        for _ in range(repeats):   # round-robin: a slow phase of the machine hits both alike
+            for name, model in (("eager", eager), ("compiled", compiled)):
+                t = time.perf_counter()
+                gens = model.generate(batch, NEW_TOKENS, decode)
+                seconds[name].append(time.perf_counter() - t)
+        tokens = sum(g.n_tokens for g in reference)
+        ratios = [e / c for e, c in zip(seconds["eager"], seconds["compiled"])]
+        rows.append({
+            "paradigm": paradigm, "S": S, "threshold": tau, "batch": 1, **counts,
+            "eager_tokens_per_s": tokens / statistics.median(seconds["eager"]),
+            "compiled_tokens_per_s": tokens / statistics.median(seconds["compiled"]),
+            "eager_ms_per_forward": 1000 * statistics.median(seconds["eager"]) / counts["nfe"],
+            "compiled_ms_per_forward": 1000 * statistics.median(seconds["compiled"]) / counts["nfe"],
+            "speedup": statistics.median(ratios),
+            "compile_s": max(0.0, compile_s - statistics.median(seconds["compiled"])),
+            "identical_tokens": [g.tokens for g in first] == [g.tokens for g in reference]
+                                == [g.tokens for g in gens],
+            "seconds": seconds})
+    return rows
+
+
+def published_forward_kernels(key: str, loop: dict[tuple[str, float | None], float]) -> dict:
+    """Kernel ops of one cached decode forward of a published checkpoint's shape (meta device) and the per-step
+    total with the paradigm's loop (measured at cpu-preset size)."""
+    from models.official import PAPER_BACKBONES, paper_shape
+
+    shape = paper_shape(key)
+    kind, arch, vocab = PAPER_BACKBONES[key.split(":")[0]]
+    paradigm, L = shape["paradigm"], shape["length"]
+    if kind == "dit":
+        arch = {**arch, "adaln": paradigm != "ar", "cond_dim": 128}
+    with torch.device("meta"):
+        model = models.build(paradigm, backbone=kind, vocab_size=vocab, length=L, block_size=shape["block_size"],
+                             max_block_size=shape["max_block_size"], **arch)
+    width = {"ar": 1, "mdlm": L, "bd3lm": shape["block_size"] or 1,
+             "setdlm": 2 * (shape["block_size"] or 1)}[paradigm]   # accepted tokens + window masks
+    backbone = model.backbone.to("meta")   # the rotary tables are built off the meta device: move them too
+    ids = torch.zeros(1, width, dtype=torch.long, device="meta")
+    pos = torch.arange(width, device="meta")[None]
+    with torch.inference_mode(), OpCounter() as c:
+        if paradigm == "mdlm":   # no cache: the whole sequence every step
+            backbone.logits(backbone(ids, pos))
+        else:
+            cache = backbone.new_cache(1, L)
+            cache.length = L // 2
+            mask = torch.ones(1, 1, width, L // 2 + width, dtype=torch.bool, device="meta")
+            backbone.logits(backbone(ids, pos, attn_mask=mask, cache=cache))
+    loop_kernels = loop.get(paradigm)
+    return {"key": key, "kind": kind, "layers": arch["n_layers"], "d_model": arch["d_model"], "step_width": width,
+            "forward_kernels": c.kernels, "forward_ops": c.ops, "loop_kernels": loop_kernels,
+            "kernels_per_step": c.kernels + (loop_kernels or 0)}
+
+
+def bench_steps(args) -> dict:
+    rows = bench_cpu(args.repeats)
+    print(table(rows, ["paradigm", "S", "threshold", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
+                        "compile_s", "identical_tokens", "eager_ms_per_forward", "kernels_per_step",
+                        "forward_kernels_per_step", "loop_kernels_per_step"]))
+    loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["threshold"] is None}
+    published = [published_forward_kernels(key, loop) for key in PUBLISHED]
+    print(table(published, ["key", "kind", "layers", "d_model", "step_width", "forward_kernels", "loop_kernels",
+                             "kernels_per_step"]))
+    return {"benchmark": "steps", "new_tokens": NEW_TOKENS, "cpu_rows": rows, "published_rows": published,
+            "compile": "torch.compile(backbone.forward, dynamic=True), inductor cpp_wrapper"}
