@@ -112,7 +112,8 @@ def test_a_failing_model_is_an_error_row_and_the_json_is_written_after_each_sect
     assert len(rows) == (len(bench_gpu.learned_kinds()) + official) * len(models.paradigm_names())
     assert sum("cache_rows_equal" in r for r in rows) == len(rows) - 1
     train = result["sections"]["train"]
-    assert [r for r in train if "error" in r][0]["paradigm"] == "bd3lm" and len(train) == 16
+    assert [r for r in train if "error" in r][0]["paradigm"] == "bd3lm"
+    assert len(train) == len(bench_gpu.learned_kinds()) * len(models.paradigm_names())
     assert not result["ok"] and result["row_errors"] == 2
     assert sorted(saved_before_train["sections"]) == ["paradigms"]   # written after the first section already
 
