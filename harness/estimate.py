@@ -191,7 +191,7 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
         lines.append(f"  disk: ~{sum(downloads.values()) / 1e9:.1f} GB for all {len(downloads)} checkpoint(s) in the "
                      f"Hugging Face cache; peak ~{max(downloads.values()) / 1e9:.1f} GB with --delete-downloads (each "
                      f"deleted after its cells)")
-    if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
+    if plan.judge is not None and any(TASKS[c.task].measures_with == "judge" for c in cells):
         lines.append(f"  gen-PPL judge: {plan.judge.name}")
     per_task = Counter(cell.task for cell in cells)
     if per_task:

@@ -35,7 +35,7 @@ from tasks import TASKS, Task, TaskError, get_task
 from .configs import RunCell, TrainConfig
 from .env import REPO, git_sha
 from .estimate import describe, estimate
-from .judge import ARJudge
+from .instruments import ARJudge, equip
 from .progress import format_duration, progress as progress_bar
 from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
@@ -65,7 +65,7 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
     for cfg in needed_models(plan, cells):
         ensure_trained(cfg, device, progress=progress)
     judge = None
-    if plan.judge is not None and any(TASKS[c.task].needs_judge for c in cells):
+    if plan.judge is not None and any(TASKS[c.task].measures_with == "judge" for c in cells):
         judge = ARJudge(_load_judge(plan, dev, plan.judge.precision), plan.judge.name)
     tasks = {}
     bar = progress_bar(len(cells), f"sweep {plan.preset.name}", enabled=progress)
@@ -76,7 +76,7 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
         for cell in (c for c in cells if c.model_id == model_id):
             key = (cell.task, cell.task_options)
             if key not in tasks:
-                tasks[key] = get_task(cell.task, **cell.options)
+                tasks[key] = equip(get_task(cell.task, **cell.options), plan.featuriser, dev)
             rows = evaluate_cell(cell, loaded, tasks[key], store.example_rows(cell.run_id),
                                  partial(store.append_examples, cell.run_id), judge, progress)
             store.append_runs(rows)
@@ -198,14 +198,14 @@ def _worker_model(payload: dict, device: torch.device, precision: str) -> Loaded
 
 
 def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, judge_name: str | None, existing: list[dict],
-                 judge_precision: str = "fp32") -> tuple[list[dict], list[dict]]:
+                 judge_precision: str = "fp32", featuriser=None) -> tuple[list[dict], list[dict]]:
     """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten."""
     dev = resolve_device(cell.device)
     loaded = _worker_model(model, dev, cell.precision)
     ar_judge = ARJudge(_worker_model(judge, dev, judge_precision), judge_name) if judge is not None else None
     key = (cell.task, cell.task_options)
     if key not in _WORKER_TASKS:
-        _WORKER_TASKS[key] = get_task(cell.task, **cell.options)
+        _WORKER_TASKS[key] = equip(get_task(cell.task, **cell.options), featuriser, dev)
     examples: list[dict] = []
     rows = evaluate_cell(cell, loaded, _WORKER_TASKS[key], existing, examples.extend, ar_judge, progress=False)
     return examples, rows
@@ -275,10 +275,11 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
             payloads[judge_key] = ray.put({"model_id": judge_key, "spec": plan.judge.spec,   # cell's model, at
                                            "paradigm": "ar", "length": None, "block_size": None})   # another length)
         for cell in cells:
-            needs = TASKS[cell.task].needs_judge
+            needs = TASKS[cell.task].measures_with == "judge"
             judge = payloads[judge_key] if needs else None
             ref = cell_task.remote(cell, payloads[cell.model_id], judge, plan.judge.name if needs else None,
-                                   store.example_rows(cell.run_id), plan.judge.precision if needs else "fp32")
+                                   store.example_rows(cell.run_id), plan.judge.precision if needs else "fp32",
+                                   plan.featuriser)
             pending[ref] = ("cell", cell)
         driver_sha = git_sha()
         bar = progress_bar(len(cells), f"sweep {plan.preset.name} (ray)", enabled=progress)

@@ -42,13 +42,13 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
         "train_precision": train_precision, "decode_precision": cell.precision,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
     }
-    judge_name = getattr(judge, "name", None) if task.needs_judge else None
+    judge_name = getattr(judge, "name", None) if task.measures_with == "judge" else None
     rows = [
         {**base, "metric": name, "value": finite(mv.value), "ci_low": finite(mv.ci_low),
          "ci_high": finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
          "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
          "decoding_independent": task.decode_kind == "none" or name in task.decoding_independent,
-         "judge": judge_name, "judge_precision": getattr(judge, "precision", None) if task.needs_judge else None,
+         "judge": judge_name, "judge_precision": getattr(judge, "precision", None) if task.measures_with == "judge" else None,
          "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]

@@ -21,19 +21,16 @@ import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
 from tasks import TASKS, Task, TaskError, get_task
-from tasks.genppl import DEFAULT_JUDGE, DEFAULT_JUDGE_PRECISION, OWN_AR_JUDGE
+from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
 from .configs import RunCell, TrainConfig, checkpoint_model_id, options_tuple, spec_model_id
+from .instruments import Featuriser, Judge, PlanError, plan_featuriser, plan_judge
 from .precision import INSTRUMENT_PRECISION, resolve_precision
 from .presets import Preset, TaskSpec
 from .store import ResultsStore
 from .cache import checkpoint_dir
 from .precision import resolve_device as torch_device
-
-
-class PlanError(ValueError):
-    """Invalid sweep input (unknown names, impossible grid values); reported before any work."""
 
 
 @dataclass(frozen=True)
@@ -62,25 +59,14 @@ class External:
 
 
 @dataclass(frozen=True)
-class Judge:
-    """The causal LM that scores gen-PPL samples (the genppl task option `judge`): the sweep's own AR model
-    (`train`), or a spec opened as the AR paradigm (`spec`: SmolLM2, any pretrained LM, an AR checkpoint), computing
-    in `precision` (the genppl option `judge_precision`: fp32 unless a user says otherwise)."""
-    model_id: str
-    name: str                          # in every gen-PPL row and label
-    train: TrainConfig | None = None
-    spec: str | None = None
-    precision: str = INSTRUMENT_PRECISION
-
-
-@dataclass(frozen=True)
 class Plan:
     preset: Preset
     train: tuple[TrainConfig, ...]     # every model the cells (and the gen-ppl judge) need
     cells: tuple[RunCell, ...]
-    judge: Judge | None                # the LM that scores gen-ppl samples
+    judge: Judge | None                # the LM that scores gen-ppl samples (harness.instruments)
     external: dict[str, External] = field(default_factory=dict)  # model_id -> a model evaluated as it is
     notes: tuple[str, ...] = ()        # what planning substituted (e.g. SmolLM2 not installed), printed by the CLI
+    featuriser: Featuriser | None = None   # the featuriser of the MAUVE cells (harness.instruments)
 
     def checkpoint(self, model_id: str) -> Path | str:
         """Where the model is: the external spec, or the training cache."""
@@ -193,25 +179,6 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
     return cells, tasks
 
 
-def _judge(preset: Preset, cells: list[RunCell], seed: int, precision: str, device: str) -> Judge | None:
-    """The one judge of the cells that need one (their `judge` and `judge_precision` task options); PlanError if
-    they name several. `precision` is the requested one ("auto" too): it trains the sweep's own AR judge."""
-    judging = [c for c in cells if TASKS[c.task].needs_judge]
-    specs = sorted({c.options.get("judge", DEFAULT_JUDGE) for c in judging})
-    if not specs:
-        return None
-    if len(specs) > 1:
-        raise PlanError(f"one sweep has one gen-PPL judge; these cells name several: {', '.join(specs)}")
-    precisions = sorted({c.options.get("judge_precision", DEFAULT_JUDGE_PRECISION) for c in judging})
-    if len(precisions) > 1:
-        raise PlanError(f"one sweep judges in one precision; these cells name several: {', '.join(precisions)}")
-    if specs[0] == OWN_AR_JUDGE:
-        ar = next(c for c in preset.train_configs(("ar",), seed, precision, device))
-        return Judge(ar.model_id, f"ar:{ar.model_id}", train=ar, precision=precisions[0])
-    model_id = spec_model_id(specs[0])
-    return Judge(model_id, model_id, spec=specs[0], precision=precisions[0])
-
-
 def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
                device: str = "cpu", seed: int = 0, batch_size: int = 1, data: str | None = None,
                source: str | None = None, decode: dict | None = None, block_size: int | None = None,
@@ -257,10 +224,11 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
     if block_size is not None and not any(c.block_size == block_size for c in (*train, *(e.config for e in external.values()))):
         sizes = sorted({c.block_size for f in families if not f.external for c in f.train_configs() if c.block_size})
         raise PlanError(f"preset {preset.name} has no model with block size {block_size}; valid: {sizes}")
-    judge = _judge(preset, cells, seed, precision, device)
+    judge = plan_judge(preset, cells, seed, precision, device)
     if judge is not None and judge.train is not None and judge.train not in train:
         train.append(judge.train)
-    return Plan(preset, tuple(train), tuple(cells), judge, external, tuple(dict.fromkeys(notes)))
+    return Plan(preset, tuple(train), tuple(cells), judge, external, tuple(dict.fromkeys(notes)),
+                featuriser=plan_featuriser(cells))
 
 
 def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str | None = None,
@@ -295,9 +263,10 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     notes: list[str] = []
     cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes,
                       batch_size=batch_size, device=device, seed=seed, precision=decode_precision)
-    judge = _judge(preset, cells, seed, precision, device)
+    judge = plan_judge(preset, cells, seed, precision, device)
     train = (judge.train,) if judge is not None and judge.train is not None else ()
-    return Plan(preset, train, tuple(cells), judge, {model_id: external}, tuple(dict.fromkeys(notes)))
+    return Plan(preset, train, tuple(cells), judge, {model_id: external}, tuple(dict.fromkeys(notes)),
+                featuriser=plan_featuriser(cells))
 
 
 def external_model(spec: str, paradigm: str | None = None, length: int | None = None,
@@ -375,7 +344,7 @@ def needed_models(plan: Plan, cells: list[RunCell]) -> list[TrainConfig]:
     """The models to train (or take from the cache) for `cells`, every model after the ones it starts
     from (init_from); a user's checkpoint is never trained."""
     ids = {c.model_id for c in cells}
-    if plan.judge is not None and plan.judge.train is not None and any(TASKS[c.task].needs_judge for c in cells):
+    if plan.judge is not None and plan.judge.train is not None and any(TASKS[c.task].measures_with == "judge" for c in cells):
         ids.add(plan.judge.model_id)
     wanted = [t for t in plan.train if t.model_id in ids and t.model_id not in plan.external]
     ordered = [c for t in wanted for c in t.lineage()]   # a model's init_from ancestors come before it

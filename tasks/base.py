@@ -307,7 +307,9 @@ class Task(abc.ABC):
     # tokens one request typically decodes when the task has no max_new_tokens of its own (an infilled span),
     # for the time estimate printed before a sweep (harness/estimate.py); None: the estimate's default
     typical_new_tokens: ClassVar[int | None] = None
-    needs_judge: ClassVar[bool] = False
+    # the measuring LM the harness attaches (harness/instruments.py): "judge" (gen-PPL: passed to `score`),
+    # "features" (MAUVE: `use_featuriser` before `aggregate`), or None
+    measures_with: ClassVar[str | None] = None
     string_fields: ClassVar[tuple[str, ...]] = ()
     metric_labels: ClassVar[dict[str, str]] = {}
     # metrics that decoding settings cannot change (scores of given text, e.g. a reference answer's NLL):

@@ -111,7 +111,7 @@ class GenPPL(SampledText):
     extra_plots = ("unigram_entropy",)
     primary_metric = "gen_ppl"
     higher_is_better = {"gen_ppl": False, "unigram_entropy": True, "early_end_frac": False}
-    needs_judge = True
+    measures_with = "judge"
     string_fields = ("judge", "judge_precision")
     metric_labels = {
         "gen_ppl": "Gen PPL (judge: {judge})",

