@@ -391,10 +391,10 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
     if launcher not in LAUNCHERS:
         raise LauncherError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
     if launcher == "ray":
-        import_ray()                             # say how to install it before any work
-        for external in plan.external.values():  # and refuse a checkpoint that cannot be shipped, before any work
+        for external in plan.external.values():  # refuse a checkpoint that cannot be shipped, before any work
             if models.spec_kind(external.spec) == "checkpoint":
                 shipped_files(Path(external.spec))
+        import_ray()                             # and say how to install Ray, before any work too
     store = ResultsStore(results_dir(out, plan.preset.name))
     store.check_schema()                         # refuse another schema's results before creating anything
     with store.lock(wait=wait):
