@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import Canvas, StepLog
-from .official_sampler import OfficialTokenChooser, check_sampler, is_official, raw_logits
+from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
 
@@ -84,10 +84,10 @@ class ARModel(ParadigmModel):
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
-        official = is_official(decode)
+        policy = sampler_policy(decode, self.backbone.kind)
         logits = self.backbone.logits
-        if official and self.backbone.kind == "llama":   # the official AR runs Qwen3 through HF generate: no mask
-            logits = lambda h: raw_logits(self.backbone, h)   # noqa: E731  suppression
+        if policy.unmasked_logits:   # the official AR runs Qwen3 through HF generate: no mask suppression
+            logits = lambda h: raw_logits(self.backbone, h)   # noqa: E731
         B, C = ids.shape
         P = int((~span[0]).sum())  # generation canvases put the span at [P, C) for every row
         N = C - P
@@ -116,7 +116,7 @@ class ARModel(ParadigmModel):
                     mask = (eye_cols[:P, None] >= eye_cols[None, :P]) & real[:, None, :P]
                     mask = (mask | torch.eye(P, dtype=torch.bool, device=device))[:, None]
                 h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache,
-                                  keep=None if official else slice(P - 1, P))   # official: every prompt row
+                                  keep=None if policy.all_rows else slice(P - 1, P))
                 cache.commit(P, real[:, :P])
             else:
                 mask = None

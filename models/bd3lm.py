@@ -47,7 +47,7 @@ import torch
 from .backbones import ClosedStream
 from .decoding import Canvas, StepLog, left_aligned, select_commits
 from .mdlm import MDLMModel
-from .official_sampler import OfficialTokenChooser, is_official, official_commit_counts
+from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
 from .schedules import block_expected_budget, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
@@ -155,8 +155,7 @@ class BD3LMModel(MDLMModel):
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         S = decode.decode_block
-        official = is_official(decode)
-        unfused = decode.sampler == "official_unfused" and decode.use_cache
+        policy = sampler_policy(decode, self.backbone.kind)
         B, C = canvas.ids.shape
         device = canvas.ids.device
         ids, pos, span = canvas.with_scratch_column()
@@ -169,7 +168,7 @@ class BD3LMModel(MDLMModel):
         masked = canvas.span & (canvas.ids == mask_id)
         first = torch.where(masked, cols, C).min(dim=1).values
         block = pos.gather(1, first.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
-        if official and bool(canvas.span[:, -1].all()):
+        if policy.official_schedule and bool(canvas.span[:, -1].all()):
             # official generation decodes ceil(N / S) blocks from the block holding the first mask (the prompt's
             # incomplete block counts), so an unaligned prompt gets fewer than N tokens; the rest stay masks
             n_blocks = -(-masked.sum(dim=1) // S)
@@ -200,18 +199,18 @@ class BD3LMModel(MDLMModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids,
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
         max_masks = int(masked.sum(dim=1).max())
-        log = StepLog(B, (2 if unfused else 1) * (max_masks + 1) + 1, device)   # + prefill; unfused: + commits
+        log = StepLog(B, (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1, device)   # + prefill, + commits
         if decode.use_cache:
-            step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=official)
+            step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
         else:
             step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S)
         forced, steps_in_block, masks_in_block = 1, None, None
-        if decode.steps_per_block is not None or official:
+        if decode.steps_per_block is not None or policy.official_schedule:
             steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
             masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
-        if official:   # k_i of the official schedule over the block size S (not the masks left in the block)
+        if policy.official_schedule:   # k_i of the official schedule over the block size S (not the masks left)
             official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
-        if official and decode.use_cache and Tp > 0:
+        if policy.prefill_apart and decode.use_cache and Tp > 0:
             # the official prefill: the context's complete blocks, a forward of its own (ours writes them in the
             # first block's first forward: same keys, one NFE less)
             step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, Tp)
@@ -232,7 +231,7 @@ class BD3LMModel(MDLMModel):
                 n_masks = candidate.sum(dim=1)
                 masks_in_block = torch.where(new_block, n_masks, masks_in_block)
                 steps_in_block = torch.where(new_block, 0, steps_in_block)
-                if official:
+                if policy.official_schedule:
                     forced = official_k[steps_in_block.clamp(max=len(official_k) - 1)].minimum(n_masks)
                 else:
                     forced = self._forced(masks_in_block, steps_in_block, decode.steps_per_block).minimum(n_masks)
@@ -255,7 +254,7 @@ class BD3LMModel(MDLMModel):
             active = active & ~finished
             new_block = completed
             pend_cols, pend_valid = blk_cols, blk_valid & completed[:, None]
-            if unfused:   # official fused_block_cache=false: write each completed block (the last one too) in a forward
+            if policy.blocks_apart:   # fused_block_cache=false: each completed block (the last too) in a forward
                 commit = completed & ~stopped
                 if bool(commit.any()):
                     step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid & commit[:, None], pend_cols.shape[1])

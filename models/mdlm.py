@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned, select_commits
-from .official_sampler import OfficialTokenChooser, check_sampler, is_official, official_commit_counts
+from .official_sampler import OfficialTokenChooser, check_sampler, official_commit_counts, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .schedules import confidence_commit_counts, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
@@ -143,7 +143,7 @@ class MDLMModel(ParadigmModel):
         return parts
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        if is_official(decode):
+        if sampler_policy(decode, self.backbone.kind).official_schedule:   # whole chunks, the official schedule
             return self._decode_official(canvas, decode, stop_at_eos)
         return self._decode_chunks(canvas, decode, stop_at_eos)
 

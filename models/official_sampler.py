@@ -5,6 +5,9 @@ The official code (kuleshov-group/setdlms) is the reference of ../shared/referen
 pieces here:
 
 * `check_sampler`: which `sampler` values a paradigm accepts (its class attribute `samplers`).
+* `SamplerPolicy` / `sampler_policy`: how the official samplers' loops differ from ours, as named hooks the
+  decode loops read (a prompt prefill of its own, every row's logits, the official forced-count schedule and
+  decode region, the stop-check cadence, blocks written apart, unmasked logits, official commit orders).
 * `official_numerics`: the legacy DiT's bf16 autocast (models/backbones/dit.py), entered for the
   whole decode when the official sampler is asked for; a no-op for every other kind.
 * `official_commit_counts`: the official predict-and-noise schedule k_i = round(t_i B) - round(t_{i+1} B),
@@ -24,6 +27,7 @@ pieces here:
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import ContextManager
 
 import torch
@@ -37,6 +41,37 @@ HARNESS = "harness"
 
 def is_official(decode: DecodeConfig) -> bool:
     return decode.sampler != HARNESS
+
+
+@dataclass(frozen=True)
+class SamplerPolicy:
+    """The hooks a decode loop reads. Ours ("harness") sets none of them; the official samplers set what the
+    official code does (each paradigm's docstring says why, and tests/test_official.py checks it call by call)."""
+    name: str = HARNESS
+    prefill_apart: bool = False          # the prompt (the context's complete blocks) cached in a forward of its own
+    all_rows: bool = False               # the logits of every input row are computed (the prompt's, pending tokens')
+    official_schedule: bool = False      # forced counts of the official predict-and-noise schedule over the block
+                                         # (official_commit_counts), and the official decode region: whole blocks
+                                         # (chunks) from the one holding the first mask; SetDLM: its commit orders
+    stop_every: int = 1                  # the EOS stop rule is checked every this many steps (the first excepted)
+    blocks_apart: bool = False           # BD3LM fused_block_cache=false: each completed block cached in a forward
+    unmasked_logits: bool = False        # the official AR on a Qwen3 (llama-kind) backbone: HF generate's logits
+
+    def checks_stop(self, step: int) -> bool:
+        """Whether the stop rule is checked after decode step `step` (0-based)."""
+        return self.stop_every == 1 or (step > 0 and step % self.stop_every == 0)
+
+
+def sampler_policy(decode: DecodeConfig, backbone_kind: str | None = None) -> SamplerPolicy:
+    """The policy of `decode.sampler` for a decode of `decode` (already resolved by the paradigm) on a backbone of
+    `backbone_kind`."""
+    if not is_official(decode):
+        return SamplerPolicy()
+    return SamplerPolicy(
+        decode.sampler, prefill_apart=True, all_rows=True, official_schedule=True,
+        stop_every=decode.window or 1,   # the official SetDLM runs its stopping criteria every W steps
+        blocks_apart=decode.sampler == "official_unfused" and decode.use_cache,
+        unmasked_logits=backbone_kind == "llama")
 
 
 def check_sampler(cls, decode: DecodeConfig) -> None:
@@ -97,5 +132,5 @@ class OfficialTokenChooser(TokenChooser):
         return tokens, probs.gather(-1, tokens[..., None]).squeeze(-1).float()
 
 
-__all__ = ["HARNESS", "OfficialTokenChooser", "check_sampler", "is_official", "official_commit_counts",
-           "official_numerics", "raw_logits"]
+__all__ = ["HARNESS", "OfficialTokenChooser", "SamplerPolicy", "check_sampler", "is_official", "official_commit_counts",
+           "official_numerics", "raw_logits", "sampler_policy"]

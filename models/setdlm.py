@@ -53,7 +53,7 @@ import torch.nn.functional as F
 
 from .backbones import ClosedStream
 from .decoding import Canvas, StepLog, left_aligned, select_commits
-from .official_sampler import OfficialTokenChooser, check_sampler, is_official
+from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule
 from .types import Batch, DecodeConfig, ModelConfig
@@ -173,7 +173,7 @@ class SetDLMModel(ParadigmModel):
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         W = decode.window
-        official = is_official(decode)
+        policy = sampler_policy(decode, self.backbone.kind)
         B, C = canvas.ids.shape
         device = canvas.ids.device
         ids, pos, span = canvas.with_scratch_column()
@@ -187,7 +187,7 @@ class SetDLMModel(ParadigmModel):
         if decode.commit_order == "first_hitting":
             L = self.config.length
             generator = torch.Generator(device=device).manual_seed(decode.seed)
-            if official and bool(canvas.span[:, -1].all()):
+            if policy.official_schedule and bool(canvas.span[:, -1].all()):
                 # setdlm_fht_cache_order: first-hitting times of the model's schedule (S_max = 2W, as the GSM8K
                 # harness sets it) for the N targets, indexed by target rank: target j takes schedule slot L - N + j
                 S_max = min(2 * W, L)
@@ -218,8 +218,8 @@ class SetDLMModel(ParadigmModel):
                                                     forced=canvas.forced))
         log = StepLog(B, int(remaining.max()) + 2, device)
         if decode.use_cache:
-            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=official)
-            if official and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
+            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=policy.all_rows)
+            if policy.prefill_apart and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
                 step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, n_vis)
                 log.record(active, torch.zeros(B, dtype=torch.long, device=device))
                 pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
@@ -254,7 +254,7 @@ class SetDLMModel(ParadigmModel):
             active = active & (remaining > 0)
             if stop:  # an EOS with no mask before it ends the row (official: checked every W steps only)
                 eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), win_cols, C).min(dim=1).values)
-                if not official or (iteration > 0 and iteration % W == 0):
+                if policy.checks_stop(iteration):
                     active = active & (eos_at >= first)
             iteration += 1
             if decode.threshold is None:  # exactly one accepted token per decoded row: no sorting needed

@@ -496,3 +496,17 @@ def test_mdlm_official_pads_to_length(written):
     assert len(out.tokens) == 4 and out.nfe == 4   # ceil(8 / 8) = 1 chunk from position 0: [0, 8) holds 4 masks
     out = model.generate([[0, 5, 9, 13, 7, 7, 7, 7]], 8, DecodeConfig(sampler="official", chunk_size=8, stop_at_eos=False))[0]
     assert len(out.tokens) == 8 and out.nfe == 8
+
+
+def test_the_sampler_policy_names_how_the_official_loops_differ():
+    """Ours sets no hook; the official samplers set the ones their loops follow (the traces above check them)."""
+    from models.official_sampler import SamplerPolicy, sampler_policy
+
+    assert sampler_policy(DecodeConfig()) == SamplerPolicy()
+    assert all(SamplerPolicy().checks_stop(step) for step in range(5))
+    setdlm = sampler_policy(DecodeConfig(sampler="official", window=4), "dit")
+    assert setdlm.prefill_apart and setdlm.all_rows and setdlm.official_schedule and not setdlm.unmasked_logits
+    assert [setdlm.checks_stop(step) for step in range(9)] == [False] * 4 + [True] + [False] * 3 + [True]
+    assert sampler_policy(DecodeConfig(sampler="official_unfused"), "dit").blocks_apart
+    assert not sampler_policy(DecodeConfig(sampler="official_unfused", use_cache=False), "dit").blocks_apart
+    assert sampler_policy(DecodeConfig(sampler="official"), "llama").unmasked_logits
