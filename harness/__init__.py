@@ -4,4 +4,4 @@
     python -m harness.report                 # tables and Pareto plots from results/ alone
 """
 
-import tasks.oracle_language.perfect  # noqa: E402,F401  (registers the perfect: model specs for every harness module)
+import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: model specs for every harness module)

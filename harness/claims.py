@@ -55,7 +55,6 @@ FLOORS = {"exact_match": 0.0}
 PERMUTATIONS = 20_000
 EXACT_UP_TO = 16
 BOOTSTRAP = 2000
-VERDICTS = ("holds", "fails", "inconclusive", "not testable at this scale")
 NOT_TESTABLE = "not testable at this scale"
 
 
@@ -121,7 +120,7 @@ class Results:
 
 
 def label(cell: dict) -> str:
-
+    """A configuration as tables name it: its series and setting."""
     return f"{series_of(cell)} {setting(cell)}"
 
 
@@ -299,7 +298,6 @@ def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: li
 
 
 def _series(cell: dict) -> str:
-
     return series_of(cell) + " (every tau)"
 
 

@@ -34,7 +34,6 @@ from .progress import progress as progress_bar
 from .timing import CallTiming, summarize
 
 SEED_STRIDE = 1_000_003
-# advice for a user's checkpoint with no tokenizer; harness.launchers gives a cached one its own (retrain it)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Launchers: who does the work of a sweep. The driver process always writes the results.
 
 * `local` (default): this process trains the missing models, then runs the cells model by
-  model (each model, task and the gen-ppl judge are loaded once).
+  model (each model, task, the gen-ppl judge and the MAUVE featuriser are loaded once).
 * `ray`: every missing model is one Ray training task and every pending cell one Ray task
   (`num_gpus=1` on cuda, else `--ray-cpus` CPUs). Workers need no shared filesystem: a training
   task returns the checkpoint's files, which the driver writes into its own checkpoint cache and

@@ -38,7 +38,6 @@ from .configs import TrainConfig
 from .precision import resolve_precision
 from .speed import SpeedConfig, SpeedSpec
 
-THRESHOLDS = (None, 0.9, 0.7, 0.5)
 # At cpu scale the text models are rarely confident: tau >= 0.5 almost never commits a second token per step
 # (tokens per forward <= 1.009 at tau 0.9/0.7/0.5 over every task of the bf16 reference sweep, and at 0.9 in every
 # fp32 one since), so the cpu text grid has 0.3 and 0.1, where thresholds fire, besides tau off, and leaves out

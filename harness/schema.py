@@ -69,5 +69,4 @@ REPORTED_KEYS = tuple(c.name for c in COLUMNS if c.reported)    # what the repor
 NUMBER_KEYS = tuple(c.name for c in COLUMNS if c.kind == "number")   # checked by the report wherever present
 WHOLE_KEYS = tuple(c.name for c in COLUMNS if c.kind == "whole")
 TIMING_KEYS = tuple(c.name for c in TIMING)
-KNOB_KEYS = tuple(c.name for c in KNOBS)
 BY_NAME = {c.name: c for c in COLUMNS}

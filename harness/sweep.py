@@ -2,8 +2,9 @@
 
 A plan is pure data: the TrainConfigs it needs, the RunCells it evaluates and, for `--checkpoint`,
 the user's checkpoint directories (evaluated as they are, never trained); planning reads configs
-only, no weights and no tokenizer (harness.launchers.preflight, the first step of execution, opens a
-user's local model and loads every task's data before any work starts; a paper checkpoint is downloaded when its first cell runs). Executing it
+only, no weights and no tokenizer (harness.launchers.preflight, run by the CLI before execution, opens a
+user's local model and loads every task's data before any work starts; a paper checkpoint is downloaded when
+its first cell runs). Executing it
 takes the results directory's writer lock, skips finished cells, trains (or reuses) the
 models the remaining cells need, and runs the cells model by model. Results are written by
 this process only, through harness.store, whichever launcher ran the work.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
 
 import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
@@ -35,7 +35,8 @@ from .precision import resolve_device as torch_device
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What planning needs of a model it cannot open yet (a paper checkpoint not downloaded): paradigm, L, S, S_max."""
+    """What planning needs of a model it does not open (a paper checkpoint not downloaded, an official folder read from
+    its config.json): paradigm, L, S, S_max."""
     paradigm: str
     length: int
     block_size: int | None = None
@@ -46,7 +47,7 @@ class ModelShape:
 class External:
     """A model the sweep evaluates as it is, never trains: a user's checkpoint directory, an official checkpoint
     or a pretrained LM (any models.open_model spec), with the options it is opened with and its config (or, for a
-    paper checkpoint planned offline, the shape its key declares)."""
+    paper checkpoint planned offline or an official folder, its shape)."""
     spec: str
     config: ModelConfig | ModelShape
     paradigm: str | None = None        # for a pretrained LM: the paradigm built around its weights

@@ -65,7 +65,6 @@ from .tokenizers import Tokenizer
 HUB_PREFIX = "kuleshov-group"
 ARCHITECTURES = {"AR": "ar", "MDLM": "mdlm", "BD3LM": "bd3lm", "SetDLM": "setdlm", "AnyOrderBD3LM": "setdlm"}
 PARADIGM_ARCHITECTURE = {"ar": "AR", "mdlm": "MDLM", "bd3lm": "BD3LM", "setdlm": "SetDLM"}
-MODEL_TYPES = {"ar": "ar", "mdlm": "mdlm", "bd3lm": "bd3lm", "setdlm": "bd3lm"}   # SetDLM saves as bd3lm
 BACKBONE_CLASSES = {"DIT": "dit", "DITLegacy": "dit_legacy", "AutoModelFromPreTrained": "qwen3"}
 BACKBONE_TARGETS = {"dit": "backbone_dit.DIT", "dit_legacy": "backbone_dit_legacy.DITLegacy",
                     "qwen3": "backbone_automodel.AutoModelFromPreTrained"}

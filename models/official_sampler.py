@@ -6,8 +6,8 @@ pieces here:
 
 * `check_sampler`: which `sampler` values a paradigm accepts (its class attribute `samplers`).
 * `SamplerPolicy` / `sampler_policy`: how the official samplers' loops differ from ours, as named hooks the
-  decode loops read (a prompt prefill of its own, every row's logits, the official forced-count schedule and
-  decode region, the stop-check cadence, blocks written apart, unmasked logits, official commit orders).
+  decode loops read (a prompt prefill of its own, every row's logits, the official forced-count schedule, decode
+  region and commit orders, the stop-check cadence, blocks written apart, unmasked logits).
 * `official_numerics`: the legacy DiT's bf16 autocast (models/backbones/dit.py), entered for the
   whole decode when the official sampler is asked for; a no-op for every other kind.
 * `official_commit_counts`: the official predict-and-noise schedule k_i = round(t_i B) - round(t_{i+1} B),
@@ -53,13 +53,13 @@ class SamplerPolicy:
     official_schedule: bool = False      # forced counts of the official predict-and-noise schedule over the block
                                          # (official_commit_counts), and the official decode region: whole blocks
                                          # (chunks) from the one holding the first mask; SetDLM: its commit orders
-    stop_every: int = 1                  # the EOS stop rule is checked every this many steps (the first excepted)
+    stop_every: int | None = None        # None: the EOS stop rule after every step; n: every n steps, not the first
     blocks_apart: bool = False           # BD3LM fused_block_cache=false: each completed block cached in a forward
     unmasked_logits: bool = False        # the official AR on a Qwen3 (llama-kind) backbone: HF generate's logits
 
     def checks_stop(self, step: int) -> bool:
         """Whether the stop rule is checked after decode step `step` (0-based)."""
-        return self.stop_every == 1 or (step > 0 and step % self.stop_every == 0)
+        return self.stop_every is None or (step > 0 and step % self.stop_every == 0)
 
 
 def sampler_policy(decode: DecodeConfig, backbone_kind: str | None = None) -> SamplerPolicy:
@@ -69,7 +69,7 @@ def sampler_policy(decode: DecodeConfig, backbone_kind: str | None = None) -> Sa
         return SamplerPolicy()
     return SamplerPolicy(
         decode.sampler, prefill_apart=True, all_rows=True, official_schedule=True,
-        stop_every=decode.window or 1,   # the official SetDLM runs its stopping criteria every W steps
+        stop_every=decode.window,   # the official SetDLM runs its stopping criteria every W steps
         blocks_apart=decode.sampler == "official_unfused" and decode.use_cache,
         unmasked_logits=backbone_kind == "llama")
 

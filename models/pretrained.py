@@ -92,7 +92,8 @@ def smollm2_installed() -> bool:
     return True
 
 
-def resolve(spec: str | Path) -> Source:
+def resolve(spec: str | Path, metadata_only: bool = False) -> Source:
+    """What `spec` names; a hub id is downloaded (only its JSON files with `metadata_only`)."""
     text = str(spec)
     if text in SHORT_NAMES:
         return Source(text, "gguf", smollm2_path())
@@ -109,7 +110,7 @@ def resolve(spec: str | Path) -> Source:
             return Source(text, "gguf", ggufs[0])
         raise PretrainedError(f"{path}: no config.json (and not exactly one .gguf file) in this directory")
     if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not text.startswith((".", "/")):
-        return Source(text, "hf", _download(text))
+        return Source(text, "hf", _download(text, metadata_only))
     raise PretrainedError(f"{text!r} is not {' or '.join(map(repr, SHORT_NAMES))}, a .gguf file, a Hugging Face "
                           f"directory or a hub id")
 
@@ -125,11 +126,12 @@ def stored_precision(spec: str | Path) -> str:
     return "bf16" if cfg.get("torch_dtype", cfg.get("dtype")) == "bfloat16" else "fp32"
 
 
-def _download(repo_id: str) -> Path:
+def _download(repo_id: str, metadata_only: bool = False) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+        patterns = ["*.json"] if metadata_only else ["*.json", "*.safetensors", "tokenizer*"]
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as e:  # offline, unknown repo, gated, ...: one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PretrainedError(f"could not download {repo_id!r} from the Hugging Face hub ({first})") from None
@@ -172,7 +174,7 @@ def describe_pretrained(spec: str | Path, paradigm: str = "ar", length: int | No
     file's (a mask row that loading may add is not counted) and its mask id the last row."""
     from .types import ModelConfig
 
-    src = resolve(spec)
+    src = resolve(spec, metadata_only=True)   # a hub id: its config.json only, no weights
     (read_gguf if src.kind == "gguf" else read_hf)(src, length, metadata_only=True)
     return ModelConfig(paradigm=paradigm, vocab_size=src.vocab_rows, length=context_length(src, length),
                        backbone=BackboneSpec("llama", src.arch, source=src.spec), block_size=block_size,

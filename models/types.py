@@ -212,7 +212,7 @@ class ModelConfig:
     """Everything needed to rebuild a model (stored as config.json next to the weights).
 
     The paradigm's own fields (block_size, max_block_size) are checked, and its derived ones filled in, by
-    `ParadigmModel.resolve_config` when a model is built (models/factory.py); `backbone` says which transformer
+    `ParadigmModel.resolve_config` when a model is built (models/paradigm.py); `backbone` says which transformer
     runs underneath (models/backbones)."""
 
     paradigm: str

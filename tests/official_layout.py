@@ -19,8 +19,10 @@ from typing import Iterator
 import torch
 
 from models.llama_layout import hf_state
-from models.official import BACKBONE_TARGETS, BASE_DIR, MODEL_TYPES, PARADIGM_ARCHITECTURE
+from models.official import BACKBONE_TARGETS, BASE_DIR, PARADIGM_ARCHITECTURE
 from models.tokenizers import Tokenizer
+
+MODEL_TYPES = {"ar": "ar", "mdlm": "mdlm", "bd3lm": "bd3lm", "setdlm": "bd3lm"}   # config.json model_type (SetDLM saves as bd3lm)
 
 
 def _official_tensors(model) -> dict[str, torch.Tensor]:
@@ -39,7 +41,7 @@ def _official_tensors(model) -> dict[str, torch.Tensor]:
         out.update({p + name: t for name, t in hf_state(state, arch).items() if name != "lm_head.weight"})
         out["backbone.model.lm_head.weight"] = state["embed.weight" if arch.tie_embeddings else "lm_head.weight"].clone()
     else:
-        raise ValueError(f"save_official: backbone kind {kind!r} has no official layout (dit, dit_legacy, llama)")
+        raise ValueError(f"save_official: backbone kind {kind!r} has no official layout (dit, dit_legacy, Qwen3)")
     if model.config.paradigm == "setdlm":   # SetDLM re-registers it without skipping it at push time
         from models.setdlm import two_stream_set_mask
 

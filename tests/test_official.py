@@ -507,6 +507,8 @@ def test_the_sampler_policy_names_how_the_official_loops_differ():
     setdlm = sampler_policy(DecodeConfig(sampler="official", window=4), "dit")
     assert setdlm.prefill_apart and setdlm.all_rows and setdlm.official_schedule and not setdlm.unmasked_logits
     assert [setdlm.checks_stop(step) for step in range(9)] == [False] * 4 + [True] + [False] * 3 + [True]
+    one = sampler_policy(DecodeConfig(sampler="official", window=1), "dit")   # W = 1: every step but the first
+    assert [one.checks_stop(step) for step in range(3)] == [False, True, True]
     assert sampler_policy(DecodeConfig(sampler="official_unfused"), "dit").blocks_apart
     assert not sampler_policy(DecodeConfig(sampler="official_unfused", use_cache=False), "dit").blocks_apart
     assert sampler_policy(DecodeConfig(sampler="official"), "llama").unmasked_logits

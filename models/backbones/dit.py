@@ -32,7 +32,7 @@ cache, DITLegacy in bf16 autocast): the logits are bit-identical at batch 1.
 
 "dit_legacy" (DITLegacy: owt-ar, owt-mdlm) has the same layout and weights. The official
 DITLegacy.forward runs the blocks and the output layer under bf16 autocast; this kind does the
-same only inside `official_numerics()` (the decoders enter it for DecodeConfig(sampler="official")),
+same only inside `official_numerics()` (ParadigmModel.generate / infill enter it for DecodeConfig(sampler="official")),
 otherwise it computes in the weights' dtype like "dit".
 
     python -c "from models.backbones.dit import *; print(DiTBackbone(DiTArch(adaln=True), vocab_size=64, length=32, mask_id=63))"
