@@ -34,6 +34,10 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_encode)
 
 
+class PlanError(ValueError):
+    """Invalid sweep input (unknown names, impossible grid values); reported before any work."""
+
+
 def _encode(obj):
     if dataclasses.is_dataclass(obj):
         # fields marked hash_default=False (models.types.NEW_KNOB) count only away from their default

@@ -122,7 +122,7 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
         else:
             r: InfillRequest = requests[index[0]]
             gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
-        # the model times its own call (models.decoding.Timer: prefill included, CUDA synchronised)
+        # the model times its own call (models.paradigm.Timer: prefill included, CUDA synchronised)
         calls.append(CallTiming(gens[0].seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens),
                                 tuple(index)))
         for i, g in zip(index, gens):

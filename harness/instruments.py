@@ -22,12 +22,8 @@ from tasks import TASKS, NllRequest
 from tasks.genppl import DEFAULT_JUDGE, DEFAULT_JUDGE_PRECISION, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, DEFAULT_FEATURES_PRECISION, MINILM
 
-from .configs import RunCell, TrainConfig, spec_model_id
+from .configs import PlanError, RunCell, TrainConfig, spec_model_id
 from .precision import DTYPE_PRECISIONS, INSTRUMENT_PRECISION
-
-
-class PlanError(ValueError):
-    """Invalid sweep input (unknown names, impossible grid values); reported before any work."""
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,14 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
         "train_precision": train_precision, "decode_precision": cell.precision,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **timing, **env,
     }
-    judge_name = getattr(judge, "name", None) if task.measures_with == "judge" else None
+    judged = task.measures_with == "judge"
+    judge_name = getattr(judge, "name", None) if judged else None
     rows = [
         {**base, "metric": name, "value": finite(mv.value), "ci_low": finite(mv.ci_low),
          "ci_high": finite(mv.ci_high), "higher_is_better": task.higher_is_better.get(name, True),
          "metric_label": task.label(name, judge_name), "primary": name == task.primary_metric,
          "decoding_independent": task.decode_kind == "none" or name in task.decoding_independent,
-         "judge": judge_name, "judge_precision": getattr(judge, "precision", None) if task.measures_with == "judge" else None,
+         "judge": judge_name, "judge_precision": getattr(judge, "precision", None) if judged else None,
          "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]
@@ -60,8 +61,8 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
 
 # -- what a row's configuration is called (the report's series and settings, the claims' names) -----------
 def series_of(row: dict) -> str:
-    """The series a row belongs to in plots and tables: the paradigm's series label (models/paradigm.py: the model and the
-    decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
+    """The series a row belongs to in plots and tables: the paradigm's series label (models/paradigm.py: the model
+    and the decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
     if is_reference(row):
         paradigm = get_paradigm(row["paradigm"])
         if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm

@@ -30,11 +30,15 @@ class Column:
     low: int = 1              # the least value of a "whole" column
 
 
+STORED_KNOBS = frozenset({"threshold"})            # the knob columns the store requires
+REPORTED_KNOBS = frozenset({"threshold", "steps"})  # and those the report requires (its settings read them)
+
+
 def _knob_columns() -> tuple[Column, ...]:
     """One column per decoding knob a paradigm may declare (None where the row's paradigm does not read it)."""
     kinds = {"float": "number", "int": "whole", "bool": "bool", "str": "str"}
-    return tuple(Column(f.name, kinds[str(f.type).split(" |")[0]], stored=f.name == "threshold",
-                        reported=f.name in ("threshold", "steps"))
+    return tuple(Column(f.name, kinds[str(f.type).split(" |")[0]], stored=f.name in STORED_KNOBS,
+                        reported=f.name in REPORTED_KNOBS)
                  for f in dataclasses.fields(DecodeConfig) if f.name not in SAMPLING_KNOBS)
 
 

@@ -24,8 +24,8 @@ from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
-from .configs import RunCell, TrainConfig, checkpoint_model_id, options_tuple, spec_model_id
-from .instruments import Featuriser, Judge, PlanError, plan_featuriser, plan_judge
+from .configs import PlanError, RunCell, TrainConfig, checkpoint_model_id, options_tuple, spec_model_id
+from .instruments import Featuriser, Judge, plan_featuriser, plan_judge
 from .precision import INSTRUMENT_PRECISION, resolve_precision
 from .presets import Preset, TaskSpec
 from .store import ResultsStore

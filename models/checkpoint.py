@@ -31,7 +31,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from . import jsonio
-from .types import MAX_FIELD, SCHEMA_VERSION, ModelConfig
+from .fields import MAX_FIELD
+from .types import SCHEMA_VERSION, ModelConfig
 
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel

@@ -251,5 +251,6 @@ class ParadigmModel(nn.Module):
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fill canvas.ids in place (inside the backbone's official numerics for an official decode). Returns (nfe [B], tokens committed per step [steps, B])."""
+        """Fill canvas.ids in place (inside the backbone's official numerics for an official decode). Returns
+        (nfe [B], tokens committed per step [steps, B])."""
         raise NotImplementedError

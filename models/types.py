@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from .backbones import BackboneSpec
-from .fields import MAX_FIELD, check_fields  # noqa: F401  (re-exported)
+from .fields import check_fields
 from .backbones.gpt import GPTArch
 
 SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
