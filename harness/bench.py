@@ -9,6 +9,8 @@ under results/bench/<name>.json).
     python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks;
                                             # two-stream attention split vs one masked call; fp32 vs bf16
     python -m harness.bench gradvar         # gradient variance: SetDLM's all-token loss vs naive masked
+    python -m harness.bench convergence     # validation curves: SetDLM's all-token loss vs naive training
+                                            # (the oracle ablation family's order-agnostic model and its twin)
     python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
@@ -41,7 +43,6 @@ import torch
 import models
 from models import Batch, DecodeConfig
 from models.backbones import ClosedStream
-from models.schedules import sample_t
 
 from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
     PROMPT_LEN, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
@@ -371,9 +372,9 @@ def bench_gradvar(args) -> dict:
     about 3x), at the fully order-agnostic schedule (S = S_max = L: every order equally likely), on the same
     network and the same K minibatches of the cpu corpus:
     * all tokens: SetDLM's loss, every target of one sampled order, each predicted from those before it;
-    * naive (MDLM-style, the paper's baseline): one t ~ U(0, 1) per sequence, each token masked with
-      probability t and predicted from the unmasked ones only, weighted 1/t (the NELBO's weight, so both
-      estimate the same objective, nats per token);
+    * naive (MDLM-style, the paper's baseline; the model's own `naive_loss`, models/setdlm.py): one t ~ U(0, 1)
+      per sequence, each token hidden with probability t and predicted from the visible ones only, weighted 1/t
+      (the NELBO's weight, so both estimate the same objective, nats per token);
     * half targets (secondary): the same order loss on a random half of the targets, weighted 2 (the
       estimator of earlier versions of this benchmark, a ratio near 2 by construction).
     variance = mean squared distance of the K flattened gradients from their mean (the trace of the gradient
@@ -405,24 +406,9 @@ def bench_gradvar(args) -> dict:
         per_seq = 2 * (nll * kept).sum(dim=1) / target.sum(dim=1).clamp(min=1)
         return per_seq.mean()
 
-    def naive_mdlm(batch: Batch) -> torch.Tensor:
-        ids = batch.input_ids
-        B, n = ids.shape
-        t = sample_t(B, None, ids.device)
-        masked = torch.rand(B, n) < t[:, None]
-        seen = (~masked)[:, None, :].expand(B, n, n)
-        eye = torch.eye(n, dtype=torch.bool).expand(B, n, n)
-        mask = torch.cat([torch.cat([seen | eye, torch.zeros_like(eye)], dim=2),   # clean rows (unused)
-                          torch.cat([seen, eye], dim=2)], dim=1)[:, None]          # queries: the unmasked ones
-        pos = torch.arange(n).expand(B, n)
-        h = model.backbone(torch.cat([ids, torch.full_like(ids, model.mask_id)], dim=1), torch.cat([pos, pos], dim=1),
-                           attn_mask=mask, keep=slice(n, 2 * n))
-        ce = torch.nn.functional.cross_entropy(model.backbone.logits(h[masked]).float(), ids[masked], reduction="none")
-        weight = (1.0 / t)[:, None].expand(B, n)[masked]
-        return (ce * weight).sum() / (B * n)
-
     grads = {name: torch.stack([gradient(fn, x, k) for k, x in enumerate(batches)])
-             for name, fn in (("all_tokens", model.loss), ("naive_mdlm", naive_mdlm), ("half_targets", half_targets))}
+             for name, fn in (("all_tokens", model.loss), ("naive_mdlm", model._naive_loss),
+                              ("half_targets", half_targets))}
     sq = {name: ((g - g.mean(0)) ** 2).sum(1) for name, g in grads.items()}   # per minibatch, [K]
     K = args.gradvar_batches
     boot = torch.Generator().manual_seed(1)
@@ -444,6 +430,36 @@ def bench_gradvar(args) -> dict:
     return out
 
 
+def bench_convergence(args) -> dict:
+    """Token-efficient against naive training (the paper's Table 5, "accelerates convergence"): the cpu preset's
+    order-agnostic SetDLM of the oracle language (its ablation family: S = S_max = L, adapted from the oracle AR,
+    a validation curve every 25 steps) and its twin trained with the naive MDLM-style loss (TrainConfig.naive_loss;
+    the same network, data, steps and schedule). Each curve point is every validation row's bound (4 orders per
+    row, the same orders at every point and in both runs), so the two curves are compared row by row (claim 13,
+    harness/claims.py). Trains what the cache lacks (the AR parent, then the two models: about 2 minutes)."""
+    from .train import ensure_trained
+
+    family = next(f for f in get_preset("cpu").families if f.variants)
+    token_efficient = next(c for c in family.train_configs(("setdlm",)) if c.eval_every and not c.naive_loss)
+    naive = token_efficient.replace(naive_loss=True)
+    curves, seconds = {}, {}
+    for name, cfg in (("token_efficient", token_efficient), ("naive", naive)):
+        meta = models.checkpoint.read_config(ensure_trained(cfg))
+        curves[name], seconds[name] = meta["val_curve"], meta["train_seconds"]
+    steps = [p["step"] for p in curves["token_efficient"]["points"]]
+    if steps != [p["step"] for p in curves["naive"]["points"]]:
+        raise RuntimeError("the two validation curves were logged at different steps")
+    out = {"benchmark": "convergence", "language": token_efficient.corpus, "length": token_efficient.length,
+           "models": {"token_efficient": token_efficient.model_id, "naive": naive.model_id},
+           "train_seconds": seconds, "rows": curves["naive"]["rows"], "samples": curves["naive"]["samples"],
+           "steps": steps, "nll": {name: [p["nll"] for p in c["points"]] for name, c in curves.items()}}
+    rows = [{"step": s, **{name: statistics.fmean(out["nll"][name][i]) for name in curves}} for i, s in enumerate(steps)]
+    print(f"validation bound, nats/token ({out['rows']} rows x {out['samples']} orders), order-agnostic SetDLM on "
+          f"{out['language']}:")
+    print(table(rows, ["step", "token_efficient", "naive"]))
+    return out
+
+
 def bench_smollm2(args) -> dict:
     """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights (harness/bench_smollm2.py)."""
     from .bench_smollm2 import run
@@ -458,7 +474,7 @@ def bench_steps(args) -> dict:
 
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
-              "gradvar": bench_gradvar, "precision": bench_precision, "smollm2": bench_smollm2, "steps": bench_steps}
+              "gradvar": bench_gradvar, "convergence": bench_convergence, "precision": bench_precision, "smollm2": bench_smollm2, "steps": bench_steps}
 
 
 def why_skipped(name: str) -> str | None:

@@ -20,7 +20,7 @@ import models
 from models import backbones
 from models.backbones import BackboneSpec
 from models.paradigm import get_paradigm
-from models.types import SAMPLING_KNOBS, DecodeConfig, ModelConfig
+from models.types import NEW_KNOB, SAMPLING_KNOBS, DecodeConfig, ModelConfig
 
 from .paths import hashed_component, safe_component
 from .precision import PRECISIONS
@@ -38,11 +38,14 @@ class PlanError(ValueError):
     """Invalid sweep input (unknown names, impossible grid values); reported before any work."""
 
 
+UNHASHED = {"hashed": False}   # a field derived from others of the config: never part of its hash
+
+
 def _encode(obj):
     if dataclasses.is_dataclass(obj):
         # fields marked hash_default=False (models.types.NEW_KNOB) count only away from their default
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-                if f.metadata.get("hash_default", True) or getattr(obj, f.name) != f.default}
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.metadata.get("hashed", True)
+                and (f.metadata.get("hash_default", True) or getattr(obj, f.name) != f.default)}
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"cannot encode {type(obj).__name__} in a config")
@@ -75,6 +78,11 @@ class TrainConfig:
     precision: str = "fp32"             # "fp32", or "bf16" autocast; resolved from "auto" by harness.precision
     train_on_nelbo: bool = False
     seed: int = 0
+    # SetDLM's naive MDLM-style training (the token-efficient loss's baseline, paper Table 5); and the validation
+    # curve: every `eval_every` steps (0: never) the per-row bound on CURVE_ROWS validation rows, into the
+    # checkpoint's config.json (harness.train.validation_curve). Both count in the model id only when set.
+    naive_loss: bool = field(default=False, metadata=NEW_KNOB)
+    eval_every: int = field(default=0, metadata=NEW_KNOB)
     # start from this model's weights instead of random ones: a TrainConfig (trained here first), or a pretrained
     # LM spec (models.open_model: HF directory, .gguf, hub id, smollm2), whose backbone and tokenizer it then uses
     # (backbone None, tokenizer "pretrained")
@@ -85,6 +93,10 @@ class TrainConfig:
         paradigm.check_block_size(self.block_size, self.max_block_size, self.length)
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
+        if self.naive_loss and not paradigm.has_naive_loss:
+            raise ValueError(f"{self.paradigm} has no naive_loss (SetDLM's MDLM-style baseline)")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0 (0: no validation curve), got {self.eval_every}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"a TrainConfig's precision is {' or '.join(PRECISIONS)} (resolve 'auto' with "
                              f"harness.precision.resolve_precision), got {self.precision!r}")
@@ -110,7 +122,8 @@ class TrainConfig:
         """The ModelConfig this trains, given the tokenizer's vocabulary and special ids."""
         return ModelConfig(paradigm=self.paradigm, vocab_size=vocab_size, length=self.length, backbone=self.backbone,
                            mask_id=mask_id, eos_id=eos_id, pad_id=pad_id, block_size=self.block_size,
-                           max_block_size=self.max_block_size, train_on_nelbo=self.train_on_nelbo)
+                           max_block_size=self.max_block_size, train_on_nelbo=self.train_on_nelbo,
+                           naive_loss=self.naive_loss)
 
     def lineage(self) -> list["TrainConfig"]:
         """The models this one starts from, oldest first, then itself."""
@@ -120,7 +133,7 @@ class TrainConfig:
     def model_id(self) -> str:
         """Readable and unique: the paradigm's tag (S / S_max), precision, then the config hash."""
         tag = get_paradigm(self.paradigm).model_tag(self.block_size, self.resolved_max_block_size)
-        return f"{tag}-{self.precision}-{short_hash(self, 10)}"
+        return f"{tag}{'-naive' if self.naive_loss else ''}-{self.precision}-{short_hash(self, 10)}"
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -147,9 +160,10 @@ class RunCell:
     device: str = "cpu"
     precision: str = "fp32"              # decoding precision (resolved; the model's training precision is in model_id)
     seed: int = 0
-    block_size: int | None = None        # the model's S (for the report; part of model_id already)
-    max_block_size: int | None = None    # SetDLM's S_max (for the report, which never parses a model id)
-    expected_budget: float | None = None
+    # what the report reads of the model, derived from its config (part of model_id already): outside the run id
+    block_size: int | None = field(default=None, metadata=UNHASHED)          # the model's S
+    max_block_size: int | None = field(default=None, metadata=UNHASHED)      # SetDLM's S_max
+    expected_budget: float | None = field(default=None, metadata=UNHASHED)
     reference: bool = False              # a pretrained reference (e.g. SmolLM2), kept out of the paradigm comparison
 
     @property

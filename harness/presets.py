@@ -80,6 +80,9 @@ class Preset:
     block_sizes_of: dict = field(default_factory=dict)   # paradigm -> its S values, where they differ from block_sizes
     speed: SpeedSpec | None = None         # the interleaved speed measurement of its models (harness/speed.py)
     batch_size: int | None = None          # examples per decode call for this family (None: the sweep's --batch-size)
+    variants: tuple[tuple[str, tuple], ...] = ()   # the family's models, when not one per paradigm and block size:
+                                           # (paradigm, sorted TrainConfig overrides), steps from `steps`
+                                           # unless given; adapted from the AR model as the others
 
     def lists(self, task: str) -> bool:
         return any(spec.name == task for spec in self.tasks)
@@ -91,14 +94,18 @@ class Preset:
         ones included."""
         base = self.base.replace(seed=seed, precision=resolve_precision(precision, device, "train"))
         ar = base.replace(paradigm="ar", block_size=None, steps=self.steps["ar"])
+        wanted = paradigms or paradigm_names()
+        if self.variants:
+            shapes = [(paradigm, dict(overrides)) for paradigm, overrides in self.variants if paradigm in wanted]
+        else:
+            shapes = [(paradigm, {"block_size": s}) for paradigm in wanted
+                      for s in (self.block_sizes_of.get(paradigm, self.block_sizes)
+                                if get_paradigm(paradigm).block_size_meaning is not None else (None,))]
         out = []
-        for paradigm in paradigms or paradigm_names():
-            takes_size = get_paradigm(paradigm).block_size_meaning is not None
-            for s in self.block_sizes_of.get(paradigm, self.block_sizes) if takes_size else (None,):
-                cfg = base.replace(paradigm=paradigm, block_size=s, steps=self.steps.get(paradigm, self.steps["default"]))
-                if paradigm != "ar" and self.adapt_from_ar is not None:
-                    cfg = cfg.replace(init_from=ar, **self.adapt_from_ar)
-                out.append(cfg)
+        for paradigm, overrides in shapes:
+            adapted = {"init_from": ar, **self.adapt_from_ar} if paradigm != "ar" and self.adapt_from_ar else {}
+            out.append(base.replace(paradigm=paradigm, **{"steps": self.steps.get(paradigm, self.steps["default"]),
+                                                          **adapted, **overrides}))
         return out
 
     def decode_grid(self, cfg: TrainConfig, task: TaskSpec | None = None) -> list[DecodeConfig]:
@@ -200,6 +207,22 @@ _CPU_ORACLE = Preset(
     batch_size=25,
 )
 
+# The ablations of the paper's Tables 5 and 6 on the oracle language, at the fully order-agnostic schedule
+# (S = S_max = L: every generation order equally likely), adapted from the oracle family's AR model with its
+# MDLM's budget (300 steps), so that the family's MDLM is the paper's "bidirectional variant without KV caching
+# or token-efficient training" (claim 12: SetDLM's decoding against it). Its SetDLM logs a validation curve
+# every 25 steps; `python -m harness.bench convergence` trains its naive twin (the same network, MDLM-style
+# naive loss: TrainConfig.naive_loss) and compares the two curves (claim 13, "accelerates convergence").
+ORDER_AGNOSTIC = {"block_size": 64, "max_block_size": 64, "steps": 300, "eval_every": 25}
+_CPU_ABLATION = Preset(
+    name="cpu",
+    description="ablation: order-agnostic SW-SetDLM (S = S_max = L) on the oracle language, against its MDLM",
+    base=_CPU_ORACLE.base, steps=_CPU_ORACLE.steps, block_sizes=(), grid=_CPU_ORACLE.grid, warmup=1,
+    tasks=tuple(t for t in _ORACLE_TASKS if t.name in ("oracle_nll", "oracle_kl")),
+    adapt_from_ar=_CPU_ORACLE.adapt_from_ar, batch_size=_CPU_ORACLE.batch_size,
+    variants=(("setdlm", tuple(sorted(ORDER_AGNOSTIC.items()))),),
+)
+
 # The perfect model of the oracle language (tasks/oracle_language/perfect.py: its predictions are the oracle's
 # exact conditionals) decoded by each paradigm's decoder: the structural cost of parallel decoding without model
 # error, and a check of the decode loops (at one token per forward every decoder samples the oracle exactly).
@@ -279,7 +302,7 @@ _CPU = Preset(
     tasks=_CPU_TEXT_TASKS,
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
-    families=(_CPU_ORACLE, _CPU_PERFECT, _CPU_SMOLLM2),
+    families=(_CPU_ORACLE, _CPU_ABLATION, _CPU_PERFECT, _CPU_SMOLLM2),
     speed=_CPU_SPEED,
 )
 

@@ -5,7 +5,9 @@ bf16 autocast (`--precision auto` = bf16 only where it is native: harness/precis
 length-L windows of the tokenised corpus (harness/data.py); deterministic under a seed; resumable
 (harness/train_state.py: the state is saved every `--save-every` steps and picked up by a rerun
 with the same config); stops with a clear message on a non-finite loss instead of writing a
-poisoned checkpoint. Where checkpoints live: harness/cache.py.
+poisoned checkpoint. With `eval_every` a validation curve (each row's bound every few steps, common random
+numbers) goes into the checkpoint's config.json (`val_curve`; harness.bench convergence reads it). Where
+checkpoints live: harness/cache.py.
 
     python -m harness.train --paradigm setdlm --block-size 4 --steps 300 --length 128
     python -m harness.train --paradigm ar --preset cpu          # one model of a preset
@@ -77,6 +79,28 @@ def validation_nll(model: models.ParadigmModel, rows: torch.Tensor, seed: int) -
     return total / max(count, 1)
 
 
+CURVE_ROWS = 128    # validation rows of a training curve (TrainConfig.eval_every)
+CURVE_SAMPLES = 4   # Monte-Carlo draws (t or orders) per row and point of the curve
+
+
+@torch.no_grad()
+def row_bounds(model: models.ParadigmModel, rows: torch.Tensor, seed: int, samples: int = CURVE_SAMPLES) -> list[float]:
+    """Nats per scored token of each row (`samples` draws averaged), under `seed` whatever the global RNG: the
+    same draws at every point of a curve and for every model of one paradigm (common random numbers), and the
+    training's own random stream untouched."""
+    was_training = model.training
+    model.eval()
+    devices = [model.device] if model.device.type == "cuda" else []
+    out = []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        for i in range(0, rows.shape[0], 32):
+            sub = Batch(rows[i:i + 32].to(model.device))
+            out += (model.nll(sub, samples=samples) / model.n_scored(sub).clamp(min=1)).tolist()
+    model.train(was_training)
+    return out
+
+
 # -- the loop -----------------------------------------------------------------------------------------
 def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progress: bool = True) -> Path:
     """Train (or resume) the model of `cfg`; returns its checkpoint directory."""
@@ -103,7 +127,10 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     opt = make_optimizer(model, cfg)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.ema > 0 else None
     data_gen = torch.Generator().manual_seed(cfg.seed)
-    start, elapsed = load_state(cfg, model, ema, opt, data_gen)
+    start, elapsed, curve = load_state(cfg, model, ema, opt, data_gen)
+    curve_rows = validation_rows(token_stream(tok, cfg.corpus, "validation"), cfg.length, CURVE_ROWS)
+    if cfg.eval_every and start == 0:
+        curve = [{"step": 0, "nll": row_bounds(model, curve_rows, cfg.seed)}]
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
     tokens_per_step = cfg.batch_size * cfg.length
     bar = progress_bar(cfg.steps, f"train {cfg.model_id}", initial=start, enabled=progress)
@@ -126,12 +153,14 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
                 for k, v in model.state_dict().items():
                     ema[k].lerp_(v, 1 - cfg.ema) if v.is_floating_point() else ema[k].copy_(v)
         done = step + 1
+        if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+            curve.append({"step": done, "nll": row_bounds(model, curve_rows, cfg.seed)})
         if progress:
             rate = tokens_per_step * (done - start) / max(time.perf_counter() - t0 - elapsed, 1e-9)
             bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:,.0f}", refresh=False)
             bar.update(1)
         if save_every and done % save_every == 0 and done < cfg.steps:
-            save_state(cfg, done, model, ema, opt, data_gen, time.perf_counter() - t0)
+            save_state(cfg, done, model, ema, opt, data_gen, time.perf_counter() - t0, curve)
         kill_point("train_step")
     bar.close()
     train_seconds = time.perf_counter() - t0
@@ -144,6 +173,8 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     extra = {"train": dataclasses.asdict(cfg), "model_id": cfg.model_id, "val_nll_per_token": val_nll,
              "train_seconds": train_seconds, "train_tokens": cfg.steps * tokens_per_step,
              "torch_version": torch.__version__, "device": dev.type}
+    if cfg.eval_every:   # training weights (not the EMA) at each point; rows and draws fixed by the seed
+        extra["val_curve"] = {"rows": int(curve_rows.shape[0]), "samples": CURVE_SAMPLES, "points": curve}
     models.save(model, out, tokenizer=tok, extra=extra)
     shutil.rmtree(train_state_dir(cfg), ignore_errors=True)
     return out
@@ -175,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="fp32, bf16 (autocast), or auto: bf16 only where it is native and faster (default; "
                          "python -m harness.precision says what it picks here)")
     ap.add_argument("--train-on-nelbo", action="store_true", default=None)
+    ap.add_argument("--naive-loss", action="store_true", default=None,
+                    help="SetDLM: naive MDLM-style training (one cut per sequence, 1/t weight) instead of the "
+                         "token-efficient loss over every target")
+    ap.add_argument("--eval-every", type=number(int, 0), metavar="N",
+                    help=f"every N steps, each of {CURVE_ROWS} validation rows' bound into the checkpoint (val_curve)")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--save-every", type=number(int, 0), default=100)
     args = ap.parse_args(argv)

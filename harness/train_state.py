@@ -1,4 +1,5 @@
-"""Resumable training state: model, EMA, optimiser and RNG states saved every few steps of harness.train.
+"""Resumable training state: model, EMA, optimiser and RNG states (and the validation curve's points so far)
+saved every few steps of harness.train.
 
 `load_state` returns (0, 0.0) unless the saved state belongs to exactly this TrainConfig, so a rerun of
 the same config resumes and any other config starts afresh; the state directory is written
@@ -21,7 +22,7 @@ from models.checkpoint import atomic_directory
 from .cache import train_state_dir
 
 
-def save_state(cfg, step, model, ema, opt, data_gen, elapsed) -> None:
+def save_state(cfg, step, model, ema, opt, data_gen, elapsed, curve: list | None = None) -> None:
     tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
     if ema is not None:
         tensors.update({f"ema.{k}": v.contiguous() for k, v in ema.items()})
@@ -34,17 +35,18 @@ def save_state(cfg, step, model, ema, opt, data_gen, elapsed) -> None:
     groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in opt_state["param_groups"]]
     with atomic_directory(train_state_dir(cfg)) as tmp:
         save_file(tensors, str(tmp / "state.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
+        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups, "curve": curve or [],
                                                     "config": dataclasses.asdict(cfg)}))
 
 
-def load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float]:
+def load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float, list]:
+    """(the step to resume from, the seconds spent so far, the validation curve's points so far)."""
     directory = train_state_dir(cfg)
     if not (directory / "state.json").is_file():
-        return 0, 0.0
+        return 0, 0.0, []
     meta = jsonio.loads((directory / "state.json").read_text())
     if meta.get("config") != dataclasses.asdict(cfg):
-        return 0, 0.0
+        return 0, 0.0, []
     tensors = load_file(str(directory / "state.safetensors"))
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     if ema is not None:
@@ -58,4 +60,4 @@ def load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float]:
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     torch.set_rng_state(tensors["rng.torch"])
     data_gen.set_state(tensors["rng.data"])
-    return int(meta["step"]), float(meta["elapsed"])
+    return int(meta["step"]), float(meta["elapsed"]), list(meta.get("curve", []))

@@ -96,6 +96,7 @@ class ParadigmModel(nn.Module):
     knobs: ClassVar[frozenset[str]] = frozenset()      # the DecodeConfig fields it reads besides SAMPLING_KNOBS
     colormap: ClassVar[str] = "Purples"                # matplotlib colormap of its series
     training_streams: ClassVar[int] = 1                # sequences of length L per training row (two-stream: 2)
+    has_naive_loss: ClassVar[bool] = False             # ModelConfig.naive_loss is offered (SetDLM's Table 5 baseline)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -120,6 +121,8 @@ class ParadigmModel(nn.Module):
         """`config` checked against this paradigm (ValueError) with its derived fields filled in (S_max): the one
         place they are derived; a model is always built from a resolved config."""
         cls.check_block_size(config.block_size, config.max_block_size, config.length)
+        if config.naive_loss and not cls.has_naive_loss:
+            raise ValueError(f"{cls.paradigm} has no naive_loss (SetDLM's MDLM-style baseline); it trains its own loss")
         s_max, _ = cls.derived_sizes(config)
         return config if s_max == config.max_block_size else config.replace(max_block_size=s_max)
 

@@ -11,7 +11,9 @@ built once per length, serves every order:
     q_i -> q_j  iff j == i      (and itself)
 
 The loss is the order NLL: every target token is predicted once per sequence (mean over a
-sequence's targets, then over the batch). `nll` sums the same quantity: an upper bound on the
+sequence's targets, then over the batch): the token-efficient loss. `naive_loss=True` trains the same
+network MDLM-style instead (one cut of the order per sequence, only the tokens after it predicted, 1/t
+weight): the baseline of the paper's Table 5 (harness.bench convergence, gradvar). `nll` sums the same quantity: an upper bound on the
 NLL (one sampled order per sequence, or `nll_samples` orders averaged).
 
 Decoding (spec §5.5): the window holds the still-masked positions among the W positions that
@@ -55,7 +57,7 @@ from .backbones import ClosedStream
 from .decoding import Canvas, StepLog, left_aligned, select_commits
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
-from .schedules import StaggeredSchedule
+from .schedules import StaggeredSchedule, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
 
@@ -78,6 +80,7 @@ class SetDLMModel(ParadigmModel):
     samplers = ("harness", "official")
     colormap = "Greens"
     training_streams = 2
+    has_naive_loss = True
 
     @classmethod
     def resolved_max_block_size(cls, block_size, max_block_size, length):
@@ -153,9 +156,42 @@ class SetDLMModel(ParadigmModel):
         return nll, target
 
     def loss(self, batch: Batch) -> torch.Tensor:
+        if self.config.naive_loss:
+            return self._naive_loss(batch)
         nll, target = self._order_nll(batch)
         n = target.sum(dim=1)
         per_seq = nll.sum(dim=1) / n.clamp(min=1)
+        has = n > 0
+        return per_seq[has].sum() / has.sum().clamp(min=1)
+
+    def _naive_loss(self, batch: Batch) -> torch.Tensor:
+        """Naive (MDLM-style) training of the same network, the baseline of the token-efficient loss (paper Table
+        5): per sequence one t ~ U(eps, 1) and a cut of its sampled order that hides each target with probability t
+        (the last Binomial(n, t) targets of the order; at the order-agnostic schedule a uniform subset). Only the
+        hidden targets are predicted, each from the tokens before the cut, weighted 1/t: the NELBO in nats per
+        target token, the quantity the order loss estimates with every target of the order instead."""
+        ids = batch.input_ids
+        B, L = ids.shape
+        sigma = self.sample_order(batch)
+        clean = ids.gather(1, sigma)
+        target = batch.target_mask.gather(1, sigma)
+        n = target.sum(dim=1)
+        t = sample_t(B, None, ids.device, self.config.antithetic)
+        hidden_count = torch.binomial(n.float(), t).long()
+        rank = torch.arange(L, device=ids.device)
+        visible = (batch.context_mask & batch.attention_mask).sum(dim=1) + n - hidden_count   # the cut [B]
+        hidden = target & (rank[None, :] >= visible[:, None])
+        before_cut = (rank[None, None, :] < visible[:, None, None]).expand(B, L, L)
+        static = self._training_mask(L, ids.device)
+        eye = torch.eye(L, dtype=torch.bool, device=ids.device).expand(B, L, L)
+        mask = torch.cat([static[:L].expand(B, L, 2 * L), torch.cat([before_cut, eye], dim=2)], dim=1)[:, None]
+        queries = torch.where(hidden, self.mask_id, clean)
+        h = self.backbone(torch.cat([clean, queries], dim=1), torch.cat([sigma, sigma], dim=1), attn_mask=mask,
+                          keep=slice(L, 2 * L), closed=ClosedStream(slice(0, L), causal=True))
+        ce = F.cross_entropy(self.backbone.logits(h[hidden]).float(), clean[hidden], reduction="none")
+        per_token = torch.zeros(clean.shape, dtype=torch.float32, device=ids.device)
+        per_token[hidden] = ce
+        per_seq = per_token.sum(dim=1) / t / n.clamp(min=1)
         has = n > 0
         return per_seq[has].sum() / has.sum().clamp(min=1)
 

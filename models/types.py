@@ -225,6 +225,7 @@ class ModelConfig:
     block_size: int | None = None     # BD3LM block S; SetDLM target set size S
     max_block_size: int | None = None  # SetDLM S_max (filled in: 2S, capped at L)
     train_on_nelbo: bool = False      # MDLM/BD3LM: 1/t-weighted NELBO instead of the masked CE
+    naive_loss: bool = False          # SetDLM: naive MDLM-style training instead of the token-efficient loss
     antithetic: bool = True           # stratified diffusion times across the batch
     nll_samples: int = 1              # Monte-Carlo samples (t / orders) per sequence in nll()
 

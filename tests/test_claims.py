@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.claims import (NOT_TESTABLE, Results, envelope, frontier_area, holm, mcnemar_p, paired, sign_flip_p,
+from harness.claims import (CLAIMS, NOT_TESTABLE, Results, envelope, frontier_area, holm, mcnemar_p, paired, sign_flip_p,
                             decide)
 from harness.schema import STORED_KEYS
 from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, load_runs,
@@ -153,7 +153,7 @@ def test_claims_tables_are_a_pure_function_of_results():
     first, second = (claims_tables(REFERENCE / "cpu", bench_dir(REFERENCE)) for _ in range(2))
     assert claims_markdown(*first) == claims_markdown(*second) and claims_markdown(*first)
     summary, details = first
-    assert set(summary.claim) == set(range(1, 12)) and set(details.role) <= {"primary", "secondary", "reference"}
+    assert set(summary.claim) == {c.number for c in CLAIMS} and set(details.role) <= {"primary", "secondary", "reference"}
     decided = summary[summary.verdict.isin(["holds", "fails"])]
     assert len(decided) >= 5, "fewer than 5 claims have a decided primary verdict in the committed results"
     assert not (details.difference == 0).any(), "a committed comparison is a tie by construction"
@@ -201,3 +201,27 @@ def test_results_rows_say_what_the_report_needs():
         assert "max_block_size" in row and "decoding_independent" in row and "train_precision" in row
         if row["paradigm"] == "setdlm":
             assert re.search(rf"-smax{row['max_block_size']}(-|$)", row["model_id"])   # perfect-...-setdlm-smax8 too
+
+
+@pytest.mark.parametrize("gap, expected", [(0.05, "holds"), (0.0, "inconclusive"), (-0.05, "fails")])
+def test_convergence_claim_compares_the_two_curves_row_by_row(tmp_path, gap, expected):
+    """Claim 13 reads results/bench/convergence.json: per validation row, the token-efficient curve against the
+    naive one averaged over the points after step 0 (row noise shared by both curves, as with common draws)."""
+    rng = np.random.default_rng(0)
+    steps = [0, 25, 50, 75]
+    row_level = rng.normal(3.0, 0.3, size=64)
+    naive = [list(row_level + 1.0 / (1 + s / 25) + rng.normal(0, 0.02, 64)) for s in steps]
+    efficient = [list(np.array(v) - (gap if s else 0.0) + rng.normal(0, 0.02, 64)) for s, v in zip(steps, naive)]
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "convergence.json").write_text(json.dumps({
+        "language": "oracle:test", "models": {"token_efficient": "te", "naive": "nv"}, "samples": 4, "rows": 64,
+        "steps": steps, "nll": {"token_efficient": efficient, "naive": naive}}))
+    claim = next(c for c in CLAIMS if c.number == 13)
+    primary, secondary, why = claim.build(Results(tmp_path, [], bench))
+    assert why is None and len(primary) == 1 and len(secondary) == 2
+    assert primary[0]["verdict"] == expected
+    assert primary[0]["n"] == 64 and "25-75" in primary[0]["metric"]
+    if gap:
+        assert primary[0]["difference"] == pytest.approx(-gap, abs=0.02)
+    assert claim.build(Results(tmp_path / "none", [], tmp_path / "none"))[2].startswith("not measured")

@@ -178,7 +178,11 @@ def test_presets_are_valid_and_budget_matched():
     pairs = {(c.paradigm, c.block_size): c.expected_budget for c in cpu.cells}
     assert pairs[("setdlm", 4)] == pytest.approx(pairs[("bd3lm", 4)]) == pytest.approx(2.0)
     windows = {c.decode.window for c in cpu.cells if c.paradigm == "setdlm" and TASKS[c.task].decode_kind != "none"}
-    assert windows == {4, 8}
+    assert windows == {4, 8, 64}   # W = S (and S_max for text); the order-agnostic ablation's W = S = L
+    ablation = [c for c in cpu.train if c.eval_every]
+    assert [(c.block_size, c.max_block_size, c.length, c.steps) for c in ablation] == [(64, 64, 64, 300)]
+    oracle_mdlm = next(c for c in cpu.train if c.paradigm == "mdlm" and c.length == 64)
+    assert ablation[0].init_from == oracle_mdlm.init_from and ablation[0].steps == oracle_mdlm.steps   # Table 6 pair
     taus = {c.decode.threshold for c in cpu.cells if c.paradigm == "bd3lm" and c.task == "gsm8k"}
     assert taus == {None, 0.3, 0.1}
 

@@ -58,3 +58,56 @@ def test_each_paradigm_learns(corpus, paradigm, block):
     assert math.isfinite(after)
     assert after < before - 1.0, f"{paradigm}: held-out NLL {before:.2f} -> {after:.2f}"
     assert after < unigram, f"{paradigm}: {after:.2f} nats/token is not below the unigram entropy {unigram:.2f}"
+
+
+def test_the_naive_loss_estimates_the_same_bound_as_the_token_efficient_one():
+    """At the order-agnostic schedule both SetDLM losses estimate the order NELBO of one network: the naive one's
+    mean over many draws equals the order NLL (many orders) within its Monte-Carlo error; and it scores only the
+    hidden targets (a token no draw hides never gets a gradient)."""
+    import models
+
+    torch.manual_seed(0)
+    model = models.build("setdlm", vocab_size=64, length=32, block_size=32, max_block_size=32, n_layers=1,
+                         d_model=32, n_heads=2)
+    naive = models.from_config(model.config.replace(naive_loss=True))
+    naive.load_state_dict(model.state_dict())
+    x = torch.randint(0, 60, (8, 32))
+    with torch.no_grad():
+        torch.manual_seed(1)
+        bound = float(model.nll(Batch(x), samples=64).sum() / x.numel())
+        draws = []
+        for seed in range(400):
+            torch.manual_seed(seed)
+            draws.append(float(naive.loss(Batch(x))))
+    mean, se = sum(draws) / len(draws), torch.tensor(draws).std().item() / len(draws) ** 0.5
+    assert abs(mean - bound) < 4 * se + 0.02, (mean, se, bound)
+    assert torch.tensor(draws).std() > 0.05   # one cut per sequence: a noisier estimate than every target's
+
+
+def test_a_paradigm_without_a_naive_loss_refuses_it():
+    with pytest.raises(ValueError, match="naive_loss"):
+        TrainConfig(paradigm="mdlm", naive_loss=True)
+    base = TrainConfig(paradigm="setdlm", block_size=4)
+    assert base.replace(eval_every=0).model_id == base.model_id            # defaults leave model ids alone
+    assert "-naive-" in base.replace(naive_loss=True).model_id
+
+
+def test_the_validation_curve_leaves_training_unchanged(tmp_path, monkeypatch):
+    """eval_every logs each validation row's bound at fixed draws, and the trained weights are bit-identical to a
+    run without the curve (its draws come from a forked RNG)."""
+    import models
+    from harness.train import CURVE_ROWS, train
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    cfg = TrainConfig(paradigm="setdlm", block_size=16, max_block_size=16, length=16, steps=6, batch_size=4,
+                      backbone=gpt_spec(n_layers=1, d_model=32, n_heads=2), tokenizer="oracle:hmm-strong",
+                      corpus="oracle:hmm-strong", warmup_steps=2)
+    plain = models.load(train(cfg, "cpu", progress=False))
+    curved_dir = train(cfg.replace(eval_every=4), "cpu", progress=False)
+    curved = models.load(curved_dir)
+    for key, value in plain.state_dict().items():
+        assert torch.equal(value, curved.state_dict()[key]), key
+    curve = models.checkpoint.read_config(curved_dir)["val_curve"]
+    assert [p["step"] for p in curve["points"]] == [0, 4, 6]
+    assert all(len(p["nll"]) == curve["rows"] <= CURVE_ROWS for p in curve["points"])
+    assert curve["points"][0]["nll"] != curve["points"][-1]["nll"]
