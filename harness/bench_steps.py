@@ -5,7 +5,9 @@ launches) and eager against torch.compile'd backbones, per paradigm.
 
 Two parts:
   * cpu-preset models at batch 1 (random weights, EOS ignored, 128 new tokens): the eager decode and the same
-    decode with the backbone's forward compiled (`torch.compile(dynamic=True)`, inductor's C++ wrapper, which
+    decode compiled, either the paradigm's fixed-shape step (DecodeConfig(compile="on"): one static graph per
+    batch size and cache bucket; its ops are counted on the same step run eagerly, compile="fixed") or the
+    backbone's forward (`torch.compile(dynamic=True)`, inductor's C++ wrapper, which
     removes most of the Python launch overhead on a CPU), timed in one interleaved round-robin schedule, with the
     compile time reported apart (the first call's excess over a timed one; dynamo reuses a compiled graph for a
     later model of the same architecture in the process, whose row then shows about 0) and the tokens checked
@@ -36,7 +38,10 @@ VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze"
                       "aten.transpose", "aten.expand", "aten.t", "aten._unsafe_view", "aten.alias", "aten.split",
                       "aten.chunk", "aten.unbind", "aten.as_strided", "aten.detach", "aten.split_with_sizes",
                       "aten.lift_fresh", "aten._reshape_alias"})
-STEPS = (("ar", None, None), ("mdlm", None, None), ("bd3lm", 4, None), ("setdlm", 4, None), ("setdlm", 4, 0.9))
+# (paradigm, S, tau, what is compiled: the backbone's forward at dynamic shapes, or the paradigm's fixed-shape decode
+# step, DecodeConfig(compile="on"), where the paradigm has one)
+STEPS = (("ar", None, None, "backbone"), ("ar", None, None, "step"), ("mdlm", None, None, "backbone"),
+         ("bd3lm", 4, None, "backbone"), ("setdlm", 4, None, "backbone"), ("setdlm", 4, 0.9, "backbone"))
 PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar", "gsm8k:bd3lm-s4",
              "gsm8k:setdlm-smax8")
 NEW_TOKENS = 128
@@ -102,27 +107,29 @@ def compile_backbone(model) -> None:
 
 def bench_cpu(repeats: int) -> list[dict]:
     rows = []
-    for paradigm, S, tau in STEPS:
+    for paradigm, S, tau, what in STEPS:
         eager, _ = cpu_model(paradigm, S)
         compiled, _ = cpu_model(paradigm, S)
         batch = prompts(1, eager.config.vocab_size)
         decode = DecodeConfig(stop_at_eos=False, threshold=tau)
-        counts = ops_per_step(eager, batch, decode)
-        compile_backbone(compiled)
+        compiled_decode = decode.replace(compile="on") if what == "step" else decode
+        counts = ops_per_step(eager, batch, decode.replace(compile="fixed") if what == "step" else decode)
+        if what == "backbone":
+            compile_backbone(compiled)
         t0 = time.perf_counter()
-        first = compiled.generate(batch, NEW_TOKENS, decode)
+        first = compiled.generate(batch, NEW_TOKENS, compiled_decode)
         compile_s = time.perf_counter() - t0
         reference = eager.generate(batch, NEW_TOKENS, decode)
         seconds = {"eager": [], "compiled": []}
         for _ in range(repeats):   # round-robin: a slow phase of the machine hits both alike
-            for name, model in (("eager", eager), ("compiled", compiled)):
+            for name, model, how in (("eager", eager, decode), ("compiled", compiled, compiled_decode)):
                 t = time.perf_counter()
-                model.generate(batch, NEW_TOKENS, decode)
+                model.generate(batch, NEW_TOKENS, how)
                 seconds[name].append(time.perf_counter() - t)
         tokens = sum(g.n_tokens for g in reference)
         ratios = [e / c for e, c in zip(seconds["eager"], seconds["compiled"])]
         rows.append({
-            "paradigm": paradigm, "S": S, "threshold": tau, "batch": 1, **counts,
+            "paradigm": paradigm, "S": S, "threshold": tau, "compiled": what, "batch": 1, **counts,
             "eager_tokens_per_s": tokens / statistics.median(seconds["eager"]),
             "compiled_tokens_per_s": tokens / statistics.median(seconds["compiled"]),
             "eager_ms_per_forward": 1000 * statistics.median(seconds["eager"]) / counts["nfe"],
@@ -130,7 +137,7 @@ def bench_cpu(repeats: int) -> list[dict]:
             "speedup": statistics.median(ratios),
             "compile_s": max(0.0, compile_s - statistics.median(seconds["compiled"])),
             "identical_tokens": [g.tokens for g in first] == [g.tokens for g in reference]
-                                == [g.tokens for g in compiled.generate(batch, NEW_TOKENS, decode)],
+                                == [g.tokens for g in compiled.generate(batch, NEW_TOKENS, compiled_decode)],
             "seconds": seconds})
     return rows
 
@@ -172,7 +179,7 @@ def bench_steps(args) -> dict:
 
     with inductor_config.patch(cpp_wrapper=True):
         rows = bench_cpu(max(1, args.repeats))
-    print(table(rows, ["paradigm", "S", "threshold", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
+    print(table(rows, ["paradigm", "S", "threshold", "compiled", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
                         "compile_s", "identical_tokens", "eager_ms_per_forward", "kernels_per_step",
                         "forward_kernels_per_step", "loop_kernels_per_step"]))
     loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["threshold"] is None}
@@ -180,4 +187,5 @@ def bench_steps(args) -> dict:
     print(table(published, ["key", "kind", "layers", "d_model", "step_width", "forward_kernels", "loop_kernels",
                              "kernels_per_step"]))
     return {"benchmark": "steps", "new_tokens": NEW_TOKENS, "cpu_rows": rows, "published_rows": published,
-            "compile": "torch.compile(backbone.forward, dynamic=True), inductor cpp_wrapper"}
+            "compile": "backbone: torch.compile(backbone.forward, dynamic=True); step: the paradigm's fixed-shape "
+                       "decode step, DecodeConfig(compile='on'); inductor cpp_wrapper"}

@@ -115,7 +115,8 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     else:
         tok = get_tokenizer(cfg.tokenizer, cfg.corpus)
     stream = token_stream(tok, cfg.corpus, "train")
-    val = validation_rows(token_stream(tok, cfg.corpus, "validation"), cfg.length)
+    val_stream = token_stream(tok, cfg.corpus, "validation")
+    val = validation_rows(val_stream, cfg.length)
     if stream.numel() <= cfg.length:
         raise TrainingError(f"corpus {cfg.corpus!r} has {stream.numel()} tokens, fewer than one row of {cfg.length}")
     torch.manual_seed(cfg.seed)
@@ -128,7 +129,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if cfg.ema > 0 else None
     data_gen = torch.Generator().manual_seed(cfg.seed)
     start, elapsed, curve = load_state(cfg, model, ema, opt, data_gen)
-    curve_rows = validation_rows(token_stream(tok, cfg.corpus, "validation"), cfg.length, CURVE_ROWS)
+    curve_rows = validation_rows(val_stream, cfg.length, CURVE_ROWS) if cfg.eval_every else None
     if cfg.eval_every and start == 0:
         curve = [{"step": 0, "nll": row_bounds(model, curve_rows, cfg.seed)}]
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")

@@ -26,17 +26,20 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from .backbones.attention import StepCache
 from .decoding import Canvas, StepLog
 from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
+
+STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
 
 
 class ARModel(ParadigmModel):
     paradigm = "ar"
     label = "AR"
     likelihood = "exact"
-    knobs = frozenset({"use_cache", "sampler"})
+    knobs = frozenset({"use_cache", "sampler", "compile"})
     samplers = ("harness", "official")
     colormap = "Greys"
 
@@ -44,7 +47,27 @@ class ARModel(ParadigmModel):
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         decode = super().resolve_decode(decode, config)
         check_sampler(cls, decode)
+        if decode.compile != "off" and (not decode.use_cache or decode.sampler != "harness"):
+            raise ValueError(f"compile={decode.compile} is a step of the cached harness sampler: it needs use_cache "
+                             f"true and sampler harness")
         return decode
+
+    def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], tokens: torch.Tensor,
+                    positions: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """One decode step at fixed shapes: tokens/positions [B, 1] written to cache slot `slots` [1], attending
+        to every slot `valid` [B, C] marks; the logits [B, 1, V]."""
+        h = self.backbone(tokens, positions, attn_mask=valid[:, None, None, :], cache=StepCache(k, v, slots))
+        return self.backbone.logits(h)
+
+    def _step_function(self, mode: str):
+        """The fixed step, eager ("fixed") or compiled once per model ("on": inductor on the CPU, a CUDA graph
+        through mode="reduce-overhead" on CUDA; torch recompiles per batch size and cache bucket)."""
+        if mode == "fixed":
+            return self._fixed_step
+        if getattr(self, "_compiled_step", None) is None:
+            self._compiled_step = torch.compile(self._fixed_step, dynamic=False, fullgraph=True,
+                                                mode="reduce-overhead" if self.device.type == "cuda" else None)
+        return self._compiled_step
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """-log p(x_i | x_<i) for i >= 1, and which of them are targets. Position 0 is never a target."""
@@ -98,7 +121,12 @@ class ARModel(ParadigmModel):
         done = torch.zeros(B, dtype=torch.bool, device=device)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
-        cache = self.backbone.new_cache(B, C) if decode.use_cache else None
+        fixed = decode.compile != "off"
+        # fixed steps: the capacity rounded up to a bucket, so that one compiled step serves many canvas lengths
+        capacity = -(-C // STEP_BUCKET) * STEP_BUCKET if fixed else C
+        cache = self.backbone.new_cache(B, capacity, zeroed=fixed) if decode.use_cache else None
+        step_fn = self._step_function(decode.compile) if fixed else None
+        slots = torch.arange(capacity, device=device) if fixed else None
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 
         for step in range(N):
@@ -118,13 +146,20 @@ class ARModel(ParadigmModel):
                 h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache,
                                   keep=None if policy.all_rows else slice(P - 1, P))
                 cache.commit(P, real[:, :P])
+            elif fixed:   # the input is a generated (real) token: slot col - 1 becomes valid before it is written
+                cache.valid[:, col - 1] = True
+                step_logits = step_fn(cache.k, cache.v, ids[:, col - 1:col], pos[:, col - 1:col],
+                                      slots[col - 1:col], cache.valid)
+                cache.length += 1
             else:
                 mask = None
                 if padded:
                     mask = torch.cat([cache.history_mask(), real[:, col - 1:col]], dim=1)[:, None, None, :]
                 h = self.backbone(ids[:, col - 1:col], pos[:, col - 1:col], attn_mask=mask, cache=cache)
                 cache.commit(1)
-            tokens, _ = chooser(logits(h[:, -1:]), col_of_step[:, step:step + 1])
+            if not (fixed and step > 0):
+                step_logits = logits(h[:, -1:])
+            tokens, _ = chooser(step_logits, col_of_step[:, step:step + 1])
             active = ~done
             ids[:, col] = torch.where(active, tokens[:, 0], ids[:, col])
             chooser.mark(tokens, active[:, None])

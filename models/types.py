@@ -26,6 +26,7 @@ COMMIT_ORDERS = ("position", "first_hitting")
 SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
 CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence
 INFILL_CONTEXTS = ("blocks", "all")     # DecodeConfig.infill_context (BD3LM)
+COMPILE_MODES = ("off", "fixed", "on")   # DecodeConfig.compile (AR)
 # metadata of a DecodeConfig field added after results were published: at its default it is left out of every
 # config hash (harness.configs.canonical_json), so adding the knob changes no existing run id
 NEW_KNOB = {"hash_default": False}
@@ -99,6 +100,11 @@ class DecodeConfig:
         "(the official cache_full_infill_context reading, spec §12 note 5: every complete block of the input, "
         "prefix and suffix, is written to the cache before the masked blocks are denoised, so each one sees both "
         "sides)")})
+    compile: str = field(default="off", metadata={**NEW_KNOB, "help": (
+        "decode steps (AR): off (each step attends over the cache slots filled so far), fixed (every step has the "
+        "same shapes: the cache written at tensor slots and attended whole under a mask; what a CUDA graph "
+        "captures) or on (the fixed step compiled by torch.compile, a CUDA graph on CUDA: compiled once per batch "
+        "size and 64-slot cache bucket, its compile time spent by the first call). Same greedy tokens in all three")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -126,6 +132,8 @@ class DecodeConfig:
             problems.append(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.confidence not in CONFIDENCES:
             problems.append(f"confidence must be one of {CONFIDENCES}, got {self.confidence!r}")
+        if self.compile not in COMPILE_MODES:
+            problems.append(f"compile must be one of {COMPILE_MODES}, got {self.compile!r}")
         if self.infill_context not in INFILL_CONTEXTS:
             problems.append(f"infill_context must be one of {INFILL_CONTEXTS}, got {self.infill_context!r}")
         if problems:

@@ -50,6 +50,29 @@ def test_cache_on_off_same_tokens_and_logits(paradigm, threshold, batch):
             assert torch.allclose(a[finite], b[finite], atol=1e-4)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_fixed_shape_steps_same_tokens_and_logits(batch):
+    """AR's fixed-shape step (compile="fixed": the whole preallocated cache under a mask, written at tensor slots;
+    what torch.compile and CUDA graphs take) against the sliced step: same tokens and NFE, logits within float
+    rounding, over padded batches (prompts of different lengths)."""
+    model = tiny("ar")
+    for seed in range(3):
+        prompts = random_prompts(batch, seed)
+        outs, logs = [], []
+        for mode in ("off", "fixed"):
+            with LogitsRecorder(model) as rec:
+                outs.append(model.generate(prompts, 12, DecodeConfig(compile=mode, stop_at_eos=False,
+                                                                    repetition_penalty=1.2)))
+            logs.append(rec.calls)
+        assert [g.tokens for g in outs[0]] == [g.tokens for g in outs[1]]
+        assert [g.nfe for g in outs[0]] == [g.nfe for g in outs[1]]
+        assert len(logs[0]) == len(logs[1])
+        for a, b in zip(*logs):
+            finite = torch.isfinite(a)
+            assert torch.equal(finite, torch.isfinite(b))
+            assert torch.allclose(a[finite], b[finite], atol=1e-5)
+
+
 @pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
 def test_cache_on_off_same_infill(paradigm):
     model = tiny(paradigm, block_size=4)

@@ -40,10 +40,13 @@ class KVCache:
     """
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
-                 device: torch.device | str, dtype: torch.dtype = torch.float32):
+                 device: torch.device | str, dtype: torch.dtype = torch.float32, zeroed: bool = False):
+        # zeroed: for steps that attend over every slot (StepCache), where a masked slot's value still meets a
+        # zero weight, and 0 * NaN of uninitialised memory would be NaN
         shape = (batch, n_heads, capacity, head_dim)
-        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        new = torch.zeros if zeroed else torch.empty
+        self.k = [new(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [new(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         self.capacity = capacity
         self.length = 0
@@ -117,6 +120,19 @@ class Rotary(nn.Module):
         return cos, sin
 
 
+class StepCache:
+    """The KV cache as a fixed-shape decode step sees it: the same preallocated per-layer tensors, written at the
+    slots `slots` (a LongTensor [T], not a Python offset) and attended over every slot, the caller's mask saying
+    which hold real keys. A step's shapes then never change from step to step, so it can be compiled once or
+    captured as a CUDA graph (models/ar.py `compile`)."""
+
+    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], slots: torch.Tensor):
+        self.k, self.v, self.slots = k, v, slots
+
+    def reserve(self, n_new: int) -> None:   # the caller sized the tensors
+        return None
+
+
 def check_heads(d_model: int, n_heads: int) -> None:
     """ValueError unless the heads split d_model evenly into even head dimensions (rotary needs pairs)."""
     if d_model % n_heads:
@@ -131,13 +147,17 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor, attn_mask: torch.Tensor | None,
-           is_causal: bool, cache: KVCache | None, layer: int, keep: slice | None, closed: ClosedStream | None,
-           dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+           is_causal: bool, cache: "KVCache | StepCache | None", layer: int, keep: slice | None,
+           closed: ClosedStream | None, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of one layer: q [B, H, T, hd], k/v [B, H_kv, T, hd] (already rotated), x [B, T, D] the
     residual stream. Writes k/v into `cache` (slots from cache.length), restricts queries and the
     residual to the `keep` rows, and returns (attention output [B, T', H * hd], x[:, keep])."""
     B, _, T, _ = q.shape
-    if cache is not None:
+    if isinstance(cache, StepCache):   # fixed shapes: write at tensor slots, attend over all of them (masked)
+        cache.k[layer].index_copy_(2, cache.slots, k)
+        cache.v[layer].index_copy_(2, cache.slots, v)
+        k, v = cache.k[layer], cache.v[layer]
+    elif cache is not None:
         start, end = cache.length, cache.length + T
         cache.k[layer][:, :, start:end] = k
         cache.v[layer][:, :, start:end] = v

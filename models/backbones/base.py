@@ -62,8 +62,8 @@ class Backbone(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed.weight.dtype
 
-    def new_cache(self, batch: int, capacity: int) -> KVCache:
-        return KVCache(self.n_layers, batch, self.n_kv_heads, self.head_dim, capacity, self.device, self.dtype)
+    def new_cache(self, batch: int, capacity: int, zeroed: bool = False) -> KVCache:
+        return KVCache(self.n_layers, batch, self.n_kv_heads, self.head_dim, capacity, self.device, self.dtype, zeroed)
 
     def new_step_cache(self, batch: int, canvas_len: int, step_len: int) -> KVCache:
         return self.new_cache(batch, KVCache.step_capacity(batch, canvas_len, step_len))
