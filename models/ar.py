@@ -148,8 +148,9 @@ class ARModel(ParadigmModel):
                 cache.commit(P, real[:, :P])
             elif fixed:   # the input is a generated (real) token: slot col - 1 becomes valid before it is written
                 cache.valid[:, col - 1] = True
-                step_logits = step_fn(cache.k, cache.v, ids[:, col - 1:col], pos[:, col - 1:col],
-                                      slots[col - 1:col], cache.valid)
+                # contiguous inputs: a view's strides would follow the canvas length and recompile the step
+                step_logits = step_fn(cache.k, cache.v, ids[:, col - 1:col].contiguous(),
+                                      pos[:, col - 1:col].contiguous(), slots[col - 1:col], cache.valid)
                 cache.length += 1
             else:
                 mask = None

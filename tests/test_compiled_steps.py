@@ -17,6 +17,7 @@ from model_utils import random_prompts, tiny
 def test_compiled_step_same_tokens_and_bounded_recompiles(kind, monkeypatch):
     monkeypatch.setattr(model_utils, "DEFAULT_KIND", kind)
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     model = tiny("ar")
     decode = DecodeConfig(stop_at_eos=False, repetition_penalty=1.2)
     calls = [(random_prompts(3, 0), 12), (random_prompts(3, 1), 9), (random_prompts(1, 2), 12)]

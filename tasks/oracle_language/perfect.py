@@ -60,8 +60,8 @@ class OracleBackbone(Backbone):
         self.initial, self.transition, self.emission = lang.initial, lang.transition, lang.emission
         self.embed = nn.Embedding(vocab_size, 1)   # no weights: it carries the device and the dtype
 
-    def new_cache(self, batch: int, capacity: int) -> KVCache:
-        return KVCache(1, batch, 1, 2, capacity, self.device, torch.float32)
+    def new_cache(self, batch: int, capacity: int, zeroed: bool = False) -> KVCache:
+        return KVCache(1, batch, 1, 2, capacity, self.device, torch.float32, zeroed)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The hidden states are the log-probabilities already (-inf for every special, the mask's too)."""
