@@ -65,8 +65,9 @@ class ARModel(ParadigmModel):
         if mode == "fixed":
             return self._fixed_step
         if getattr(self, "_compiled_step", None) is None:
-            self._compiled_step = torch.compile(self._fixed_step, dynamic=False, fullgraph=True,
-                                                mode="reduce-overhead" if self.device.type == "cuda" else None)
+            how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
+                   else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
+            self._compiled_step = torch.compile(self._fixed_step, dynamic=False, fullgraph=True, **how)
         return self._compiled_step
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
