@@ -103,7 +103,8 @@ class Preset:
                                 if get_paradigm(paradigm).block_size_meaning is not None else (None,))]
         out = []
         for paradigm, overrides in shapes:
-            adapted = {"init_from": ar, **self.adapt_from_ar} if paradigm != "ar" and self.adapt_from_ar else {}
+            adapted = ({"init_from": ar, **self.adapt_from_ar} if paradigm != "ar" and self.adapt_from_ar is not None
+                       else {})
             out.append(base.replace(paradigm=paradigm, **{"steps": self.steps.get(paradigm, self.steps["default"]),
                                                           **adapted, **overrides}))
         return out
