@@ -452,7 +452,7 @@ def bench_convergence(args) -> dict:
     out = {"benchmark": "convergence", "language": token_efficient.corpus, "length": token_efficient.length,
            "models": {"token_efficient": token_efficient.model_id, "naive": naive.model_id},
            "train_seconds": seconds, "rows": curves["naive"]["rows"], "samples": curves["naive"]["samples"],
-           "steps": steps, "nll": {name: [p["nll"] for p in c["points"]] for name, c in curves.items()}}
+           "steps": steps, "nll": {name: [point["nll"] for point in c["points"]] for name, c in curves.items()}}
     rows = [{"step": s, **{name: statistics.fmean(out["nll"][name][i]) for name in curves}} for i, s in enumerate(steps)]
     print(f"validation bound, nats/token ({out['rows']} rows x {out['samples']} orders), order-agnostic SetDLM on "
           f"{out['language']}:")

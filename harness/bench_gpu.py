@@ -1,4 +1,5 @@
-"""The GPU check: every paradigm on every backbone kind in bf16 on CUDA, our AR vs HF generate, a short training run.
+"""The GPU check: every paradigm on every backbone kind in bf16 on CUDA, our AR vs HF generate, a short training run,
+AR's compiled decode step.
 
     python -m harness.bench_gpu                   # on a CUDA machine: writes results/bench/gpu.json (< 8 minutes)
     python -m harness.bench_gpu --device cpu --quick --out /tmp/gpu.json   # the same code paths, tiny, on CPU
@@ -18,6 +19,10 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   and the fraction of generated tokens on which the two agree.
 * train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
   a learnable synthetic stream; first and last losses and tokens/s.
+* steps (last, so that the time budget drops it first): AR's decode step sliced, at fixed shapes and compiled
+  (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through torch.compile's reduce-overhead)
+  on every learned kind: tokens/s of each, compile seconds, rows whose tokens equal the sliced step's, and how
+  many graphs inductor declined to capture.
 
 `ok` in the JSON is true when every section ran; token equality is reported, not enforced (in bf16 the
 cached and uncached paths round differently and a near-tie can flip a token), and `cache_equal_all`
@@ -158,6 +163,47 @@ def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline
                              "seconds_no_cache": round(seconds_off, 4),
                              "cache_rows_equal": sum(equal) / len(equal), "first_differences": first_diff})
             del model
+    return rows
+
+
+def bench_steps(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
+    """AR's decode step three ways on every learned kind, on the paradigm rows' prompts: sliced (compile=off), at
+    fixed shapes (compile=fixed) and compiled (compile=on: a CUDA graph through torch.compile's reduce-overhead on
+    CUDA, inductor on a CPU). Rows: tokens/s of each, the compile seconds (the first compiled call's excess over a
+    timed one), rows whose tokens equal the sliced step's, and `cudagraph_skips` (inductor's count of graphs it
+    declined to capture during the compiled calls; 0 means every compiled step is one graph replay)."""
+    from models import DecodeConfig
+    from torch._dynamo.utils import counters
+
+    rows = []
+    prompts = make_prompts(z)
+    for kind in learned_kinds():
+        row = {"kind": kind, "paradigm": "ar", "batch": len(prompts)}
+        if time.perf_counter() > deadline:
+            rows.append({**row, "skipped": "time budget"})
+            continue
+        try:
+            model = build("ar", kind, z).to(device=device, dtype=dtype).eval()
+            decode = DecodeConfig(stop_at_eos=False)
+            with Stopwatch(device) as first:
+                model.generate(prompts, z.new_tokens, decode.replace(compile="on"))
+            skips = counters["inductor"]["cudagraph_skips"]
+            out = {}
+            for mode in ("off", "fixed", "on"):
+                out[mode] = decode_row(model, prompts, decode.replace(compile=mode), device, z.new_tokens, z.repeats)
+            skips = counters["inductor"]["cudagraph_skips"] - skips
+        except Exception as e:   # noqa: BLE001  (recorded in its row)
+            rows.append({**row, "error": error_text(e)})
+            print(f"[steps] {kind} failed: {rows[-1]['error']}", file=sys.stderr)
+            continue
+        reference = out["off"][0]
+        rows.append({**row, **{f"{mode}_tokens_per_s": round(n / seconds, 1) for mode, (_, seconds, n) in out.items()},
+                     "speedup": round(out["off"][1] / out["on"][1], 3),
+                     "compile_s": round(max(0.0, first.seconds - out["on"][1]), 2),
+                     **{f"{name}_rows_equal": sum(a.tokens == b.tokens for a, b in zip(out[mode][0], reference))
+                        / len(prompts) for name, mode in (("fixed", "fixed"), ("compiled", "on"))},
+                     "cudagraph_skips": int(skips)})
+        del model
     return rows
 
 
@@ -308,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on CPU")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for checking the code paths)")
     ap.add_argument("--out", default="results/bench/gpu.json")
-    ap.add_argument("--sections", default="paradigms,vs_hf,train")
+    ap.add_argument("--sections", default="paradigms,vs_hf,train,steps")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: harness.bench_gpu needs a CUDA GPU and none is available here (torch "
@@ -338,9 +384,12 @@ def _run(args, device: torch.device) -> int:
               "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "quick": args.quick,
               "sizes": z.__dict__, "sections": {}, "errors": {}}
     sections = {"paradigms": lambda: bench_paradigms(z, device, dtype, deadline),
+                "steps": lambda: bench_steps(z, device, dtype, deadline),
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
                 "train": lambda: bench_train(z, device, deadline)}
     columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
+               "steps": ["kind", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup", "compile_s",
+                         "fixed_rows_equal", "compiled_rows_equal", "cudagraph_skips", "error"],
                "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
                "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"]}
     out = Path(args.out)

@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .backbones.attention import StepCache
+from .backbones.attention import KVCache, StepCache
 from .decoding import Canvas, StepLog
 from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
@@ -58,6 +58,24 @@ class ARModel(ParadigmModel):
         to every slot `valid` [B, C] marks; the logits [B, 1, V]."""
         h = self.backbone(tokens, positions, attn_mask=valid[:, None, None, :], cache=StepCache(k, v, slots))
         return self.backbone.logits(h)
+
+    def _step_cache(self, batch: int, capacity: int) -> KVCache:
+        """The fixed step's cache, one per (batch, capacity, device, dtype), kept on the model: the same tensors at
+        every call (on CUDA marked static, so a captured graph replays on the addresses it recorded), zeroed and
+        emptied for each decode (a masked slot still meets a zero weight, and 0 * NaN would be NaN)."""
+        caches = self.__dict__.setdefault("_step_caches", {})
+        key = (batch, capacity, self.device, self.backbone.dtype)
+        cache = caches.get(key)
+        if cache is None:
+            cache = caches[key] = self.backbone.new_cache(batch, capacity, zeroed=True)
+            if self.device.type == "cuda":
+                for tensor in (*cache.k, *cache.v, cache.valid):
+                    torch._dynamo.mark_static_address(tensor)
+            return cache
+        for tensor in (*cache.k, *cache.v, cache.valid):
+            tensor.zero_()
+        cache.length = 0
+        return cache
 
     def _step_function(self, mode: str):
         """The fixed step, eager ("fixed") or compiled once per model ("on": inductor on the CPU, a CUDA graph
@@ -125,7 +143,7 @@ class ARModel(ParadigmModel):
         fixed = decode.compile != "off"
         # fixed steps: the capacity rounded up to a bucket, so that one compiled step serves many canvas lengths
         capacity = -(-C // STEP_BUCKET) * STEP_BUCKET if fixed else C
-        cache = self.backbone.new_cache(B, capacity, zeroed=fixed) if decode.use_cache else None
+        cache = self._step_cache(B, capacity) if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
         step_fn = self._step_function(decode.compile) if fixed else None
         slots = torch.arange(capacity, device=device) if fixed else None
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts

@@ -28,6 +28,9 @@ def test_quick_cpu_run_covers_every_section(tmp_path):
     hf = [r for r in result["sections"]["vs_hf"] if "batch" in r]
     assert [r["batch"] for r in hf] == [1, 8]
     assert all(r["hf_lengths_ok"] and r["token_agreement"] == 1.0 and r["ours_tokens_per_s"] > 0 for r in hf)
+    steps = result["sections"]["steps"]   # AR's sliced, fixed-shape and compiled steps: the same tokens in fp32
+    assert [r["kind"] for r in steps] == bench_gpu.learned_kinds()
+    assert all(r["fixed_rows_equal"] == r["compiled_rows_equal"] == 1.0 and r["on_tokens_per_s"] > 0 for r in steps)
     train = result["sections"]["train"]
     assert len(train) == len(bench_gpu.learned_kinds()) * len(models.paradigm_names())
     assert all(r["finite"] and r["steps"] == bench_gpu.QUICK.train_steps for r in train)
