@@ -1,5 +1,5 @@
 """The GPU check: every paradigm on every backbone kind in bf16 on CUDA, our AR vs HF generate, a short training run,
-AR's compiled decode step.
+the compiled decode steps.
 
     python -m harness.bench_gpu                   # on a CUDA machine: writes results/bench/gpu.json (< 8 minutes)
     python -m harness.bench_gpu --device cpu --quick --out /tmp/gpu.json   # the same code paths, tiny, on CPU
@@ -19,7 +19,7 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   and the fraction of generated tokens on which the two agree.
 * train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
   a learnable synthetic stream; first and last losses and tokens/s.
-* steps (last, so that the time budget drops it first): AR's decode step sliced, at fixed shapes and compiled
+* steps (last, so that the time budget drops it first): the AR and BD3LM decode steps sliced, at fixed shapes and compiled
   (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through torch.compile's reduce-overhead)
   on every learned kind: tokens/s of each, compile seconds, rows whose tokens equal the sliced step's, and how
   many graphs inductor declined to capture.
@@ -167,7 +167,8 @@ def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline
 
 
 def bench_steps(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
-    """AR's decode step three ways on every learned kind, on the paradigm rows' prompts: sliced (compile=off), at
+    """The decode step of every paradigm that has a fixed-shape one (AR, BD3LM) three ways on every learned kind, on
+    the paradigm rows' prompts: sliced (compile=off), at
     fixed shapes (compile=fixed) and compiled (compile=on: a CUDA graph through torch.compile's reduce-overhead on
     CUDA, inductor on a CPU). Rows: tokens/s of each, the compile seconds (the first compiled call's excess over a
     timed one), rows whose tokens equal the sliced step's, and `cudagraph_skips` (inductor's count of graphs it
@@ -175,15 +176,18 @@ def bench_steps(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: fl
     from models import DecodeConfig
     from torch._dynamo.utils import counters
 
+    import models
+
     rows = []
     prompts = make_prompts(z)
-    for kind in learned_kinds():
-        row = {"kind": kind, "paradigm": "ar", "batch": len(prompts)}
+    fixed = [p for p in models.paradigm_names() if "compile" in models.get_paradigm(p).knobs]
+    for kind, paradigm in ((k, p) for k in learned_kinds() for p in fixed):
+        row = {"kind": kind, "paradigm": paradigm, "batch": len(prompts)}
         if time.perf_counter() > deadline:
             rows.append({**row, "skipped": "time budget"})
             continue
         try:
-            model = build("ar", kind, z).to(device=device, dtype=dtype).eval()
+            model = build(paradigm, kind, z).to(device=device, dtype=dtype).eval()
             decode = DecodeConfig(stop_at_eos=False)
             with Stopwatch(device) as first:
                 model.generate(prompts, z.new_tokens, decode.replace(compile="on"))
@@ -194,7 +198,7 @@ def bench_steps(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: fl
             skips = counters["inductor"]["cudagraph_skips"] - skips
         except Exception as e:   # noqa: BLE001  (recorded in its row)
             rows.append({**row, "error": error_text(e)})
-            print(f"[steps] {kind} failed: {rows[-1]['error']}", file=sys.stderr)
+            print(f"[steps] {kind} {paradigm} failed: {rows[-1]['error']}", file=sys.stderr)
             continue
         reference = out["off"][0]
         rows.append({**row, **{f"{mode}_tokens_per_s": round(n / seconds, 1) for mode, (_, seconds, n) in out.items()},
@@ -388,7 +392,7 @@ def _run(args, device: torch.device) -> int:
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
                 "train": lambda: bench_train(z, device, deadline)}
     columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
-               "steps": ["kind", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup", "compile_s",
+               "steps": ["kind", "paradigm", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup", "compile_s",
                          "fixed_rows_equal", "compiled_rows_equal", "cudagraph_skips", "error"],
                "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
                "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"]}

@@ -26,13 +26,11 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .backbones.attention import KVCache, StepCache
+from .backbones.attention import StepCache
 from .decoding import Canvas, StepLog
 from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
-
-STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
 
 
 class ARModel(ParadigmModel):
@@ -47,9 +45,6 @@ class ARModel(ParadigmModel):
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         decode = super().resolve_decode(decode, config)
         check_sampler(cls, decode)
-        if decode.compile != "off" and (not decode.use_cache or decode.sampler != "harness"):
-            raise ValueError(f"compile={decode.compile} is a step of the cached harness sampler: it needs use_cache "
-                             f"true and sampler harness")
         return decode
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], tokens: torch.Tensor,
@@ -58,35 +53,6 @@ class ARModel(ParadigmModel):
         to every slot `valid` [B, C] marks; the logits [B, 1, V]."""
         h = self.backbone(tokens, positions, attn_mask=valid[:, None, None, :], cache=StepCache(k, v, slots))
         return self.backbone.logits(h)
-
-    def _step_cache(self, batch: int, capacity: int) -> KVCache:
-        """The fixed step's cache, one per (batch, capacity, device, dtype), kept on the model: the same tensors at
-        every call (on CUDA marked static, so a captured graph replays on the addresses it recorded), zeroed and
-        emptied for each decode (a masked slot still meets a zero weight, and 0 * NaN would be NaN)."""
-        caches = self.__dict__.setdefault("_step_caches", {})
-        key = (batch, capacity, self.device, self.backbone.dtype)
-        cache = caches.get(key)
-        if cache is None:
-            cache = caches[key] = self.backbone.new_cache(batch, capacity, zeroed=True)
-            if self.device.type == "cuda":
-                for tensor in (*cache.k, *cache.v, cache.valid):
-                    torch._dynamo.mark_static_address(tensor)
-            return cache
-        for tensor in (*cache.k, *cache.v, cache.valid):
-            tensor.zero_()
-        cache.length = 0
-        return cache
-
-    def _step_function(self, mode: str):
-        """The fixed step, eager ("fixed") or compiled once per model ("on": inductor on the CPU, a CUDA graph
-        through mode="reduce-overhead" on CUDA; torch recompiles per batch size and cache bucket)."""
-        if mode == "fixed":
-            return self._fixed_step
-        if getattr(self, "_compiled_step", None) is None:
-            how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
-                   else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
-            self._compiled_step = torch.compile(self._fixed_step, dynamic=False, fullgraph=True, **how)
-        return self._compiled_step
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """-log p(x_i | x_<i) for i >= 1, and which of them are targets. Position 0 is never a target."""
@@ -141,11 +107,9 @@ class ARModel(ParadigmModel):
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
         fixed = decode.compile != "off"
-        # fixed steps: the capacity rounded up to a bucket, so that one compiled step serves many canvas lengths
-        capacity = -(-C // STEP_BUCKET) * STEP_BUCKET if fixed else C
-        cache = self._step_cache(B, capacity) if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
-        step_fn = self._step_function(decode.compile) if fixed else None
-        slots = torch.arange(capacity, device=device) if fixed else None
+        cache = self.step_cache(B, C) if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
+        step_fn = self.step_function(decode.compile) if fixed else None
+        slots = torch.arange(cache.capacity, device=device) if fixed else None
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 
         for step in range(N):

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import torch
 
-from .backbones import ClosedStream
+from .backbones import ClosedStream, KVCache
+from .backbones.attention import StepCache
 from .decoding import Canvas, StepLog, left_aligned, select_commits
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
@@ -66,7 +67,8 @@ class BD3LMModel(MDLMModel):
     paradigm = "bd3lm"
     label = "BD3LM"
     block_size_meaning = "block size S: a diffusion block of S tokens at a time; S must divide L"
-    knobs = frozenset({"threshold", "decode_block", "steps_per_block", "use_cache", "sampler", "infill_context"})
+    knobs = frozenset({"threshold", "decode_block", "steps_per_block", "use_cache", "sampler", "infill_context",
+                       "compile"})
     samplers = ("harness", "official", "official_unfused")
     colormap = "Reds"
     training_streams = 2
@@ -200,7 +202,11 @@ class BD3LMModel(MDLMModel):
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
         max_masks = int(masked.sum(dim=1).max())
         log = StepLog(B, (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1, device)   # + prefill, + commits
-        if decode.use_cache:
+        fixed = decode.compile != "off"
+        if fixed:
+            step = _FixedBlockStep(self, self.step_cache(B, KVCache.step_capacity(B, C, S)), S,
+                                   self.step_function(decode.compile))
+        elif decode.use_cache:
             step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
         else:
             step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S)
@@ -237,7 +243,8 @@ class BD3LMModel(MDLMModel):
                     forced = self._forced(masks_in_block, steps_in_block, decode.steps_per_block).minimum(n_masks)
                 steps_in_block = steps_in_block + 1
             h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
-            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:]), blk_cols)
+            logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:])   # fixed: logits
+            tokens, conf = chooser(logits, blk_cols)
             chosen = select_commits(conf, candidate, forced, decode.threshold)
             ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
             chooser.mark(tokens, chosen)
@@ -268,6 +275,24 @@ class BD3LMModel(MDLMModel):
                 pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
         canvas.ids.copy_(ids[:, :C])
         return log.result()
+
+    def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], inp: torch.Tensor, inp_pos: torch.Tensor,
+                    new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """One decode step at fixed shapes: [S pending] + [the block's S] inputs written at cache slots `slots` [2S],
+        under _CachedBlockStep's mask over every cache slot (`valid` [B, capacity]: the committed ones); the
+        logits of the block's rows [B, S, V]."""
+        B, T = inp.shape
+        S = T // 2
+        q_blk = inp_pos // S
+        own = (q_blk[:, None, :] <= q_blk[:, :, None]) & new_valid[:, None, :]          # block-causal, valid keys
+        index = torch.arange(T, device=inp.device)
+        pending_q, pending_k = (index < S)[:, None], (index < S)[None, :]
+        own = own & ~(pending_q & ~pending_k)                                       # what enters the cache never
+        own = torch.where(~pending_q & pending_k, new_valid[:, None, :], own)       # sees the block, which sees it
+        own = own | torch.eye(T, dtype=torch.bool, device=inp.device)
+        mask = valid[:, None, :].expand(B, T, valid.shape[1]).index_copy(2, slots, own)
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots), keep=slice(S, None))
+        return self.backbone.logits(h)
 
     @staticmethod
     def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: int) -> torch.Tensor:
@@ -310,6 +335,34 @@ class _CachedBlockStep:
 
     def completed(self, rows, next_start) -> None:
         """Nothing to do: a completed block enters the cache in the next forward."""
+
+
+class _FixedBlockStep(_CachedBlockStep):
+    """The cached step at fixed shapes (DecodeConfig.compile fixed / on): every forward after the prefill is
+    [S pending slots] + [the block], 2S inputs (with nothing pending, S invalid slots whose keys no query sees and
+    that are never committed), written at tensor slots of the whole cache (BD3LMModel._fixed_step, compiled once per
+    batch size and cache bucket). A prefill of more than one block runs as the sliced step. Returns the block's
+    logits."""
+
+    def __init__(self, model, cache, S: int, step_fn):
+        super().__init__(model.backbone, cache, S)
+        self.step_fn, self.slots = step_fn, torch.arange(cache.capacity, device=model.device)
+
+    def __call__(self, inp, inp_pos, new_valid, Tp):
+        S, cache = self.S, self.cache
+        if Tp not in (0, S):   # the prefill: as the sliced step
+            return self.backbone.logits(super().__call__(inp, inp_pos, new_valid, Tp)[:, -S:])
+        if Tp == 0:
+            B = inp.shape[0]
+            inp = torch.cat([inp.new_zeros(B, S), inp], dim=1)
+            inp_pos = torch.cat([inp_pos[:, :1].expand(B, S), inp_pos], dim=1)
+            new_valid = torch.cat([new_valid.new_zeros(B, S), new_valid], dim=1)
+        cache.ensure_room(2 * S)
+        n = cache.length
+        logits = self.step_fn(cache.k, cache.v, inp.contiguous(), inp_pos.contiguous(), new_valid.contiguous(),
+                              self.slots[n:n + 2 * S], cache.valid)
+        cache.commit(Tp, new_valid[:, :Tp])
+        return logits
 
 
 class _UncachedBlockStep:

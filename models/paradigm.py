@@ -29,9 +29,12 @@ from typing import ClassVar, Sequence
 import torch
 from torch import nn
 
+from .backbones.attention import KVCache
 from .decoding import Canvas
 from .official_sampler import official_numerics
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
+
+STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
 
 PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definition order
 
@@ -157,7 +160,11 @@ class ParadigmModel(nn.Module):
         its own defaults filled in; ValueError for values it cannot honour."""
         defaults = {f.name: f.default for f in dataclasses.fields(DecodeConfig)}
         inert = set(defaults) - cls.knobs - SAMPLING_KNOBS
-        return decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
+        decode = decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
+        if decode.compile != "off" and (not decode.use_cache or decode.sampler != "harness"):
+            raise ValueError(f"compile={decode.compile} is a step of the cached harness sampler: it needs use_cache "
+                             f"true and sampler harness")
+        return decode
 
     @classmethod
     def check_task_decode(cls, decode: DecodeConfig, config: ModelConfig, max_new_tokens: int | None) -> None:
@@ -197,6 +204,39 @@ class ParadigmModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.backbone.device
+
+    # -- fixed-shape decode steps (DecodeConfig.compile; a paradigm that reads the knob defines `_fixed_step`) ------
+    def step_cache(self, batch: int, capacity: int) -> KVCache:
+        """The cache of fixed-shape steps: `capacity` rounded up to a multiple of STEP_BUCKET (so that one compiled
+        step serves many canvas lengths), one per (batch, capacity, device, dtype) kept on the model: the same
+        tensors at every call (on CUDA marked static, so a captured graph replays on the addresses it recorded),
+        zeroed and emptied for each decode (a masked slot still meets a zero weight, and 0 * NaN would be NaN)."""
+        capacity = -(-capacity // STEP_BUCKET) * STEP_BUCKET
+        caches = self.__dict__.setdefault("_step_caches", {})
+        key = (batch, capacity, self.device, self.backbone.dtype)
+        cache = caches.get(key)
+        if cache is None:
+            cache = caches[key] = self.backbone.new_cache(batch, capacity, zeroed=True)
+            if self.device.type == "cuda":
+                for tensor in (*cache.k, *cache.v, cache.valid):
+                    torch._dynamo.mark_static_address(tensor)
+            return cache
+        for tensor in (*cache.k, *cache.v, cache.valid):
+            tensor.zero_()
+        cache.length = 0
+        return cache
+
+    def step_function(self, mode: str):
+        """The paradigm's fixed step, eager ("fixed") or compiled once per model ("on": inductor with its C++
+        wrapper on the CPU, a CUDA graph through mode="reduce-overhead" on CUDA; torch recompiles per batch size
+        and cache bucket)."""
+        if mode == "fixed":
+            return self._fixed_step
+        if getattr(self, "_compiled_step", None) is None:
+            how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
+                   else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
+            self._compiled_step = torch.compile(self._fixed_step, dynamic=False, fullgraph=True, **how)
+        return self._compiled_step
 
     @property
     def mask_id(self) -> int:
