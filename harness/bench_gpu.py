@@ -19,10 +19,10 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   and the fraction of generated tokens on which the two agree.
 * train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
   a learnable synthetic stream; first and last losses and tokens/s.
-* steps (last, so that the time budget drops it first): the AR and BD3LM decode steps sliced, at fixed shapes and compiled
-  (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through torch.compile's reduce-overhead)
-  on every learned kind: tokens/s of each, compile seconds, rows whose tokens equal the sliced step's, and how
-  many graphs inductor declined to capture.
+* steps (last, so that the time budget drops it first): the AR, BD3LM and SetDLM decode steps sliced, at fixed
+  shapes and compiled (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through
+  torch.compile's reduce-overhead) on every learned kind: tokens/s of each, compile seconds, rows whose tokens
+  equal the sliced step's, and how many graphs inductor declined to capture.
 
 `ok` in the JSON is true when every section ran; token equality is reported, not enforced (in bf16 the
 cached and uncached paths round differently and a near-tie can flip a token), and `cache_equal_all`
@@ -167,7 +167,7 @@ def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline
 
 
 def bench_steps(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
-    """The decode step of every paradigm that has a fixed-shape one (AR, BD3LM) three ways on every learned kind, on
+    """The decode step of every paradigm that has a fixed-shape one (AR, BD3LM, SetDLM) three ways on every learned kind, on
     the paradigm rows' prompts: sliced (compile=off), at
     fixed shapes (compile=fixed) and compiled (compile=on: a CUDA graph through torch.compile's reduce-overhead on
     CUDA, inductor on a CPU). Rows: tokens/s of each, the compile seconds (the first compiled call's excess over a

@@ -42,7 +42,7 @@ VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze"
 # step, DecodeConfig(compile="on"), where the paradigm has one)
 STEPS = (("ar", None, None, "backbone"), ("ar", None, None, "step"), ("mdlm", None, None, "backbone"),
          ("bd3lm", 4, None, "backbone"), ("bd3lm", 4, None, "step"), ("setdlm", 4, None, "backbone"),
-         ("setdlm", 4, 0.9, "backbone"))
+         ("setdlm", 4, None, "step"), ("setdlm", 4, 0.9, "backbone"))
 PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar", "gsm8k:bd3lm-s4",
              "gsm8k:setdlm-smax8")
 NEW_TOKENS = 128

@@ -53,7 +53,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .backbones import ClosedStream
+from .backbones import ClosedStream, KVCache
+from .backbones.attention import StepCache
 from .decoding import Canvas, StepLog, left_aligned, select_commits
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
@@ -76,7 +77,7 @@ class SetDLMModel(ParadigmModel):
     paradigm = "setdlm"
     label = "SetDLM"
     block_size_meaning = "target set size S of the position-offset schedule (S_max = 2S unless given)"
-    knobs = frozenset({"threshold", "window", "use_cache", "commit_order", "sampler"})
+    knobs = frozenset({"threshold", "window", "use_cache", "commit_order", "sampler", "compile"})
     samplers = ("harness", "official")
     colormap = "Greens"
     training_streams = 2
@@ -206,6 +207,20 @@ class SetDLMModel(ParadigmModel):
     def n_scored(self, batch: Batch) -> torch.Tensor:
         return batch.target_mask.sum(dim=1)
 
+    def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], inp: torch.Tensor, inp_pos: torch.Tensor,
+                    new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """One decode step at fixed shapes: [W accepted] + [W window masks] inputs written at cache slots `slots`
+        [2W], under _CachedSetStep's mask over every cache slot (keys: the committed slots of `valid` [B, capacity]
+        and the valid new tokens, causally in commit order; each input also sees itself); the window's logits
+        [B, W, V]."""
+        W = inp.shape[1] // 2
+        slot_ids = torch.arange(valid.shape[1], device=inp.device)
+        keys = valid.index_copy(1, slots, new_valid)
+        causal = slot_ids[None, :] <= slots[:, None]
+        mask = (causal[None] & keys[:, None, :]) | (slot_ids[None, :] == slots[:, None])[None]
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots), keep=slice(W, None))
+        return self.backbone.logits(h)
+
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         W = decode.window
@@ -253,7 +268,11 @@ class SetDLMModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device,
                                                     forced=canvas.forced))
         log = StepLog(B, int(remaining.max()) + 2, device)
-        if decode.use_cache:
+        fixed = decode.compile != "off"
+        if fixed:
+            step = _FixedSetStep(self, self.step_cache(B, KVCache.step_capacity(B, C, W)), W,
+                                 self.step_function(decode.compile))
+        elif decode.use_cache:
             step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=policy.all_rows)
             if policy.prefill_apart and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
                 step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, n_vis)
@@ -277,7 +296,7 @@ class SetDLMModel(ParadigmModel):
             inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
             Tp, Tw = pend_cols.shape[1], win_cols.shape[1]
             h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
-            tokens, conf = chooser(self.backbone.logits(h[:, h.shape[1] - Tw:]), win_cols)
+            tokens, conf = chooser(h if fixed else self.backbone.logits(h[:, h.shape[1] - Tw:]), win_cols)   # fixed: logits
             chosen = select_commits(conf, candidate, 1, decode.threshold)
             ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)
@@ -339,6 +358,36 @@ class _CachedSetStep:
 
     def accepted(self, cols, valid) -> None:
         """Nothing to do: accepted tokens enter the cache in the next forward."""
+
+
+class _FixedSetStep(_CachedSetStep):
+    """The cached step at fixed shapes (DecodeConfig.compile fixed / on): every forward after the prefill is
+    [W slots of accepted tokens] + [W window slots], the unused ones invalid (no query sees them, none is
+    committed), written at tensor slots of the whole cache (SetDLMModel._fixed_step, compiled once per batch size
+    and cache bucket). A prefill of more than W tokens runs as the sliced step. Returns the window's logits."""
+
+    def __init__(self, model, cache, W: int, step_fn):
+        super().__init__(model.backbone, cache)
+        self.W, self.step_fn = W, step_fn
+        self.slots = torch.arange(cache.capacity, device=model.device)
+
+    def __call__(self, inp, inp_pos, new_valid, Tp):
+        W, cache = self.W, self.cache
+        B, T = inp.shape
+        Tw = T - Tp
+        if Tp > W:   # the prefill: as the sliced step
+            h = super().__call__(inp, inp_pos, new_valid, Tp)
+            return self.backbone.logits(h[:, h.shape[1] - Tw:])
+
+        def padded(x, fill):
+            parts = [x[:, :Tp], x.new_full((B, W - Tp), fill), x[:, Tp:], x.new_full((B, W - Tw), fill)]
+            return torch.cat(parts, dim=1)
+        cache.ensure_room(2 * W)
+        n = cache.length
+        logits = self.step_fn(cache.k, cache.v, padded(inp, 0), padded(inp_pos, 0), padded(new_valid, False),
+                              self.slots[n:n + 2 * W], cache.valid)
+        cache.commit(Tp, new_valid[:, :Tp])
+        return logits[:, :Tw]
 
 
 class _UncachedSetStep:

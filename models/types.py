@@ -101,7 +101,7 @@ class DecodeConfig:
         "prefix and suffix, is written to the cache before the masked blocks are denoised, so each one sees both "
         "sides)")})
     compile: str = field(default="off", metadata={**NEW_KNOB, "help": (
-        "decode steps (AR, BD3LM): off (each step attends over the cache slots filled so far), fixed (every step has the "
+        "decode steps (AR, BD3LM, SetDLM): off (each step attends over the cache slots filled so far), fixed (every step has the "
         "same shapes: the cache written at tensor slots and attended whole under a mask; what a CUDA graph "
         "captures) or on (the fixed step compiled by torch.compile, a CUDA graph on CUDA: compiled once per batch "
         "size and 64-slot cache bucket, its compile time spent by the first call). Same greedy tokens in all three")})

@@ -21,7 +21,7 @@ def test_compiled_step_same_tokens_and_bounded_recompiles(kind, paradigm, monkey
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     model = tiny(paradigm, block_size=4)
-    decode = DecodeConfig(stop_at_eos=False, repetition_penalty=1.2, threshold=0.5 if paradigm == "bd3lm" else None)
+    decode = DecodeConfig(stop_at_eos=False, repetition_penalty=1.2, threshold=None if paradigm == "ar" else 0.5)
     calls = [(random_prompts(3, 0), 12), (random_prompts(3, 1), 9), (random_prompts(1, 2), 12)]
     for prompts, n in calls:
         eager = model.generate(prompts, n, decode)
