@@ -106,9 +106,10 @@ class ARModel(ParadigmModel):
         done = torch.zeros(B, dtype=torch.bool, device=device)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
-        fixed = decode.compile != "off"
+        mode = self.step_mode(decode)
+        fixed = mode != "off"
         cache = self.step_cache(B, C) if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
-        step_fn = self.step_function(decode.compile) if fixed else None
+        step_fn = self.step_function(mode) if fixed else None
         slots = torch.arange(cache.capacity, device=device) if fixed else None
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 

@@ -202,10 +202,11 @@ class BD3LMModel(MDLMModel):
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
         max_masks = int(masked.sum(dim=1).max())
         log = StepLog(B, (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1, device)   # + prefill, + commits
-        fixed = decode.compile != "off"
+        mode = self.step_mode(decode)
+        fixed = mode != "off"
         if fixed:
             step = _FixedBlockStep(self, self.step_cache(B, KVCache.step_capacity(B, C, S)), S,
-                                   self.step_function(decode.compile))
+                                   self.step_function(mode))
         elif decode.use_cache:
             step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
         else:

@@ -268,10 +268,11 @@ class SetDLMModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device,
                                                     forced=canvas.forced))
         log = StepLog(B, int(remaining.max()) + 2, device)
-        fixed = decode.compile != "off"
+        mode = self.step_mode(decode)
+        fixed = mode != "off"
         if fixed:
             step = _FixedSetStep(self, self.step_cache(B, KVCache.step_capacity(B, C, W)), W,
-                                 self.step_function(decode.compile))
+                                 self.step_function(mode))
         elif decode.use_cache:
             step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=policy.all_rows)
             if policy.prefill_apart and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own

@@ -26,7 +26,7 @@ COMMIT_ORDERS = ("position", "first_hitting")
 SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
 CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence
 INFILL_CONTEXTS = ("blocks", "all")     # DecodeConfig.infill_context (BD3LM)
-COMPILE_MODES = ("off", "fixed", "on")   # DecodeConfig.compile (AR)
+COMPILE_MODES = ("off", "fixed", "on", "auto")   # DecodeConfig.compile (AR, BD3LM, SetDLM)
 # metadata of a DecodeConfig field added after results were published: at its default it is left out of every
 # config hash (harness.configs.canonical_json), so adding the knob changes no existing run id
 NEW_KNOB = {"hash_default": False}
@@ -101,10 +101,12 @@ class DecodeConfig:
         "prefix and suffix, is written to the cache before the masked blocks are denoised, so each one sees both "
         "sides)")})
     compile: str = field(default="off", metadata={**NEW_KNOB, "help": (
-        "decode steps (AR, BD3LM, SetDLM): off (each step attends over the cache slots filled so far), fixed (every step has the "
-        "same shapes: the cache written at tensor slots and attended whole under a mask; what a CUDA graph "
-        "captures) or on (the fixed step compiled by torch.compile, a CUDA graph on CUDA: compiled once per batch "
-        "size and 64-slot cache bucket, its compile time spent by the first call). Same greedy tokens in all three")})
+        "decode steps (AR, BD3LM, SetDLM): off (each step attends over the cache slots filled so far), fixed "
+        "(every step has the same shapes: the cache written at tensor slots and attended whole under a mask; what "
+        "a CUDA graph captures), on (the fixed step compiled by torch.compile, a CUDA graph on CUDA: compiled once per batch "
+        "size and 64-slot cache bucket, its compile time spent by the first call) or auto (on on CUDA, where a step "
+        "is mostly kernel launches; off on a CPU, where compiling costs more than it saves at the harness's sizes: "
+        "python -m harness.bench steps). Same greedy tokens in all")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0

@@ -77,6 +77,10 @@ def test_fixed_shape_steps_same_tokens_and_logits(paradigm, threshold, batch):
             finite = torch.isfinite(a)
             assert torch.equal(finite, torch.isfinite(b))
             assert torch.allclose(a[finite], b[finite], atol=1e-4)
+        auto = model.generate(prompts, 12, DecodeConfig(compile="auto", threshold=threshold, stop_at_eos=False,
+                                                        repetition_penalty=1.2))
+        assert [g.tokens for g in auto] == [g.tokens for g in outs[0]]   # auto: off on a CPU
+        assert model.step_mode(DecodeConfig(compile="auto")) == "off"
         if paradigm == "setdlm":   # accepted tokens enter the cache in first-hitting order too
             order = DecodeConfig(threshold=threshold, stop_at_eos=False, commit_order="first_hitting")
             assert [g.tokens for g in model.generate(prompts, 12, order.replace(compile="fixed"))] == \
