@@ -17,7 +17,8 @@ Two parts:
   * the published checkpoints' shapes (models/official.py PAPER_BACKBONES: the 12 x 768 DiT of OWT, the 28-layer
     Qwen3 of GSM8K), built on the meta device (no memory, no download): the ops of one cached decode forward of
     each paradigm's step width, plus the loop ops the same paradigm's decode spends per step at cpu-preset size
-    (the loop does not depend on the backbone's size).
+    (the loop does not depend on the backbone's size); and, for a paradigm with a fixed-shape step, the launches
+    of that step captured as one CUDA graph: one replay plus the eager loop around it (not measured on a GPU).
 """
 
 from __future__ import annotations
@@ -175,6 +176,12 @@ def published_forward_kernels(key: str, loop: dict[str, float]) -> dict:
             "kernels_per_step": c.kernels + (loop_kernels or 0)}
 
 
+def key_paradigm(key: str) -> str:
+    from models.official import paper_shape
+
+    return paper_shape(key)["paradigm"]
+
+
 def bench_steps(args) -> dict:
     import torch._inductor.config as inductor_config
 
@@ -183,10 +190,15 @@ def bench_steps(args) -> dict:
     print(table(rows, ["paradigm", "S", "threshold", "compiled", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
                         "compile_s", "identical_tokens", "eager_ms_per_forward", "kernels_per_step",
                         "forward_kernels_per_step", "loop_kernels_per_step"]))
-    loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["threshold"] is None}
+    loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["threshold"] is None and r["compiled"] == "backbone"}
+    # a fixed-shape step captured as one graph: one replay, plus the eager loop around it (counted on the fixed step)
+    graph_loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["compiled"] == "step"}
     published = [published_forward_kernels(key, loop) for key in PUBLISHED]
+    for row in published:
+        paradigm = key_paradigm(row["key"])
+        row["graph_launches_per_step"] = 1 + graph_loop[paradigm] if paradigm in graph_loop else None
     print(table(published, ["key", "kind", "layers", "d_model", "step_width", "forward_kernels", "loop_kernels",
-                             "kernels_per_step"]))
+                             "kernels_per_step", "graph_launches_per_step"]))
     return {"benchmark": "steps", "new_tokens": NEW_TOKENS, "cpu_rows": rows, "published_rows": published,
             "compile": "backbone: torch.compile(backbone.forward, dynamic=True); step: the paradigm's fixed-shape "
                        "decode step, DecodeConfig(compile='on'); inductor cpp_wrapper"}
