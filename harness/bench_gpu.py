@@ -392,7 +392,8 @@ def _run(args, device: torch.device) -> int:
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
                 "train": lambda: bench_train(z, device, deadline)}
     columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
-               "steps": ["kind", "paradigm", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup", "compile_s",
+               "steps": ["kind", "paradigm", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup",
+                         "compile_s",
                          "fixed_rows_equal", "compiled_rows_equal", "cudagraph_skips", "error"],
                "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
                "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"]}

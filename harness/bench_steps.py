@@ -187,10 +187,12 @@ def bench_steps(args) -> dict:
 
     with inductor_config.patch(cpp_wrapper=True):
         rows = bench_cpu(max(1, args.repeats))
-    print(table(rows, ["paradigm", "S", "threshold", "compiled", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
+    print(table(rows, ["paradigm", "S", "threshold", "compiled", "eager_tokens_per_s", "compiled_tokens_per_s",
+                       "speedup",
                         "compile_s", "identical_tokens", "eager_ms_per_forward", "kernels_per_step",
                         "forward_kernels_per_step", "loop_kernels_per_step"]))
-    loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["threshold"] is None and r["compiled"] == "backbone"}
+    loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows
+            if r["threshold"] is None and r["compiled"] == "backbone"}
     # a fixed-shape step captured as one graph: one replay, plus the eager loop around it (counted on the fixed step)
     graph_loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["compiled"] == "step"}
     published = [published_forward_kernels(key, loop) for key in PUBLISHED]

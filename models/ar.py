@@ -2,8 +2,9 @@
 
 Decoding prefills the (left-padded) prompts in one causal forward that also yields the first
 token, then runs one single-token forward per step, appending its K/V to the preallocated cache.
-NFE = number of generated positions. Infilling sees only the prefix (the documented AR baseline:
-it generates exactly n_masked tokens and never sees the suffix).
+NFE = number of generated positions (DecodeConfig.compile fixed / on: the same step at fixed shapes, the cache
+written at a tensor slot and attended whole under a mask, so it compiles once). Infilling sees only the prefix
+(the documented AR baseline: it generates exactly n_masked tokens and never sees the suffix).
 
 DecodeConfig(sampler="official") reproduces the official AR sampler (kuleshov-group/setdlms, src/denoiser/ar.py).
 How our default differs from it:

@@ -13,8 +13,8 @@ built once per length, serves every order:
 The loss is the order NLL: every target token is predicted once per sequence (mean over a
 sequence's targets, then over the batch): the token-efficient loss. `naive_loss=True` trains the same
 network MDLM-style instead (one cut of the order per sequence, only the tokens after it predicted, 1/t
-weight): the baseline of the paper's Table 5 (harness.bench convergence, gradvar). `nll` sums the same quantity: an upper bound on the
-NLL (one sampled order per sequence, or `nll_samples` orders averaged).
+weight): the baseline of the paper's Table 5 (harness.bench convergence, gradvar). `nll` sums the same
+quantity: an upper bound on the NLL (one sampled order per sequence, or `nll_samples` orders averaged).
 
 Decoding (spec §5.5): the window holds the still-masked positions among the W positions that
 start at the leftmost mask (absolute positions; it slides when the leftmost mask is filled).
@@ -25,6 +25,8 @@ accepts the most confident mask plus every mask with confidence >= threshold. Th
 the first step's "accepted" set, so prefill costs no extra forward. Rows of a batch keep their
 own windows; rows stop on EOS (with no mask before it) or when their span is filled; leftover
 masks are removed. Infilling caches prefix and suffix (left to right) before the first step.
+With DecodeConfig.compile fixed / on, every step after the prefill feeds [W accepted slots] + [W window slots]
+(unused ones invalid) at tensor slots of the whole cache: the same shapes every step, so it compiles once.
 
 DecodeConfig(sampler="official") reproduces the official SetDLM.generate (src/denoiser/setdlm.py). How our
 default differs from it:
@@ -297,7 +299,8 @@ class SetDLMModel(ParadigmModel):
             inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
             Tp, Tw = pend_cols.shape[1], win_cols.shape[1]
             h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
-            tokens, conf = chooser(h if fixed else self.backbone.logits(h[:, h.shape[1] - Tw:]), win_cols)   # fixed: logits
+            logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - Tw:])   # a fixed step returns logits
+            tokens, conf = chooser(logits, win_cols)
             chosen = select_commits(conf, candidate, 1, decode.threshold)
             ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)
