@@ -107,10 +107,9 @@ class ARModel(ParadigmModel):
         done = torch.zeros(B, dtype=torch.bool, device=device)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
-        mode = self.step_mode(decode)
-        fixed = mode != "off"
-        cache = self.step_cache(B, C) if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
-        step_fn = self.step_function(mode) if fixed else None
+        fixed_parts = self.fixed_step(decode, B, C)
+        fixed = fixed_parts is not None
+        cache, step_fn = fixed_parts or (self.backbone.new_cache(B, C) if decode.use_cache else None, None)
         slots = torch.arange(cache.capacity, device=device) if fixed else None
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 

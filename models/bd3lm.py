@@ -204,11 +204,10 @@ class BD3LMModel(MDLMModel):
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
         max_masks = int(masked.sum(dim=1).max())
         log = StepLog(B, (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1, device)   # + prefill, + commits
-        mode = self.step_mode(decode)
-        fixed = mode != "off"
+        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, S))
+        fixed = fixed_parts is not None
         if fixed:
-            step = _FixedBlockStep(self, self.step_cache(B, KVCache.step_capacity(B, C, S)), S,
-                                   self.step_function(mode))
+            step = _FixedBlockStep(self, *fixed_parts, S)
         elif decode.use_cache:
             step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
         else:
@@ -347,7 +346,7 @@ class _FixedBlockStep(_CachedBlockStep):
     batch size and cache bucket). A prefill of more than one block runs as the sliced step. Returns the block's
     logits."""
 
-    def __init__(self, model, cache, S: int, step_fn):
+    def __init__(self, model, cache, step_fn, S: int):
         super().__init__(model.backbone, cache, S)
         self.step_fn, self.slots = step_fn, torch.arange(cache.capacity, device=model.device)
 

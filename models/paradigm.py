@@ -228,6 +228,11 @@ class ParadigmModel(nn.Module):
         cache.length = 0
         return cache
 
+    def fixed_step(self, decode: DecodeConfig, batch: int, capacity: int) -> tuple[KVCache, object] | None:
+        """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None."""
+        mode = self.step_mode(decode)
+        return None if mode == "off" else (self.step_cache(batch, capacity), self.step_function(mode))
+
     def step_mode(self, decode: DecodeConfig) -> str:
         """DecodeConfig.compile on this model's device: `auto` is `on` on CUDA (one graph replay per step instead of
         hundreds of launches) and `off` on a CPU (bench steps: 1.1-1.46x per step for 7-9 s of compile per graph)."""

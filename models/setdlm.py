@@ -270,11 +270,10 @@ class SetDLMModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device,
                                                     forced=canvas.forced))
         log = StepLog(B, int(remaining.max()) + 2, device)
-        mode = self.step_mode(decode)
-        fixed = mode != "off"
+        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, W))
+        fixed = fixed_parts is not None
         if fixed:
-            step = _FixedSetStep(self, self.step_cache(B, KVCache.step_capacity(B, C, W)), W,
-                                 self.step_function(mode))
+            step = _FixedSetStep(self, *fixed_parts, W)
         elif decode.use_cache:
             step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=policy.all_rows)
             if policy.prefill_apart and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
@@ -370,7 +369,7 @@ class _FixedSetStep(_CachedSetStep):
     committed), written at tensor slots of the whole cache (SetDLMModel._fixed_step, compiled once per batch size
     and cache bucket). A prefill of more than W tokens runs as the sliced step. Returns the window's logits."""
 
-    def __init__(self, model, cache, W: int, step_fn):
+    def __init__(self, model, cache, step_fn, W: int):
         super().__init__(model.backbone, cache)
         self.W, self.step_fn = W, step_fn
         self.slots = torch.arange(cache.capacity, device=model.device)
