@@ -474,7 +474,8 @@ def bench_steps(args) -> dict:
 
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
-              "gradvar": bench_gradvar, "convergence": bench_convergence, "precision": bench_precision, "smollm2": bench_smollm2, "steps": bench_steps}
+              "gradvar": bench_gradvar, "convergence": bench_convergence, "precision": bench_precision,
+              "smollm2": bench_smollm2, "steps": bench_steps}
 
 
 def why_skipped(name: str) -> str | None:

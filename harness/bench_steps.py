@@ -171,15 +171,10 @@ def published_forward_kernels(key: str, loop: dict[str, float]) -> dict:
             mask = torch.ones(1, 1, width, L // 2 + width, dtype=torch.bool, device="meta")
             backbone.logits(backbone(ids, pos, attn_mask=mask, cache=cache))
     loop_kernels = loop.get(paradigm)
-    return {"key": key, "kind": kind, "layers": arch["n_layers"], "d_model": arch["d_model"], "step_width": width,
+    return {"key": key, "paradigm": paradigm, "kind": kind, "layers": arch["n_layers"], "d_model": arch["d_model"],
+            "step_width": width,
             "forward_kernels": c.kernels, "forward_ops": c.ops, "loop_kernels": loop_kernels,
             "kernels_per_step": c.kernels + (loop_kernels or 0)}
-
-
-def key_paradigm(key: str) -> str:
-    from models.official import paper_shape
-
-    return paper_shape(key)["paradigm"]
 
 
 def bench_steps(args) -> dict:
@@ -197,8 +192,7 @@ def bench_steps(args) -> dict:
     graph_loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["compiled"] == "step"}
     published = [published_forward_kernels(key, loop) for key in PUBLISHED]
     for row in published:
-        paradigm = key_paradigm(row["key"])
-        row["graph_launches_per_step"] = 1 + graph_loop[paradigm] if paradigm in graph_loop else None
+        row["graph_launches_per_step"] = 1 + graph_loop[row["paradigm"]] if row["paradigm"] in graph_loop else None
     print(table(published, ["key", "kind", "layers", "d_model", "step_width", "forward_kernels", "loop_kernels",
                              "kernels_per_step", "graph_launches_per_step"]))
     return {"benchmark": "steps", "new_tokens": NEW_TOKENS, "cpu_rows": rows, "published_rows": published,

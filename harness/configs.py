@@ -93,8 +93,7 @@ class TrainConfig:
         paradigm.check_block_size(self.block_size, self.max_block_size, self.length)
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
-        if self.naive_loss and not paradigm.has_naive_loss:
-            raise ValueError(f"{self.paradigm} has no naive_loss (SetDLM's MDLM-style baseline)")
+        paradigm.check_naive_loss(self.naive_loss)
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be >= 0 (0: no validation curve), got {self.eval_every}")
         if self.precision not in PRECISIONS:

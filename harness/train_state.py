@@ -35,8 +35,8 @@ def save_state(cfg, step, model, ema, opt, data_gen, elapsed, curve: list | None
     groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in opt_state["param_groups"]]
     with atomic_directory(train_state_dir(cfg)) as tmp:
         save_file(tensors, str(tmp / "state.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups, "curve": curve or [],
-                                                    "config": dataclasses.asdict(cfg)}))
+        (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
+                                                    "curve": curve or [], "config": dataclasses.asdict(cfg)}))
 
 
 def load_state(cfg, model, ema, opt, data_gen) -> tuple[int, float, list]:

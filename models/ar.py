@@ -110,7 +110,9 @@ class ARModel(ParadigmModel):
         fixed_parts = self.fixed_step(decode, B, C)
         fixed = fixed_parts is not None
         cache, step_fn = fixed_parts or (self.backbone.new_cache(B, C) if decode.use_cache else None, None)
-        slots = torch.arange(cache.capacity, device=device) if fixed else None
+        if fixed:   # the slot indices and the step's [B, 1] inputs, preallocated (written in place every step)
+            slots = torch.arange(cache.capacity, device=device)
+            step_ids, step_pos = ids[:, :1].clone(), pos[:, :1].clone()
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 
         for step in range(N):
@@ -132,9 +134,9 @@ class ARModel(ParadigmModel):
                 cache.commit(P, real[:, :P])
             elif fixed:   # the input is a generated (real) token: slot col - 1 becomes valid before it is written
                 cache.valid[:, col - 1] = True
-                # contiguous inputs: a view's strides would follow the canvas length and recompile the step
-                step_logits = step_fn(cache.k, cache.v, ids[:, col - 1:col].contiguous(),
-                                      pos[:, col - 1:col].contiguous(), slots[col - 1:col], cache.valid)
+                step_ids.copy_(ids[:, col - 1:col])   # own buffers: a view's strides would follow the canvas length
+                step_pos.copy_(pos[:, col - 1:col])   # and recompile the step
+                step_logits = step_fn(cache.k, cache.v, step_ids, step_pos, slots[col - 1:col], cache.valid)
                 cache.length += 1
             else:
                 mask = None

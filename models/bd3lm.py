@@ -48,7 +48,7 @@ import torch
 
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
-from .decoding import Canvas, StepLog, left_aligned, select_commits
+from .decoding import Canvas, FixedStepInputs, StepLog, left_aligned, select_commits
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
@@ -349,19 +349,15 @@ class _FixedBlockStep(_CachedBlockStep):
     def __init__(self, model, cache, step_fn, S: int):
         super().__init__(model.backbone, cache, S)
         self.step_fn, self.slots = step_fn, torch.arange(cache.capacity, device=model.device)
+        self.inputs = FixedStepInputs(cache.valid.shape[0], S, model.device)
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         S, cache = self.S, self.cache
         if Tp not in (0, S):   # the prefill: as the sliced step
             return self.backbone.logits(super().__call__(inp, inp_pos, new_valid, Tp)[:, -S:])
-        if Tp == 0:
-            B = inp.shape[0]
-            inp = torch.cat([inp.new_zeros(B, S), inp], dim=1)
-            inp_pos = torch.cat([inp_pos[:, :1].expand(B, S), inp_pos], dim=1)
-            new_valid = torch.cat([new_valid.new_zeros(B, S), new_valid], dim=1)
         cache.ensure_room(2 * S)
         n = cache.length
-        logits = self.step_fn(cache.k, cache.v, inp.contiguous(), inp_pos.contiguous(), new_valid.contiguous(),
+        logits = self.step_fn(cache.k, cache.v, *self.inputs.fill(inp, inp_pos, new_valid, Tp),
                               self.slots[n:n + 2 * S], cache.valid)
         cache.commit(Tp, new_valid[:, :Tp])
         return logits

@@ -149,6 +149,28 @@ class StepLog:
         return self.nfe, self.per_step[:self.steps]
 
 
+class FixedStepInputs:
+    """The preallocated inputs of a fixed-shape step (BD3LM, SetDLM): [`width` slots of what enters the cache] +
+    [`width` slots of queries]. Each step writes its Tp entering and T - Tp query inputs into them in place, with
+    no allocation per step, and the rest is invalid: stale ids and positions there are never keys, and their rows
+    are never read."""
+
+    def __init__(self, batch: int, width: int, device: torch.device):
+        self.width = width
+        self.ids = torch.zeros(batch, 2 * width, dtype=torch.long, device=device)
+        self.pos = torch.zeros_like(self.ids)
+        self.valid = torch.zeros(batch, 2 * width, dtype=torch.bool, device=device)
+
+    def fill(self, inp: torch.Tensor, inp_pos: torch.Tensor, new_valid: torch.Tensor, Tp: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        W, Tq = self.width, inp.shape[1] - Tp
+        self.valid.zero_()
+        for buffer, x in ((self.ids, inp), (self.pos, inp_pos), (self.valid, new_valid)):
+            buffer[:, :Tp] = x[:, :Tp]
+            buffer[:, W:W + Tq] = x[:, Tp:]
+        return self.ids, self.pos, self.valid
+
+
 def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Generator | None:
     if decode.greedy:
         return None

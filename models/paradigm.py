@@ -124,10 +124,15 @@ class ParadigmModel(nn.Module):
         """`config` checked against this paradigm (ValueError) with its derived fields filled in (S_max): the one
         place they are derived; a model is always built from a resolved config."""
         cls.check_block_size(config.block_size, config.max_block_size, config.length)
-        if config.naive_loss and not cls.has_naive_loss:
-            raise ValueError(f"{cls.paradigm} has no naive_loss (SetDLM's MDLM-style baseline); it trains its own loss")
+        cls.check_naive_loss(config.naive_loss)
         s_max, _ = cls.derived_sizes(config)
         return config if s_max == config.max_block_size else config.replace(max_block_size=s_max)
+
+    @classmethod
+    def check_naive_loss(cls, naive_loss: bool) -> None:
+        """ValueError when the naive MDLM-style loss is asked of a paradigm that has none (SetDLM has it)."""
+        if naive_loss and not cls.has_naive_loss:
+            raise ValueError(f"{cls.paradigm} has no naive_loss (SetDLM's MDLM-style baseline); it trains its own loss")
 
     @classmethod
     def derived_sizes(cls, config) -> tuple[int | None, float | None]:
@@ -235,7 +240,7 @@ class ParadigmModel(nn.Module):
 
     def step_mode(self, decode: DecodeConfig) -> str:
         """DecodeConfig.compile on this model's device: `auto` is `on` on CUDA (one graph replay per step instead of
-        hundreds of launches) and `off` on a CPU (bench steps: 1.1-1.46x per step for 7-9 s of compile per graph)."""
+        hundreds of launches) and `off` on a CPU (bench steps: 1.1-1.5x per step for 7-9 s of compile per graph)."""
         if decode.compile == "auto":
             return "on" if self.device.type == "cuda" else "off"
         return decode.compile

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
-from .decoding import Canvas, StepLog, left_aligned, select_commits
+from .decoding import Canvas, FixedStepInputs, StepLog, left_aligned, select_commits
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule, sample_t
@@ -373,21 +373,17 @@ class _FixedSetStep(_CachedSetStep):
         super().__init__(model.backbone, cache)
         self.W, self.step_fn = W, step_fn
         self.slots = torch.arange(cache.capacity, device=model.device)
+        self.inputs = FixedStepInputs(cache.valid.shape[0], W, model.device)
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         W, cache = self.W, self.cache
-        B, T = inp.shape
-        Tw = T - Tp
+        Tw = inp.shape[1] - Tp
         if Tp > W:   # the prefill: as the sliced step
             h = super().__call__(inp, inp_pos, new_valid, Tp)
             return self.backbone.logits(h[:, h.shape[1] - Tw:])
-
-        def padded(x, fill):
-            parts = [x[:, :Tp], x.new_full((B, W - Tp), fill), x[:, Tp:], x.new_full((B, W - Tw), fill)]
-            return torch.cat(parts, dim=1)
         cache.ensure_room(2 * W)
         n = cache.length
-        logits = self.step_fn(cache.k, cache.v, padded(inp, 0), padded(inp_pos, 0), padded(new_valid, False),
+        logits = self.step_fn(cache.k, cache.v, *self.inputs.fill(inp, inp_pos, new_valid, Tp),
                               self.slots[n:n + 2 * W], cache.valid)
         cache.commit(Tp, new_valid[:, :Tp])
         return logits[:, :Tw]
