@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .backbones.attention import StepCache
-from .decoding import Canvas, StepLog
+from .decoding import Canvas, StepLog, WholeStepState, greedy_choice
 from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
@@ -54,6 +54,24 @@ class ARModel(ParadigmModel):
         to every slot `valid` [B, C] marks; the logits [B, 1, V]."""
         h = self.backbone(tokens, positions, attn_mask=valid[:, None, None, :], cache=StepCache(k, v, slots))
         return self.backbone.logits(h)
+
+    def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
+                    s: WholeStepState) -> torch.Tensor:
+        """One whole greedy decode step at fixed shapes, in place on the device state `s` (ParadigmModel.
+        whole_step_applies): the token at canvas column `s.n` enters cache slot s.n (a generated, real token) and
+        predicts column s.n + 1 for the rows not `s.done`; a row is done once it commits `s.eos`. Returns whether
+        every row is done (the stop flag)."""
+        slot = s.n
+        valid.index_fill_(1, slot, True)
+        logits = self._fixed_step(k, v, s.ids.index_select(1, slot), s.pos.index_select(1, slot), slot, valid)
+        tokens = greedy_choice(logits)[0][:, 0]
+        active = ~s.done
+        col = slot + 1
+        s.ids.index_copy_(1, col, torch.where(active, tokens, s.ids.index_select(1, col)[:, 0])[:, None])
+        s.log(active, active.long())
+        s.done.logical_or_(active & (tokens == s.eos))
+        s.n.add_(1)
+        return s.done.all()
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """-log p(x_i | x_<i) for i >= 1, and which of them are targets. Position 0 is never a target."""
@@ -105,12 +123,14 @@ class ARModel(ParadigmModel):
                                                     ordered=True, forced=canvas.forced))
         log = StepLog(B, N, device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
+        stop = stop_at_eos and self.eos_id is not None
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
-        fixed_parts = self.fixed_step(decode, B, C)
+        whole = self.whole_step_applies(decode, canvas)   # after the prefill, every step runs whole
+        fixed_parts = self.fixed_step(decode, B, C, whole)
         fixed = fixed_parts is not None
         cache, step_fn = fixed_parts or (self.backbone.new_cache(B, C) if decode.use_cache else None, None)
-        if fixed:   # the slot indices and the step's [B, 1] inputs, preallocated (written in place every step)
+        if fixed and not whole:   # the slot indices and the step's [B, 1] inputs, preallocated (written in place)
             slots = torch.arange(cache.capacity, device=device)
             step_ids, step_pos = ids[:, :1].clone(), pos[:, :1].clone()
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
@@ -151,8 +171,14 @@ class ARModel(ParadigmModel):
             ids[:, col] = torch.where(active, tokens[:, 0], ids[:, col])
             chooser.mark(tokens, active[:, None])
             log.record(active, active.long())
-            if stop_at_eos and self.eos_id is not None:
+            if stop:
                 done = done | (active & (tokens[:, 0] == self.eos_id))
                 if bool(done.all()):
                     break
+            if whole and step == 0:   # the prefill wrote slots [0, P); the next step's input is column P
+                if N > 1:
+                    state = WholeStepState(cache, canvas, ids, pos, span, self.eos_id if stop else None)
+                    state.done = done.clone()
+                    self.run_whole_steps(step_fn, cache, canvas, state, log, N - 1, width=1, advance=1)
+                break
         return log.result()

@@ -48,7 +48,8 @@ import torch
 
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
-from .decoding import Canvas, FixedStepInputs, StepLog, left_aligned, select_commits
+from .decoding import (Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned,
+                       select_commits)
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
@@ -204,10 +205,12 @@ class BD3LMModel(MDLMModel):
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
         max_masks = int(masked.sum(dim=1).max())
         log = StepLog(B, (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1, device)   # + prefill, + commits
-        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, S))
+        whole = self.whole_step_applies(decode, canvas)   # after the first step, every step runs whole
+        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, S), whole)
         fixed = fixed_parts is not None
         if fixed:
-            step = _FixedBlockStep(self, *fixed_parts, S)
+            cache, step_fn = fixed_parts   # whole: the first step runs the fixed forward eagerly (one call)
+            step = _FixedBlockStep(self, cache, self._fixed_step if whole else step_fn, S)
         elif decode.use_cache:
             step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
         else:
@@ -275,8 +278,55 @@ class BD3LMModel(MDLMModel):
                 break
             if not any_completed:
                 pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
+            if whole:   # the other steps: whole, from this loop's state
+                state = _BlockStepState(self, cache, canvas, decode, stop, ids, pos, span, pad, block, span_end,
+                                        active, eos_at, new_block, steps_in_block, masks_in_block, pend_cols,
+                                        pend_valid)
+                self.run_whole_steps(step_fn, cache, canvas, state, log, log.per_step.shape[0] - log.steps,
+                                     width=2 * S, advance=S)
+                return log.result()
         canvas.ids.copy_(ids[:, :C])
         return log.result()
+
+    def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
+                    s: "_BlockStepState") -> torch.Tensor:
+        """One whole greedy decode step at fixed shapes, in place on the device state `s` (_BlockStepState;
+        ParadigmModel.whole_step_applies): the forward of [S pending slots] + [the block] (_fixed_step), the forced
+        count and the commits, the cache's valid slots and slot pointer, the block that advances, the stop rule and
+        the step's log, as the eager loop of `_decode` does them. Returns whether no row is active (the stop flag)."""
+        S = s.pend_cols.shape[1]
+        blk_cols = (s.pad + s.block * S)[:, None] + s.arange_s
+        blk_valid = blk_cols < s.canvas_len
+        blk_cols = torch.where(blk_valid, blk_cols, s.scratch)
+        inp_cols = torch.cat([s.pend_cols, blk_cols], dim=1)
+        blk_ids = s.ids.gather(1, blk_cols)
+        candidate = (blk_ids == self.mask_id) & s.span.gather(1, blk_cols) & s.active[:, None]
+        forced = 1
+        if s.steps is not None:   # k_n of spec §3.3 per row
+            n_masks = candidate.sum(dim=1)
+            s.masks_in_block.copy_(torch.where(s.new_block, n_masks, s.masks_in_block))
+            s.steps_in_block.masked_fill_(s.new_block, 0)
+            forced = self._forced(s.masks_in_block, s.steps_in_block, s.steps).minimum(n_masks)
+            s.steps_in_block.add_(1)
+        slots = s.n + s.arange_2s
+        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols),
+                                  torch.cat([s.pend_valid, blk_valid], dim=1), slots, valid)
+        valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache now
+        s.n.add_(S * s.pend_valid.any().long())
+        tokens, conf = greedy_choice(logits)
+        chosen = select_commits(conf, candidate, forced, s.threshold)
+        s.ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
+        s.log(s.active, chosen.sum(dim=1))
+        completed = s.active & ~(candidate & ~chosen).any(dim=1)
+        s.block.add_(completed.long())
+        eos_at = torch.where(chosen & (tokens == s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
+        s.eos_at.copy_(torch.minimum(s.eos_at, eos_at))
+        finished = completed & (((s.pad + s.block * S) >= s.span_end) | (s.eos_at < s.scratch))
+        s.active.logical_and_(~finished)
+        s.new_block.copy_(completed)
+        s.pend_cols.copy_(blk_cols)
+        s.pend_valid.copy_(blk_valid & completed[:, None])
+        return ~s.active.any()
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], inp: torch.Tensor, inp_pos: torch.Tensor,
                     new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -304,6 +354,25 @@ class BD3LMModel(MDLMModel):
         hi = torch.round((1 - step / T).clamp(min=0) * m)
         lo = torch.round((1 - (step + 1) / T).clamp(min=0) * m)
         return (hi - lo).long().clamp(min=1)
+
+
+class _BlockStepState(WholeStepState):
+    """BD3LM's whole-step state: the S pending columns (the block completed at the last step) and the per-row block
+    counters, from the eager loop after its first step."""
+
+    def __init__(self, model, cache, canvas: Canvas, decode: DecodeConfig, stop: bool, ids, pos, span, pad, block,
+                 span_end, active, eos_at, new_block, steps_in_block, masks_in_block, pend_cols, pend_valid):
+        super().__init__(cache, canvas, ids, pos, span, model.eos_id if stop else None, decode.threshold)
+        S, device = decode.decode_block, ids.device
+        self.arange_s, self.arange_2s = torch.arange(S, device=device), torch.arange(2 * S, device=device)
+        self.pend_cols, self.pend_valid = self.cols(pend_cols, S), self.flags(pend_valid, S)
+        self.eos_at = self.cols(eos_at)
+        self.pad, self.block, self.span_end = pad.clone(), block.clone(), span_end.clone()
+        self.active, self.new_block = active.clone(), new_block.clone()
+        self.steps = None   # no steps_per_block: one forced commit per step
+        if decode.steps_per_block is not None:
+            self.steps = torch.full((), float(decode.steps_per_block), dtype=torch.float64, device=device)
+            self.steps_in_block, self.masks_in_block = steps_in_block.clone(), masks_in_block.clone()
 
 
 class _CachedBlockStep:

@@ -145,6 +145,13 @@ class StepLog:
         self.per_step[self.steps] = committed
         self.steps += 1
 
+    def extend(self, nfe: torch.Tensor, per_step: torch.Tensor) -> None:
+        """Steps that ran as whole steps, which kept their own counts: NFE [B] and committed tokens [steps, B]."""
+        n = per_step.shape[0]
+        self.nfe += nfe
+        self.per_step[self.steps:self.steps + n] = per_step
+        self.steps += n
+
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.nfe, self.per_step[:self.steps]
 
@@ -169,6 +176,61 @@ class FixedStepInputs:
             buffer[:, :Tp] = x[:, :Tp]
             buffer[:, W:W + Tq] = x[:, Tp:]
         return self.ids, self.pos, self.valid
+
+
+class WholeStepState:
+    """The device state of a paradigm's whole decode steps (ParadigmModel.run_whole_steps), all at fixed shapes:
+    canvas copies as wide as the cache, whose last column (`scratch`) stands for "no column" and takes clamped
+    gathers and scatters (the eager loops' column C); the slot pointer `n` (the first cache slot the next step
+    writes); the NFE and per-step commits of the steps it ran; the EOS id (-1: never stop) and the threshold (None:
+    2, above every confidence) as tensors, so that one graph serves every canvas length in a cache bucket. A
+    paradigm's subclass adds its loop's state, taken from the eager loop after its first step (`cols` maps that
+    loop's column C to `scratch`)."""
+
+    def __init__(self, cache, canvas: Canvas, ids: torch.Tensor, pos: torch.Tensor, span: torch.Tensor,
+                 eos_id: int | None, threshold: float | None = None):
+        B, C = canvas.ids.shape
+        width, device = cache.capacity, canvas.ids.device
+        self.C, self.scratch = C, width - 1   # the scratch column is >= C: never a canvas column
+        self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as the steps read it
+        self.ids = torch.zeros(B, width, dtype=torch.long, device=device)
+        self.pos = torch.zeros_like(self.ids)
+        self.span = torch.zeros(B, width, dtype=torch.bool, device=device)
+        for mine, theirs in ((self.ids, ids), (self.pos, pos), (self.span, span)):
+            mine[:, :C] = theirs[:, :C]
+        self.n = torch.full((1,), cache.length, dtype=torch.long, device=device)
+        self.nfe = torch.zeros(B, dtype=torch.long, device=device)
+        self.per_step = torch.zeros(width, B, dtype=torch.long, device=device)
+        self.step_no = torch.zeros(1, dtype=torch.long, device=device)
+        self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
+        self.threshold = torch.full((), 2.0 if threshold is None else threshold, device=device)
+
+    def cols(self, cols: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """Columns of the eager loop (C: none) as this state's (scratch), right-padded with scratch to `width`."""
+        cols = torch.where(cols >= self.C, self.scratch, cols)
+        if width is None or cols.dim() == 1:
+            return cols
+        out = cols.new_full((cols.shape[0], width), self.scratch)
+        out[:, :cols.shape[1]] = cols
+        return out
+
+    @staticmethod
+    def flags(valid: torch.Tensor, width: int) -> torch.Tensor:
+        """[B, <= width] bool, right-padded with False to `width`."""
+        out = valid.new_zeros(valid.shape[0], width)
+        out[:, :valid.shape[1]] = valid
+        return out
+
+    def log(self, active: torch.Tensor, committed: torch.Tensor) -> None:
+        """Inside a whole step: StepLog.record on the device."""
+        self.nfe.add_(active.long())
+        self.per_step.index_copy_(0, self.step_no, committed[None])
+        self.step_no.add_(1)
+
+    def finish(self, canvas: Canvas, log: StepLog) -> None:
+        """Back to the canvas and the log: the tokens decoded and the steps run."""
+        canvas.ids.copy_(self.ids[:, :self.C])
+        log.extend(self.nfe, self.per_step[:int(self.step_no)])
 
 
 def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Generator | None:
@@ -234,9 +296,8 @@ class TokenChooser:
             logits = torch.where(seen, penalised, logits)
         if self.probe and self.first is None and cols is not None:
             self.first = (cols.clone(), torch.log_softmax(logits / (1.0 if d.greedy else d.temperature), dim=-1))
-        if d.greedy:  # confidence = p(argmax) = exp(max logit - logsumexp), without a full softmax
-            top, tokens = logits.max(dim=-1)
-            return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))
+        if d.greedy:
+            return greedy_choice(logits)
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -256,6 +317,45 @@ class TokenChooser:
         if d.confidence == "max_prob":
             return tokens, probs.max(dim=-1).values
         return tokens, token_p
+
+
+def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [..., V] -> (argmax tokens, their probabilities in float32): confidence = p(argmax) =
+    exp(max logit - logsumexp), without a full softmax. TokenChooser's greedy path and the whole decode steps."""
+    logits = logits.float()
+    top, tokens = logits.max(dim=-1)
+    return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))
+
+
+class StopFlag:
+    """The stop rule's flag (a device bool tensor that a step computes) as the host loop reads it. On a CPU the
+    flag is read at once. On CUDA (`late`) it is copied to pinned memory without blocking and read one step late,
+    after the next step is already queued: no step waits for the one before it to finish. The step run past the
+    stop has no active row, so it changes no token and counts no NFE; it only costs its time."""
+
+    LATE: bool | None = None   # None: late on CUDA only (tests set True to run the late path on a CPU)
+
+    def __init__(self, device: torch.device):
+        cuda = device.type == "cuda"
+        self.late = cuda if self.LATE is None else self.LATE
+        self.host = torch.zeros((), dtype=torch.bool, pin_memory=cuda)
+        self.copied = torch.cuda.Event() if cuda else None   # when the last copy has landed
+        self.posted = False
+
+    def read(self, flag: torch.Tensor) -> bool:
+        """Post this step's `flag`; True once a posted flag is known to be set (this step's, or the last one's)."""
+        if not self.late:
+            return bool(flag)
+        seen = False
+        if self.posted:   # the last step's flag: wait for its copy only (this step is queued behind it)
+            if self.copied is not None:
+                self.copied.synchronize()
+            seen = bool(self.host)
+        self.host.copy_(flag, non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
+        self.posted = True
+        return seen
 
 
 def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,

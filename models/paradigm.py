@@ -21,6 +21,7 @@ turns `generate` and `infill` calls into canvases, times them and checks their i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import torch
 from torch import nn
 
 from .backbones.attention import KVCache
-from .decoding import Canvas
+from .decoding import Canvas, StepLog, StopFlag, WholeStepState
 from .official_sampler import official_numerics
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
@@ -233,10 +234,51 @@ class ParadigmModel(nn.Module):
         cache.length = 0
         return cache
 
-    def fixed_step(self, decode: DecodeConfig, batch: int, capacity: int) -> tuple[KVCache, object] | None:
-        """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None."""
+    def fixed_step(self, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False
+                   ) -> tuple[KVCache, object] | None:
+        """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None.
+        `whole`: the paradigm's whole step (`_whole_step`: forward, token choice, commits and the stop flag, in
+        place on device state) instead of the forward alone (`_fixed_step`)."""
         mode = self.step_mode(decode)
-        return None if mode == "off" else (self.step_cache(batch, capacity), self.step_function(mode))
+        if mode == "off":
+            return None
+        return self.step_cache(batch, capacity), self.step_function(mode, "_whole_step" if whole else "_fixed_step")
+
+    def whole_step_applies(self, decode: DecodeConfig, canvas: Canvas) -> bool:
+        """Whether a fixed-shape decode runs whole steps: greedy choice with nothing that keeps host-side or per-row
+        state between steps (no repetition penalty, teacher forcing or first-step probe), for a paradigm that has
+        one. Other decodes run the fixed forward inside the eager loop."""
+        return (hasattr(self, "_whole_step") and self.step_mode(decode) != "off" and decode.greedy
+                and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe)
+
+    def run_whole_steps(self, step_fn, cache: KVCache, canvas: Canvas, state: WholeStepState, log: StepLog,
+                        steps: int, width: int, advance: int) -> None:
+        """Run up to `steps` whole steps `step_fn(cache.k, cache.v, cache.valid, state)`, each writing `width` cache
+        slots from the device's slot pointer `state.n` and advancing it by at most `advance`, until the stop flag
+        they return is read set (StopFlag: at once on a CPU, one step late on CUDA); then hand the tokens and the
+        counts back to the canvas and `log`.
+
+        The host keeps an upper bound of the pointer and reads the pointer itself only when the bound leaves less
+        than a step's slots, to compact the cache if the pointer does too (batches whose rows commit unevenly).
+        After the first call, which compiles or picks the graph, the others skip dynamo's guards: every call of
+        the loop passes the same objects at the same shapes."""
+        flag = StopFlag(cache.valid.device)
+        bound = cache.length
+        with contextlib.ExitStack() as stack:
+            for i in range(steps):
+                if bound + width > cache.capacity:
+                    cache.length = bound = int(state.n)
+                    if bound + width > cache.capacity:
+                        cache.compact()
+                        state.n.fill_(cache.length)
+                        bound = cache.length
+                finished = step_fn(cache.k, cache.v, cache.valid, state)
+                if i == 0 and step_fn != self._whole_step:   # compiled: its guards passed once
+                    stack.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
+                bound += advance
+                if flag.read(finished):
+                    break
+        state.finish(canvas, log)
 
     def step_mode(self, decode: DecodeConfig) -> str:
         """DecodeConfig.compile on this model's device: `auto` is `on` on CUDA (one graph replay per step instead of
@@ -245,17 +287,19 @@ class ParadigmModel(nn.Module):
             return "on" if self.device.type == "cuda" else "off"
         return decode.compile
 
-    def step_function(self, mode: str):
-        """The paradigm's fixed step, eager ("fixed") or compiled once per model ("on": inductor with its C++
+    def step_function(self, mode: str, name: str = "_fixed_step"):
+        """The paradigm's step `name`, eager ("fixed") or compiled once per model ("on": inductor with its C++
         wrapper on the CPU, a CUDA graph through mode="reduce-overhead" on CUDA; torch recompiles per batch size
         and cache bucket)."""
+        step = getattr(self, name)
         if mode == "fixed":
-            return self._fixed_step
-        if getattr(self, "_compiled_step", None) is None:
+            return step
+        compiled = self.__dict__.setdefault("_compiled_steps", {})
+        if name not in compiled:
             how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
                    else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
-            self._compiled_step = torch.compile(self._fixed_step, dynamic=False, fullgraph=True, **how)
-        return self._compiled_step
+            compiled[name] = torch.compile(step, dynamic=False, fullgraph=True, **how)
+        return compiled[name]
 
     @property
     def mask_id(self) -> int:

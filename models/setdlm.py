@@ -57,7 +57,8 @@ import torch.nn.functional as F
 
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
-from .decoding import Canvas, FixedStepInputs, StepLog, left_aligned, select_commits
+from .decoding import (Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned,
+                       select_commits)
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule, sample_t
@@ -223,6 +224,39 @@ class SetDLMModel(ParadigmModel):
         h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots), keep=slice(W, None))
         return self.backbone.logits(h)
 
+    def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
+                    s: "_SetStepState") -> torch.Tensor:
+        """One whole greedy decode step at fixed shapes, in place on the device state `s` (_SetStepState;
+        ParadigmModel.whole_step_applies): the forward of [W accepted slots] + [W window slots] (_fixed_step), the
+        commits, the cache's valid slots and slot pointer, the window that slides, the stop rule and the step's log,
+        as the eager loop of `_decode` does them. Returns whether no row has a mask left to decode (the stop flag)."""
+        W = s.win_cols.shape[1]
+        slots = s.n + s.arange_2w
+        inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
+        new_valid = torch.cat([s.pend_valid, torch.zeros_like(s.candidate)], dim=1)
+        window_ids = s.ids.gather(1, s.win_cols)
+        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots, valid)
+        valid.index_copy_(1, slots[:W], s.pend_valid)   # the accepted tokens are in the cache now
+        s.n.add_(s.pend_valid.sum(dim=1).max())
+        tokens, conf = greedy_choice(logits)
+        chosen = select_commits(conf, s.candidate, 1, s.threshold)
+        s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
+        n_chosen = chosen.sum(dim=1)
+        s.log(s.active, n_chosen)
+        s.remaining.sub_(n_chosen)
+        first = torch.where(s.candidate & ~chosen, s.win_cols, (s.first + W).clamp(max=s.scratch)[:, None]).min(dim=1)
+        s.first.copy_(first.values)
+        eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # eos -1: never
+        s.eos_at.copy_(torch.minimum(s.eos_at, eos_at))
+        s.active.logical_and_((s.remaining > 0) & (s.eos_at >= s.first))
+        pend_cols, pend_valid = left_aligned(s.win_cols, chosen, s.key.gather(1, s.win_cols))
+        s.pend_cols.copy_(pend_cols)
+        s.pend_valid.copy_(pend_valid)
+        win_cols, candidate = s.window()
+        s.win_cols.copy_(win_cols)
+        s.candidate.copy_(candidate)
+        return ~candidate.any()
+
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         W = decode.window
@@ -270,10 +304,12 @@ class SetDLMModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device,
                                                     forced=canvas.forced))
         log = StepLog(B, int(remaining.max()) + 2, device)
-        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, W))
+        whole = self.whole_step_applies(decode, canvas)   # after the first step, every step runs whole
+        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, W), whole)
         fixed = fixed_parts is not None
         if fixed:
-            step = _FixedSetStep(self, *fixed_parts, W)
+            cache, step_fn = fixed_parts   # whole: the first step runs the fixed forward eagerly (one call)
+            step = _FixedSetStep(self, cache, self._fixed_step if whole else step_fn, W)
         elif decode.use_cache:
             step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=policy.all_rows)
             if policy.prefill_apart and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
@@ -330,8 +366,42 @@ class SetDLMModel(ParadigmModel):
                 break
             win_cols, candidate = win_cols[:, :n_next], candidate[:, :n_next]
             step.accepted(pend_cols, pend_valid)
+            if whole:   # the other steps: whole, from this loop's state
+                state = _SetStepState(self, cache, canvas, decode, stop, ids, pos, span, order_key, pend_cols,
+                                      pend_valid, win_cols, candidate, first, remaining, active, eos_at)
+                self.run_whole_steps(step_fn, cache, canvas, state, log, int(remaining.max()) + 1, width=2 * W,
+                                     advance=W if decode.threshold is not None else 1)
+                return log.result()
         canvas.ids.copy_(ids[:, :C])
         return log.result()
+
+
+class _SetStepState(WholeStepState):
+    """SetDLM's whole-step state: the W accepted and W window columns, the per-row counters and the commit-order
+    key, from the eager loop after its first step."""
+
+    def __init__(self, model, cache, canvas: Canvas, decode: DecodeConfig, stop: bool, ids, pos, span, order_key,
+                 pend_cols, pend_valid, win_cols, candidate, first, remaining, active, eos_at):
+        super().__init__(cache, canvas, ids, pos, span, model.eos_id if stop else None, decode.threshold)
+        B, W, width, device = ids.shape[0], decode.window, self.ids.shape[1], ids.device
+        self.mask_id = model.mask_id
+        # commit order "position": the column (left to right); first hitting: the reveal times (never read past
+        # the canvas: those columns are never chosen)
+        self.key = torch.arange(width, device=device).expand(B, width).clone()
+        if order_key is not None:
+            self.key = torch.zeros(B, width, dtype=order_key.dtype, device=device)
+            self.key[:, :self.C] = order_key[:, :self.C]
+        self.arange_w, self.arange_2w = torch.arange(W, device=device), torch.arange(2 * W, device=device)
+        self.pend_cols, self.pend_valid = self.cols(pend_cols, W), self.flags(pend_valid, W)
+        self.win_cols, self.candidate = self.cols(win_cols, W), self.flags(candidate, W)
+        self.first, self.eos_at = self.cols(first), self.cols(eos_at)
+        self.remaining, self.active = remaining.clone(), active.clone()
+
+    def window(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The masked columns among the W from the leftmost mask, left-aligned per row (the eager loop's window)."""
+        cols = (self.first[:, None] + self.arange_w).clamp(max=self.scratch)
+        is_mask = (self.ids.gather(1, cols) == self.mask_id) & self.span.gather(1, cols) & self.active[:, None]
+        return left_aligned(cols, is_mask)
 
 
 class _CachedSetStep:

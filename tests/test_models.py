@@ -11,6 +11,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
+from models.decoding import StopFlag
 from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
 import model_utils
 from model_utils import EOS, LENGTH, VOCAB, LogitsRecorder, random_prompts, tiny
@@ -87,6 +88,44 @@ def test_fixed_shape_steps_same_tokens_and_logits(paradigm, threshold, batch):
                 [g.tokens for g in model.generate(prompts, 12, order)]
 
 
+@pytest.mark.parametrize("paradigm", FIXED_STEPS)
+@pytest.mark.parametrize("threshold", [None, 0.5])
+@pytest.mark.parametrize("late", [False, True])
+def test_whole_steps_same_tokens_nfe_and_steps(paradigm, threshold, late, monkeypatch):
+    """Greedy decoding at fixed shapes runs whole steps after the first (the forward, the token choice, the commits
+    and the stop flag, in place on device state: ParadigmModel.whole_step_applies). Against the eager sliced loop:
+    the same tokens, NFE and tokens per step, for one row and a padded batch whose rows stop at different steps
+    (EOS set to tokens the model emits), with the stop flag read at once (CPU) or one step late (StopFlag: CUDA's
+    way, here on a CPU)."""
+    monkeypatch.setattr(StopFlag, "LATE", late)
+    model = tiny(paradigm, block_size=4)
+    whole_calls, whole_step = [], model._whole_step
+    monkeypatch.setattr(model, "_whole_step", lambda *a: (whole_calls.append(1), whole_step(*a))[1])
+    prompts = random_prompts(3, 4)
+    decodes = [DecodeConfig(threshold=threshold)]
+    if paradigm == "bd3lm":   # the forced-count schedule of spec §3.3
+        decodes.append(DecodeConfig(threshold=threshold, steps_per_block=3))
+    if paradigm == "setdlm":   # accepted tokens enter the cache in first-hitting order
+        decodes.append(DecodeConfig(threshold=threshold, commit_order="first_hitting"))
+    stopped_early, whole_steps_ran = False, 0
+    for decode in decodes:
+        free = model.generate(prompts, 14, decode.replace(stop_at_eos=False))
+        for eos in (None, free[0].tokens[2], free[1].tokens[7]):
+            if eos is not None:
+                model.config = model.config.replace(eos_id=eos)
+            for rows in (prompts[:1], prompts):
+                ref = model.generate(rows, 14, decode.replace(stop_at_eos=eos is not None))
+                whole_calls.clear()
+                out = model.generate(rows, 14, decode.replace(stop_at_eos=eos is not None, compile="fixed"))
+                whole_steps_ran += len(whole_calls)   # none where the first step already stops every row
+                assert [g.tokens for g in out] == [g.tokens for g in ref]
+                assert [g.nfe for g in out] == [g.nfe for g in ref]
+                assert [g.tokens_per_step for g in out] == [g.tokens_per_step for g in ref]
+                stopped_early |= any(len(g.tokens) < 14 for g in ref)
+    assert stopped_early, "the test must stop rows at EOS"
+    assert whole_steps_ran > 10 * len(decodes)
+
+
 @pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
 def test_cache_on_off_same_infill(paradigm):
     model = tiny(paradigm, block_size=4)
@@ -102,20 +141,24 @@ def test_cache_on_off_same_infill(paradigm):
 
 
 @pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
-def test_cache_compaction_keeps_results(paradigm, monkeypatch):
+@pytest.mark.parametrize("compile", ["off", "fixed"])
+def test_cache_compaction_keeps_results(paradigm, compile, monkeypatch):
     """Rows that commit different amounts leave invalid cache slots; with a cache too small to hold them
-    the decoder compacts it, which must not change any token."""
+    the decoder compacts it, which must not change any token. Whole steps (compile="fixed") keep the slot pointer
+    on the device: the host reads it when its bound leaves no room, and compacts then."""
     from models.backbones import KVCache
 
     model = tiny(paradigm, block_size=4)
     prompts = random_prompts(4, 11)
     compactions, original_compact, original_new = [], KVCache.compact, model.backbone.new_cache
     monkeypatch.setattr(KVCache, "compact", lambda self: (compactions.append(1), original_compact(self))[1])
+    monkeypatch.setattr(models.paradigm, "STEP_BUCKET", 1)   # fixed steps: the cache as sized, not a bucket
     tight = max(len(p) for p in prompts) + 36 + (8 if paradigm == "bd3lm" else 16)   # the batch-1 sizing
-    tight_cache = lambda B, capacity: original_new(B, min(capacity, tight))
+    tight_cache = lambda B, capacity, **kw: original_new(B, min(capacity, tight), **kw)
     # the first threshold at which these rows commit different amounts (which one depends on the random model)
     for threshold in (0.7, 0.5, 0.3, 0.1):
-        decode = DecodeConfig(window=8 if paradigm == "setdlm" else None, threshold=threshold, stop_at_eos=False)
+        decode = DecodeConfig(window=8 if paradigm == "setdlm" else None, threshold=threshold, stop_at_eos=False,
+                              compile=compile)
         ref = [model.generate([p], 36, decode)[0].tokens for p in prompts]
         monkeypatch.setattr(model.backbone, "new_cache", tight_cache)
         batched = model.generate(prompts, 36, decode)
