@@ -5,27 +5,34 @@ launches) and eager against torch.compile'd backbones, per paradigm.
 
 Two parts:
   * cpu-preset models at batch 1 (random weights, EOS ignored, 128 new tokens): the eager decode and the same
-    decode compiled, either the paradigm's fixed-shape step (DecodeConfig(compile="on"): one static graph per
-    batch size and cache bucket; its ops are counted on the same step run eagerly, compile="fixed") or the
+    decode compiled, either the paradigm's fixed-shape step (DecodeConfig(compile="on"), greedy: after the first
+    step, every step is a whole step, forward, token choice, commits and stop flag in one static graph per batch
+    size and cache bucket; its ops are counted on the same steps run eagerly, compile="fixed") or the
     backbone's forward (`torch.compile(dynamic=True)`, inductor's C++ wrapper, which
     removes most of the Python launch overhead on a CPU), timed in one interleaved round-robin schedule, with the
-    compile time reported apart (the first call's excess over a timed one; dynamo reuses a compiled graph for a
-    later model of the same architecture in the process, whose row then shows about 0) and the tokens checked
+    compile time reported apart (the first call's excess over a timed one, with inductor's caches in a fresh
+    folder; dynamo reuses a compiled graph for a later model of the same architecture in the process, and a whole
+    step's graph for any threshold, whose row then shows about 0) and the tokens checked
     identical. Dispatched ops are counted with a
     `TorchDispatchMode` over one eager decode, split into the backbone's forward and the decode loop around it, and
     into kernel ops and views (a view launches nothing on a GPU).
   * the published checkpoints' shapes (models/official.py PAPER_BACKBONES: the 12 x 768 DiT of OWT, the 28-layer
     Qwen3 of GSM8K), built on the meta device (no memory, no download): the ops of one cached decode forward of
     each paradigm's step width, plus the loop ops the same paradigm's decode spends per step at cpu-preset size
-    (the loop does not depend on the backbone's size); and, for a paradigm with a fixed-shape step, the launches
-    of that step captured as one CUDA graph: one replay plus the eager loop around it (not measured on a GPU).
+    (the loop does not depend on the backbone's size); and, for a paradigm with whole steps, the launches per step
+    with each whole step captured as one CUDA graph: one replay per whole step, plus what runs outside them (the
+    eager first step or prefill, at the published forward's kernels, and its loop), over the decode's NFE (not
+    measured on a GPU).
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import statistics
+import tempfile
 import time
+from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -42,8 +49,9 @@ VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze"
 # (paradigm, S, tau, what is compiled: the backbone's forward at dynamic shapes, or the paradigm's fixed-shape decode
 # step, DecodeConfig(compile="on"), where the paradigm has one)
 STEPS = (("ar", None, None, "backbone"), ("ar", None, None, "step"), ("mdlm", None, None, "backbone"),
-         ("bd3lm", 4, None, "backbone"), ("bd3lm", 4, None, "step"), ("setdlm", 4, None, "backbone"),
-         ("setdlm", 4, None, "step"), ("setdlm", 4, 0.9, "backbone"))
+         ("bd3lm", 4, None, "backbone"), ("bd3lm", 4, None, "step"), ("bd3lm", 4, 0.9, "step"),
+         ("setdlm", 4, None, "backbone"), ("setdlm", 4, None, "step"), ("setdlm", 4, 0.9, "backbone"),
+         ("setdlm", 4, 0.9, "step"))
 PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar", "gsm8k:bd3lm-s4",
              "gsm8k:setdlm-smax8")
 NEW_TOKENS = 128
@@ -51,13 +59,16 @@ NEW_TOKENS = 128
 
 class OpCounter(TorchDispatchMode):
     """Counts every aten op dispatched inside the block, and how many of them ran inside `model`'s backbone
-    forward; `kernels` leaves out views (VIEW_OPS)."""
+    forward; `kernels` leaves out views (VIEW_OPS). With a model that has whole decode steps (`_whole_step`), it
+    also counts the whole-step calls and, outside them, the kernels and the backbone forwards: what a decode
+    launches with each whole step captured as one CUDA graph."""
 
     def __init__(self, model=None):
         super().__init__()
         self.ops = self.kernels = self.forward_ops = self.forward_kernels = 0
+        self.whole_calls = self.outside_kernels = self.outside_forward_kernels = self.outside_forwards = 0
         self.by_op: collections.Counter = collections.Counter()
-        self._in_forward = 0
+        self._in_forward = self._in_whole = 0
         self.model = model
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -69,6 +80,9 @@ class OpCounter(TorchDispatchMode):
         if self._in_forward:
             self.forward_ops += 1
             self.forward_kernels += kernel
+        if not self._in_whole:
+            self.outside_kernels += kernel
+            self.outside_forward_kernels += kernel and bool(self._in_forward)
         return func(*args, **(kwargs or {}))
 
     def __enter__(self):
@@ -78,27 +92,48 @@ class OpCounter(TorchDispatchMode):
 
             def counted(*a, **k):
                 self._in_forward += 1
+                self.outside_forwards += not self._in_whole
                 try:
                     return self._forward(*a, **k)
                 finally:
                     self._in_forward -= 1
             backbone.forward = counted
+            if hasattr(self.model, "_whole_step"):
+                whole = self.model._whole_step
+
+                def counted_whole(*a):
+                    self._in_whole += 1
+                    self.whole_calls += 1
+                    try:
+                        return whole(*a)
+                    finally:
+                        self._in_whole -= 1
+                self.model._whole_step = counted_whole   # the instance's: ParadigmModel.step_function reads it
         return super().__enter__()
 
     def __exit__(self, *exc):
         if self.model is not None:
             self.model.backbone.forward = self._forward
+            self.model.__dict__.pop("_whole_step", None)
         return super().__exit__(*exc)
 
 
 def ops_per_step(model, prompts, decode: DecodeConfig, new_tokens: int = NEW_TOKENS) -> dict:
-    """Dispatched ops per decode step (per forward) of one eager decode, split into forward and loop."""
+    """Dispatched ops per decode step (per forward) of one eager decode, split into forward and loop; with whole
+    steps (decode.compile "fixed" and greedy), also what runs outside them, per step: the whole-step calls, the
+    eager loop's kernels (`outside_loop_kernels_per_step`) and its backbone forwards (`outside_forwards_per_step`:
+    the prefill or the first step)."""
     with torch.inference_mode(), OpCounter(model) as c:
         gen = model.generate(prompts, new_tokens, decode)
     nfe = max(g.nfe for g in gen)
-    return {"ops_per_step": c.ops / nfe, "kernels_per_step": c.kernels / nfe,
-            "forward_kernels_per_step": c.forward_kernels / nfe,
-            "loop_kernels_per_step": (c.kernels - c.forward_kernels) / nfe, "nfe": nfe}
+    counts = {"ops_per_step": c.ops / nfe, "kernels_per_step": c.kernels / nfe,
+              "forward_kernels_per_step": c.forward_kernels / nfe,
+              "loop_kernels_per_step": (c.kernels - c.forward_kernels) / nfe, "nfe": nfe}
+    if c.whole_calls:
+        counts |= {"whole_steps_per_step": c.whole_calls / nfe,
+                   "outside_loop_kernels_per_step": (c.outside_kernels - c.outside_forward_kernels) / nfe,
+                   "outside_forwards_per_step": c.outside_forwards / nfe}
+    return counts
 
 
 def compile_backbone(model) -> None:
@@ -180,21 +215,28 @@ def published_forward_kernels(key: str, loop: dict[str, float]) -> dict:
 def bench_steps(args) -> dict:
     import torch._inductor.config as inductor_config
 
-    with inductor_config.patch(cpp_wrapper=True):
+    # compile times as a cold run pays them: inductor's on-disk caches in a fresh folder, not the machine's
+    with tempfile.TemporaryDirectory() as cold, mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cold}), \
+            inductor_config.patch(cpp_wrapper=True):
         rows = bench_cpu(max(1, args.repeats))
     print(table(rows, ["paradigm", "S", "threshold", "compiled", "eager_tokens_per_s", "compiled_tokens_per_s",
-                       "speedup",
-                        "compile_s", "identical_tokens", "eager_ms_per_forward", "kernels_per_step",
-                        "forward_kernels_per_step", "loop_kernels_per_step"]))
+                       "speedup", "compile_s", "identical_tokens", "eager_ms_per_forward", "compiled_ms_per_forward",
+                       "kernels_per_step", "forward_kernels_per_step", "loop_kernels_per_step",
+                       "outside_loop_kernels_per_step"]))
     loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows
             if r["threshold"] is None and r["compiled"] == "backbone"}
-    # a fixed-shape step captured as one graph: one replay, plus the eager loop around it (counted on the fixed step)
-    graph_loop = {r["paradigm"]: r["loop_kernels_per_step"] for r in rows if r["compiled"] == "step"}
+    # every whole step captured as one graph: one replay each, plus what runs outside them (the eager loop's kernels
+    # and its forwards: the prefill or first step, at the published forward's kernels), per step
+    whole = {r["paradigm"]: r for r in rows if r["compiled"] == "step" and r["threshold"] is None}
     published = [published_forward_kernels(key, loop) for key in PUBLISHED]
     for row in published:
-        row["graph_launches_per_step"] = 1 + graph_loop[row["paradigm"]] if row["paradigm"] in graph_loop else None
+        w = whole.get(row["paradigm"])
+        row["graph_launches_per_step"] = None if w is None else (
+            w["whole_steps_per_step"] + w["outside_loop_kernels_per_step"]
+            + w["outside_forwards_per_step"] * row["forward_kernels"])
+        row["graph_over_eager"] = None if w is None else row["graph_launches_per_step"] / row["kernels_per_step"]
     print(table(published, ["key", "kind", "layers", "d_model", "step_width", "forward_kernels", "loop_kernels",
-                             "kernels_per_step", "graph_launches_per_step"]))
+                             "kernels_per_step", "graph_launches_per_step", "graph_over_eager"]))
     return {"benchmark": "steps", "new_tokens": NEW_TOKENS, "cpu_rows": rows, "published_rows": published,
             "compile": "backbone: torch.compile(backbone.forward, dynamic=True); step: the paradigm's fixed-shape "
                        "decode step, DecodeConfig(compile='on'); inductor cpp_wrapper"}
