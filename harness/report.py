@@ -522,13 +522,7 @@ def steps_section(bench: Path | None) -> str | None:
         for r in run["published_rows"]])
     where = (f"{run['device_name']}, torch capability {run['cpu_capability']}, {run['threads']} threads, "
              f"{run['dtype']}, batch 1, {run['new_tokens']} new tokens; git {run['git_sha']}, {run['timestamp']}")
-    return (f"{STEPS_BEGIN}
-{where}
-
-{cpu.to_markdown(index=False)}
-
-{published.to_markdown(index=False)}
-"
+    return (f"{STEPS_BEGIN}\n{where}\n\n{cpu.to_markdown(index=False)}\n\n{published.to_markdown(index=False)}\n"
             f"{STEPS_END}")
 
 
