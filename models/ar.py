@@ -3,7 +3,9 @@
 Decoding prefills the (left-padded) prompts in one causal forward that also yields the first
 token, then runs one single-token forward per step, appending its K/V to the preallocated cache.
 NFE = number of generated positions (DecodeConfig.compile fixed / on: the same step at fixed shapes, the cache
-written at a tensor slot and attended whole under a mask, so it compiles once). Infilling sees only the prefix
+written at a tensor slot and attended whole under a mask, so it compiles once; with greedy choice each step after
+the prefill is a whole step, `_whole_step`: the forward, the token choice and the stop flag in place on device
+state). Infilling sees only the prefix
 (the documented AR baseline: it generates exactly n_masked tokens and never sees the suffix).
 
 DecodeConfig(sampler="official") reproduces the official AR sampler (kuleshov-group/setdlms, src/denoiser/ar.py).

@@ -13,7 +13,9 @@
   block costs no extra forward. Rows progress through their blocks independently, so batches
   of prompts with different lengths work. The EOS stop rule is checked when a block completes. With
   DecodeConfig.compile fixed / on, every forward after the prefill is [S pending slots] + [the block] at tensor
-  slots of the whole cache: the same shapes every step, so it compiles once per batch size and cache bucket.
+  slots of the whole cache: the same shapes every step, so it compiles once per batch size and cache bucket. With
+  greedy choice, every step after the first is then a whole step (`_whole_step`: the forward, the forced count, the
+  commits, the block that advances and the stop flag, in place on device state; ParadigmModel.run_whole_steps).
 * Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
   tokens inside the blocks it decodes, not later blocks. infill_context="all" is the official behaviour
   (spec §12 note 5): every complete block of the input without a mask, prefix and suffix, is written to

@@ -282,7 +282,8 @@ class ParadigmModel(nn.Module):
 
     def step_mode(self, decode: DecodeConfig) -> str:
         """DecodeConfig.compile on this model's device: `auto` is `on` on CUDA (one graph replay per step instead of
-        hundreds of launches) and `off` on a CPU (bench steps: 1.1-1.5x per step for 7-9 s of compile per graph)."""
+        hundreds of launches) and `off` on a CPU, where a cold compile costs more than a cpu-sweep cell's steps save
+        (python -m harness.bench steps: its compile s and speedup columns)."""
         if decode.compile == "auto":
             return "on" if self.device.type == "cuda" else "off"
         return decode.compile

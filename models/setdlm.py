@@ -26,7 +26,9 @@ the first step's "accepted" set, so prefill costs no extra forward. Rows of a ba
 own windows; rows stop on EOS (with no mask before it) or when their span is filled; leftover
 masks are removed. Infilling caches prefix and suffix (left to right) before the first step.
 With DecodeConfig.compile fixed / on, every step after the prefill feeds [W accepted slots] + [W window slots]
-(unused ones invalid) at tensor slots of the whole cache: the same shapes every step, so it compiles once.
+(unused ones invalid) at tensor slots of the whole cache: the same shapes every step, so it compiles once. With
+greedy choice, every step after the first is then a whole step (`_whole_step`: the forward, the commits, the window
+that slides and the stop flag, in place on device state; ParadigmModel.run_whole_steps).
 
 DecodeConfig(sampler="official") reproduces the official SetDLM.generate (src/denoiser/setdlm.py). How our
 default differs from it:
