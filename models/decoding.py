@@ -227,6 +227,23 @@ class WholeStepState:
         self.per_step.index_copy_(0, self.step_no, committed[None])
         self.step_no.add_(1)
 
+    HOST = frozenset({"C"})   # attributes only the host reads (they vary per decode: not part of the layout)
+
+    def layout(self) -> tuple:
+        """What a compiled step specialises on: the kind of state, its tensors' names, shapes and dtypes, and its
+        other attributes' values (host-only ones left out)."""
+        return (type(self).__name__, *sorted(
+            (name, tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else (name, v)
+            for name, v in vars(self).items() if name not in self.HOST))
+
+    def load(self, other: "WholeStepState") -> None:
+        """Take `other`'s values (the same layout) into this state's tensors, in place."""
+        for name, value in vars(other).items():
+            if isinstance(value, torch.Tensor):
+                getattr(self, name).copy_(value)
+            else:
+                setattr(self, name, value)
+
     def finish(self, canvas: Canvas, log: StepLog) -> None:
         """Back to the canvas and the log: the tokens decoded and the steps run."""
         canvas.ids.copy_(self.ids[:, :self.C])

@@ -244,6 +244,22 @@ class ParadigmModel(nn.Module):
             return None
         return self.step_cache(batch, capacity), self.step_function(mode, "_whole_step" if whole else "_fixed_step")
 
+    def kept_state(self, state: WholeStepState) -> WholeStepState:
+        """`state` in tensors kept on the model across decodes, one set per state layout (paradigm, batch size and
+        cache bucket; WholeStepState.layout), its values copied in: on CUDA they are marked static, so that a
+        captured graph, which mutates them, replays on the addresses it recorded (as `step_cache`)."""
+        kept = self.__dict__.setdefault("_step_states", {})
+        layout = state.layout()
+        if layout not in kept:
+            kept[layout] = state
+            if self.device.type == "cuda":
+                for value in vars(state).values():
+                    if isinstance(value, torch.Tensor):
+                        torch._dynamo.mark_static_address(value)
+            return state
+        kept[layout].load(state)
+        return kept[layout]
+
     def whole_step_applies(self, decode: DecodeConfig, canvas: Canvas) -> bool:
         """Whether a fixed-shape decode runs whole steps: greedy choice with nothing that keeps host-side or per-row
         state between steps (no repetition penalty, teacher forcing or first-step probe), for a paradigm that has
@@ -262,6 +278,9 @@ class ParadigmModel(nn.Module):
         than a step's slots, to compact the cache if the pointer does too (batches whose rows commit unevenly).
         After the first call, which compiles or picks the graph, the others skip dynamo's guards: every call of
         the loop passes the same objects at the same shapes."""
+        state = self.kept_state(state)
+        compiled = step_fn != self._whole_step
+        cuda_graphs = compiled and cache.valid.device.type == "cuda"
         flag = StopFlag(cache.valid.device)
         bound = cache.length
         with contextlib.ExitStack() as stack:
@@ -272,8 +291,10 @@ class ParadigmModel(nn.Module):
                         cache.compact()
                         state.n.fill_(cache.length)
                         bound = cache.length
+                if cuda_graphs:   # the last replay's outputs are dead (its flag is copied): replay on their memory
+                    torch.compiler.cudagraph_mark_step_begin()
                 finished = step_fn(cache.k, cache.v, cache.valid, state)
-                if i == 0 and step_fn != self._whole_step:   # compiled: its guards passed once
+                if i == 0 and compiled:   # its guards passed once
                     stack.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
                 bound += advance
                 if flag.read(finished):
