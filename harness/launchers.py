@@ -29,6 +29,7 @@ import torch
 
 import models
 from models import get_paradigm
+from models.paradigm import compiled_step_graphs
 from models.checkpoint import atomic_directory
 from tasks import TASKS, Task, TaskError, get_task
 
@@ -411,6 +412,10 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
                 run_ray(plan, cells, store, progress, ray_address, ray_cpus)
             print(f"ran {len(cells)} cells in {format_duration(time.perf_counter() - t0)} (training included)",
                   file=sys.stderr, flush=True)
+            graphs, seconds = compiled_step_graphs()
+            if graphs:
+                print(f"compiled decode steps (--compile): {graphs} graphs, {format_duration(seconds)} of compiling",
+                      file=sys.stderr, flush=True)
         if launcher == "local":
             speed_stage(plan, store, device, progress)
     return store

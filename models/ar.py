@@ -134,7 +134,7 @@ class ARModel(ParadigmModel):
         cache, step_fn = fixed_parts or (self.backbone.new_cache(B, C) if decode.use_cache else None, None)
         if fixed and not whole:   # the slot indices and the step's [B, 1] inputs, preallocated (written in place)
             slots = torch.arange(cache.capacity, device=device)
-            step_ids, step_pos = ids[:, :1].clone(), pos[:, :1].clone()
+            step_ids, step_pos = ids.new_zeros(B, 1), pos.new_zeros(B, 1)   # strides (1, 1) whatever C is
         col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 
         for step in range(N):

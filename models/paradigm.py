@@ -36,8 +36,17 @@ from .official_sampler import official_numerics
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
 STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
+STEP_GRAPH_LIMIT = 256   # compiled graphs a process may hold per step function (dynamo's recompile limit)
 
 PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definition order
+
+
+def compiled_step_graphs() -> tuple[int, float]:
+    """(graphs torch.compile has compiled in this process, seconds it spent compiling them): the decode steps'
+    (DecodeConfig.compile on), the only code the harness compiles."""
+    from torch._dynamo import utils
+
+    return int(utils.counters["stats"]["unique_graphs"]), utils.calculate_time_spent().get("total_wall_time", 0.0)
 
 
 def get_paradigm(name: str) -> type["ParadigmModel"]:
@@ -318,6 +327,10 @@ class ParadigmModel(nn.Module):
             return step
         compiled = self.__dict__.setdefault("_compiled_steps", {})
         if name not in compiled:
+            # one graph per batch size, cache bucket and model shape: a sweep's cells need more than dynamo's
+            # default of 8 per function (its models share their paradigm's step function)
+            for limit in ("recompile_limit", "accumulated_recompile_limit"):
+                setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), STEP_GRAPH_LIMIT))
             how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
                    else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
             compiled[name] = torch.compile(step, dynamic=False, fullgraph=True, **how)

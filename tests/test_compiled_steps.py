@@ -63,5 +63,6 @@ def test_compiled_fixed_forward_same_tokens(paradigm):
     torch._dynamo.utils.counters.clear()
     model = tiny(paradigm, block_size=4, kind="gpt")
     decode = DecodeConfig(stop_at_eos=False, repetition_penalty=1.2, threshold=None if paradigm == "ar" else 0.5)
-    same_decodes(model, [(random_prompts(1, 3), 12)], decode)
-    assert compiled_graphs() == 1
+    calls = [(random_prompts(1, 3), 12), ([[5, 6]], 9)]   # two canvas lengths in one cache bucket
+    same_decodes(model, calls, decode)
+    assert compiled_graphs() == 1, f"{compiled_graphs()} graphs compiled for one batch size in one cache bucket"
