@@ -311,9 +311,12 @@ class ParadigmModel(nn.Module):
         state.finish(canvas, log)
 
     def step_mode(self, decode: DecodeConfig) -> str:
-        """DecodeConfig.compile on this model's device: `auto` is `on` on CUDA (one graph replay per step instead of
+        """DecodeConfig.compile on this model's device and backbone (off for a kind without fixed steps,
+        Backbone.fixed_steps): `auto` is `on` on CUDA (one graph replay per step instead of
         hundreds of launches) and `off` on a CPU, where a cold compile costs more than a cpu-sweep cell's steps save
         (python -m harness.bench steps: its compile s and speedup columns)."""
+        if not self.backbone.fixed_steps:   # a kind with no fixed-shape forward (the oracle's): the same tokens
+            return "off"
         if decode.compile == "auto":
             return "on" if self.device.type == "cuda" else "off"
         return decode.compile

@@ -281,6 +281,19 @@ def test_every_decoder_samples_the_oracle_exactly_at_one_token_per_forward(tag):
         assert f.log_q == pytest.approx(float(lang.conditional_log_prob(p, t)[0]), abs=1e-4)
 
 
+@pytest.mark.parametrize("tag", ["ar", "bd3lm-s4", "setdlm-smax8"])
+def test_the_perfect_model_decodes_eagerly_whatever_compile_says(tag):
+    """The oracle's backbone has no fixed-shape forward (exact numpy arithmetic; Backbone.fixed_steps): a sweep run
+    with --compile on decodes its cells eagerly, with the same tokens, instead of failing."""
+    from models import DecodeConfig
+
+    model, tok = _perfect(tag)
+    prompts = [[tok.bos_id, 5, 6, 7], [tok.bos_id, 8]]
+    assert model.step_mode(DecodeConfig(compile="on")) == "off"
+    on = model.generate(prompts, 6, DecodeConfig(compile="on", stop_at_eos=False))
+    assert [g.tokens for g in on] == [g.tokens for g in model.generate(prompts, 6, DecodeConfig(stop_at_eos=False))]
+
+
 def _independent_block_decode(lang, prefix: list[int], target: list[int], S: int, tau: float) -> tuple[float, int]:
     """(log q_dec(target), forwards) of BD3LM's rule with exact marginals, computed without the harness's decoders
     or the perfect backbone: each candidate's marginal by enumerating its 32 values through OracleLanguage.log_prob."""

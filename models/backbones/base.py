@@ -31,6 +31,9 @@ class Backbone(nn.Module):
     arch_type: ClassVar[type]
     official_samplers: ClassVar[bool] = False   # whether the official checkpoints run on it (their samplers apply)
     learned: ClassVar[bool] = True   # False: an exact model with no weights to learn (no sized_arch; e.g. the oracle's)
+    # fixed-shape decode steps (DecodeConfig.compile): a forward that writes an attention.StepCache and compiles with
+    # torch.compile (every kind built on attention.attend); False decodes with compile off whatever the setting
+    fixed_steps: ClassVar[bool] = True
 
     @classmethod
     def sized_arch(cls, n_layers: int, d_model: int, n_heads: int):

@@ -51,6 +51,7 @@ class OracleBackbone(Backbone):
     kind = "oracle"
     arch_type = OracleArch
     learned = False
+    fixed_steps = False   # exact numpy arithmetic: no fixed-shape (compiled) steps; it decodes with compile off
     n_layers, n_kv_heads, head_dim = 1, 1, 2   # a cache slot holds (token id, position)
 
     def __init__(self, arch: OracleArch, vocab_size: int, length: int, mask_id: int | None):
