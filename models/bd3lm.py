@@ -349,8 +349,9 @@ class BD3LMModel(MDLMModel):
         return self.backbone.logits(h)
 
     @staticmethod
-    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: int) -> torch.Tensor:
-        """k_n of spec §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1)."""
+    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: int | torch.Tensor) -> torch.Tensor:
+        """k_n of spec §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1);
+        `steps` T as an int (the eager loop) or a 0-d tensor (the whole step: one graph for every T)."""
         m = masks_in_block.double()
         T = m.clamp(min=1, max=steps)
         hi = torch.round((1 - step / T).clamp(min=0) * m)
