@@ -11,6 +11,7 @@ import torch
 
 import models
 from models import DecodeConfig
+from models.backbones import llama
 from models.decoding import StopFlag
 from models.paradigm import STEP_BUCKET
 import model_utils
@@ -41,6 +42,7 @@ def compiled_graphs() -> int:
 def test_compiled_whole_steps_same_tokens_and_bounded_recompiles(kind, paradigm, monkeypatch):
     monkeypatch.setattr(model_utils, "DEFAULT_KIND", kind)
     monkeypatch.setattr(StopFlag, "LATE", True)   # the stop flag read one step late, as on CUDA
+    monkeypatch.setattr(llama, "PACKED_MIN_ELEMENTS", 0)   # the llama kind's packed linear, as for real matrices
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     model = tiny(paradigm, block_size=4)

@@ -99,7 +99,8 @@ _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, owner: nn.Module) -> torch.Tensor:
     """F.linear(x, weight, bias), through a prepacked oneDNN weight kept on `owner` where that is faster."""
-    if (not PACKED_LINEAR or not _ONEDNN or torch.is_grad_enabled() or weight.device.type != "cpu"
+    if (not PACKED_LINEAR or not _ONEDNN or torch.compiler.is_compiling()   # compiled: inductor's own linear
+            or torch.is_grad_enabled() or weight.device.type != "cpu"
             or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.numel() < 2 * x.shape[-1]
             or weight.numel() < PACKED_MIN_ELEMENTS   # small matrices: MKL is as fast, without the copy
             or weight.is_inference()):   # inference tensors have no version counter to key the cache on
