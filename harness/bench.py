@@ -14,7 +14,7 @@ under results/bench/<name>.json).
     python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
-    python -m harness.bench steps           # dispatched ops per decode step; eager vs compiled backbones
+    python -m harness.bench steps           # dispatched ops per decode step; eager vs compiled steps and backbones
                                             # (harness/bench_steps.py; the published shapes on the meta device)
     python -m harness.bench gpu             # the prepared GPU check (harness/bench_gpu.py; CUDA, < 8 minutes)
     python -m harness.bench all             # every benchmark above but gpu; one that needs a wheel that is

@@ -1,5 +1,5 @@
 """What a decode step costs beyond its arithmetic: dispatched ops per step (a hardware-free proxy for GPU kernel
-launches) and eager against torch.compile'd backbones, per paradigm.
+launches) and eager against torch.compile'd decode steps and backbones, per paradigm.
 
     python -m harness.bench steps            # writes results/bench/steps.json
 
