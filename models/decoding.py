@@ -187,6 +187,8 @@ class WholeStepState:
     paradigm's subclass adds its loop's state, taken from the eager loop after its first step (`cols` maps that
     loop's column C to `scratch`)."""
 
+    HOST = frozenset({"C"})   # attributes only the host reads (they vary per decode: not part of the layout)
+
     def __init__(self, cache, canvas: Canvas, ids: torch.Tensor, pos: torch.Tensor, span: torch.Tensor,
                  eos_id: int | None, threshold: float | None = None):
         B, C = canvas.ids.shape
@@ -226,8 +228,6 @@ class WholeStepState:
         self.nfe.add_(active.long())
         self.per_step.index_copy_(0, self.step_no, committed[None])
         self.step_no.add_(1)
-
-    HOST = frozenset({"C"})   # attributes only the host reads (they vary per decode: not part of the layout)
 
     def layout(self) -> tuple:
         """What a compiled step specialises on: the kind of state, its tensors' names, shapes and dtypes, and its
@@ -376,7 +376,7 @@ class StopFlag:
 
 
 def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
-                   threshold: float | None) -> torch.Tensor:
+                   threshold: float | torch.Tensor | None) -> torch.Tensor:
     """Which candidates to commit: the n_forced most confident per row plus all with conf >= threshold.
 
     conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).

@@ -17,6 +17,8 @@ VOCAB, LENGTH, EOS = 48, 48, 1
 TINY_ARCH = {kind: backbone.sized_arch(n_layers=2, d_model=32, n_heads=4) for kind, backbone in models.KINDS.items()
              if backbone.learned and not backbone.official_samplers}
 DEFAULT_KIND = "gpt"   # what tiny() builds when no kind is given; test_models' `backbone_kind` fixture sets it
+# the built-in paradigms with fixed-shape (compilable) decode steps: those that read DecodeConfig.compile
+FIXED_STEPS = [p for p in models.paradigm_names() if "compile" in models.get_paradigm(p).knobs]
 
 
 def tiny(paradigm: str, block_size: int | None = 4, seed: int = 0, length: int = LENGTH, sharp: bool = True,

@@ -9,15 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import models
 from models import DecodeConfig
 from models.backbones import llama
 from models.decoding import StopFlag
 from models.paradigm import STEP_BUCKET
 import model_utils
-from model_utils import random_prompts, tiny
-
-FIXED_STEPS = [p for p in models.paradigm_names() if "compile" in models.get_paradigm(p).knobs]
+from model_utils import FIXED_STEPS, random_prompts, tiny
 
 
 def same_decodes(model, calls, decode) -> list:

@@ -14,7 +14,7 @@ from models import Batch, DecodeConfig
 from models.decoding import StopFlag
 from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
 import model_utils
-from model_utils import EOS, LENGTH, VOCAB, LogitsRecorder, random_prompts, tiny
+from model_utils import EOS, FIXED_STEPS, LENGTH, VOCAB, LogitsRecorder, random_prompts, tiny
 
 PARADIGMS = models.paradigm_names()   # the built-in paradigms (read at import, before any test registers one)
 
@@ -51,7 +51,6 @@ def test_cache_on_off_same_tokens_and_logits(paradigm, threshold, batch):
             assert torch.allclose(a[finite], b[finite], atol=1e-4)
 
 
-FIXED_STEPS = [p for p in PARADIGMS if "compile" in models.get_paradigm(p).knobs]   # with a fixed-shape step
 
 
 @pytest.mark.parametrize("paradigm", FIXED_STEPS)
