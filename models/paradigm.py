@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
@@ -32,6 +33,7 @@ from torch import nn
 
 from .backbones.attention import KVCache
 from .decoding import Canvas, StepLog, StopFlag, WholeStepState
+from .exported_step import COMPILED, ExportedStep
 from .official_sampler import official_numerics
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
@@ -42,11 +44,12 @@ PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definitio
 
 
 def compiled_step_graphs() -> tuple[int, float]:
-    """(graphs torch.compile has compiled in this process, seconds it spent compiling them): the decode steps'
-    (DecodeConfig.compile on), the only code the harness compiles."""
+    """(graphs torch.compile and AOTInductor have compiled in this process, seconds they spent compiling them): the
+    decode steps' (DecodeConfig.compile on), the only code the harness compiles."""
     from torch._dynamo import utils
 
-    return int(utils.counters["stats"]["unique_graphs"]), utils.calculate_time_spent().get("total_wall_time", 0.0)
+    return (int(utils.counters["stats"]["unique_graphs"]) + COMPILED["graphs"],
+            utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
 
 
 def get_paradigm(name: str) -> type["ParadigmModel"]:
@@ -285,11 +288,15 @@ class ParadigmModel(nn.Module):
 
         The host keeps an upper bound of the pointer and reads the pointer itself only when the bound leaves less
         than a step's slots, to compact the cache if the pointer does too (batches whose rows commit unevenly).
-        After the first call, which compiles or picks the graph, the others skip dynamo's guards: every call of
-        the loop passes the same objects at the same shapes."""
+        A step compiled ahead of time (ExportedStep) is bound to the cache and state once per decode. For a
+        torch.compile'd one, the calls after the first, which compiles or picks the graph, skip dynamo's guards:
+        every call of the loop passes the same objects at the same shapes."""
         state = self.kept_state(state)
-        compiled = step_fn != self._whole_step
-        cuda_graphs = compiled and cache.valid.device.type == "cuda"
+        exported = isinstance(step_fn, ExportedStep)
+        dynamo = not exported and step_fn != self._whole_step   # torch.compile'd
+        cuda_graphs = dynamo and cache.valid.device.type == "cuda"
+        step = step_fn.bind(cache, state) if exported else functools.partial(step_fn, cache.k, cache.v, cache.valid,
+                                                                               state)
         flag = StopFlag(cache.valid.device)
         bound = cache.length
         with contextlib.ExitStack() as stack:
@@ -297,13 +304,13 @@ class ParadigmModel(nn.Module):
                 if bound + width > cache.capacity:
                     cache.length = bound = int(state.n)
                     if bound + width > cache.capacity:
-                        cache.compact()
+                        cache.compact()   # in place: the bound step's tensors stay the cache's
                         state.n.fill_(cache.length)
                         bound = cache.length
                 if cuda_graphs:   # the last replay's outputs are dead (its flag is copied): replay on their memory
                     torch.compiler.cudagraph_mark_step_begin()
-                finished = step_fn(cache.k, cache.v, cache.valid, state)
-                if i == 0 and compiled:   # its guards passed once
+                finished = step()
+                if i == 0 and dynamo:   # its guards passed once
                     stack.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
                 bound += advance
                 if flag.read(finished):
@@ -322,13 +329,16 @@ class ParadigmModel(nn.Module):
         return decode.compile
 
     def step_function(self, mode: str, name: str = "_fixed_step"):
-        """The paradigm's step `name`, eager ("fixed") or compiled once per model ("on": inductor with its C++
-        wrapper on the CPU, a CUDA graph through mode="reduce-overhead" on CUDA; torch recompiles per batch size
-        and cache bucket)."""
+        """The paradigm's step `name`, eager ("fixed") or compiled once per model ("on"): on a CPU a whole step is
+        compiled ahead of time by AOTInductor (models/exported_step.py: no Python between or around its kernels),
+        a fixed forward by inductor with its C++ wrapper; on CUDA either is a CUDA graph through
+        mode="reduce-overhead". Each compiles once per batch size and cache bucket."""
         step = getattr(self, name)
         if mode == "fixed":
             return step
         compiled = self.__dict__.setdefault("_compiled_steps", {})
+        if name not in compiled and name == "_whole_step" and self.device.type == "cpu":
+            compiled[name] = ExportedStep(self, name)
         if name not in compiled:
             # one graph per batch size, cache bucket and model shape: a sweep's cells need more than dynamo's
             # default of 8 per function (its models share their paradigm's step function)

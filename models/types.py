@@ -104,8 +104,9 @@ class DecodeConfig:
         "decode steps (AR, BD3LM, SetDLM): off (each step attends over the cache slots filled so far), fixed "
         "(every step has the same shapes: the cache written at tensor slots and attended whole under a mask; what "
         "a CUDA graph captures; with greedy choice each step after the first is whole: forward, commits and stop "
-        "flag on the device), on (the fixed step compiled by torch.compile, a CUDA graph on CUDA: compiled "
-        "once per batch size and 64-slot cache bucket, its compile time spent by the first call) or auto (on on "
+        "flag on the device), on (compiled once per batch size and 64-slot cache bucket, its compile time spent "
+        "by the first call: on a CPU a whole step ahead of time by AOTInductor, a fixed forward by torch.compile; "
+        "on CUDA either as a CUDA graph through torch.compile) or auto (on on "
         "CUDA, where a step is mostly kernel launches; off on a CPU, where compiling costs more than it saves at "
         "the harness's sizes: python -m harness.bench steps). Same greedy tokens in all")})
     greedy: bool = True

@@ -1,8 +1,9 @@
-"""The compiled decode steps (DecodeConfig.compile="on" through torch.compile) decode the same greedy tokens as the
-eager sliced step: the whole steps of greedy decoding (forward, token choice, commits and stop flag in one graph) on
-every backbone kind of the invariant suite, compiled once per batch size and cache bucket, and the fixed forward
-alone inside the eager loop (a repetition penalty keeps host-side state), on one kind (CPU; about 5-10 s of
-compiling per graph)."""
+"""The compiled decode steps (DecodeConfig.compile="on") decode the same greedy tokens as the eager sliced step: the
+whole steps of greedy decoding (forward, token choice, commits and stop flag in one graph, compiled ahead of time by
+AOTInductor on a CPU) on every backbone kind of the invariant suite, compiled once per batch size and cache bucket,
+and the fixed forward alone inside the eager loop (a repetition penalty keeps host-side state; torch.compile), on
+one kind (CPU; about 20 s of compiling per ahead-of-time library, 5 s per torch.compile graph). A library reads
+the model's current weights."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from models import DecodeConfig
 from models.backbones import llama
 from models.decoding import StopFlag
-from models.paradigm import STEP_BUCKET
+from models.paradigm import STEP_BUCKET, compiled_step_graphs
 import model_utils
 from model_utils import FIXED_STEPS, random_prompts, tiny
 
@@ -30,18 +31,27 @@ def same_decodes(model, calls, decode) -> list:
     return out
 
 
-def compiled_graphs() -> int:
-    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+def compiled_graphs(before: int = 0) -> int:
+    """Graphs compiled since `before` (a count this returned), by torch.compile or ahead of time (a CPU's whole
+    steps)."""
+    return compiled_step_graphs()[0] - before
 
 
-@pytest.mark.parametrize("paradigm", FIXED_STEPS)
-@pytest.mark.parametrize("kind", sorted(model_utils.TINY_ARCH))
+def kinds_and_paradigms() -> list:
+    """Every paradigm on the default kind and AR on each other kind (its forward, and the llama kind's linear, under
+    export); the other pairs are slow tests (about 20 s of compiling per library)."""
+    return [pytest.param(kind, paradigm, marks=[] if kind == model_utils.DEFAULT_KIND or paradigm == "ar"
+                         else [pytest.mark.slow])
+            for kind in sorted(model_utils.TINY_ARCH) for paradigm in FIXED_STEPS]
+
+
+@pytest.mark.parametrize("kind, paradigm", kinds_and_paradigms())
 def test_compiled_whole_steps_same_tokens_and_bounded_recompiles(kind, paradigm, monkeypatch):
     monkeypatch.setattr(model_utils, "DEFAULT_KIND", kind)
     monkeypatch.setattr(StopFlag, "LATE", True)   # the stop flag read one step late, as on CUDA
     monkeypatch.setattr(llama, "PACKED_MIN_ELEMENTS", 0)   # the llama kind's packed linear, as for real matrices
     torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
+    before = compiled_graphs()
     model = tiny(paradigm, block_size=4)
     decode = DecodeConfig(threshold=None if paradigm == "ar" else 0.5)
     calls = [(random_prompts(3, 0), 12), (random_prompts(3, 1), 9), (random_prompts(3, 0)[1:2], 12)]
@@ -53,15 +63,35 @@ def test_compiled_whole_steps_same_tokens_and_bounded_recompiles(kind, paradigm,
     assert any(len(g.tokens) < n for g, n in same_decodes(model, calls, decode)), "some row must stop at EOS"
     # canvases of different lengths share a bucket of STEP_BUCKET slots: one graph per batch size (3, then 1)
     assert max(len(p) for p, _ in calls[:2]) + 12 <= STEP_BUCKET
-    assert compiled_graphs() == 2, f"{compiled_graphs()} graphs compiled for 2 batch sizes in one cache bucket"
+    graphs = compiled_graphs(before)
+    assert graphs == 2, f"{graphs} graphs compiled for 2 batch sizes in one cache bucket"
 
 
 @pytest.mark.parametrize("paradigm", FIXED_STEPS)
 def test_compiled_fixed_forward_same_tokens(paradigm):
     torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
+    before = compiled_graphs()
     model = tiny(paradigm, block_size=4, kind="gpt")
     decode = DecodeConfig(stop_at_eos=False, repetition_penalty=1.2, threshold=None if paradigm == "ar" else 0.5)
     calls = [(random_prompts(1, 3), 12), ([[5, 6]], 9)]   # two canvas lengths in one cache bucket
     same_decodes(model, calls, decode)
-    assert compiled_graphs() == 1, f"{compiled_graphs()} graphs compiled for one batch size in one cache bucket"
+    graphs = compiled_graphs(before)
+    assert graphs == 1, f"{graphs} graphs compiled for one batch size in one cache bucket"
+
+
+def test_compiled_whole_steps_read_the_models_current_weights():
+    """A library compiled ahead of time takes the weights by pointer at every decode: a second model of the same
+    config reuses it and decodes its own tokens, and so does the first after its weights change in place."""
+    decode = DecodeConfig(stop_at_eos=False)
+    prompts = random_prompts(2, 0)
+    first, second = tiny("ar", seed=0), tiny("ar", seed=1)
+    eager = [[g.tokens for g in m.generate(prompts, 10, decode)] for m in (first, second)]
+    assert eager[0] != eager[1], "the two models must decode differently for the test to tell them apart"
+    assert [g.tokens for g in first.generate(prompts, 10, decode.replace(compile="on"))] == eager[0]
+    before = compiled_graphs()
+    assert [g.tokens for g in second.generate(prompts, 10, decode.replace(compile="on"))] == eager[1]
+    assert compiled_graphs(before) == 0, "a model of the same config compiled its own library"
+    with torch.no_grad():
+        for a, b in zip(first.parameters(), second.parameters()):
+            a.copy_(b)
+    assert [g.tokens for g in first.generate(prompts, 10, decode.replace(compile="on"))] == eager[1]

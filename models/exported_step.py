@@ -1,0 +1,96 @@
+"""A paradigm's whole decode step compiled ahead of time by AOTInductor: DecodeConfig(compile="on") on a CPU.
+
+A whole step (`ParadigmModel._whole_step`: forward, token choice, commits and stop flag, in place on device state)
+has fixed shapes, so it can be exported once (`torch.export`) and compiled to a shared library
+(`torch._inductor.aoti_compile_and_package`) per state layout (paradigm, batch size, cache bucket, dtype). A call
+of that library goes straight to its C++ wrapper. A `torch.compile`d step instead pays dynamo's Python wrapper on
+every call (guard lookup, the AOT dispatcher's runtime wrappers), a quarter or more of a cpu-preset step at d=128.
+The weights are not baked into the library: they are handed to it by pointer at every decode
+(`load_constants(user_managed=True)`), so it always reads the model's current parameters.
+
+CUDA keeps `torch.compile(mode="reduce-overhead")`, which captures the same step as a CUDA graph
+(ParadigmModel.step_function).
+
+    python -m harness.bench steps      # eager against compiled whole steps, per paradigm, with compile seconds
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import tempfile
+import time
+import warnings
+from typing import Callable
+
+import torch
+from torch import nn
+
+COMPILED = {"graphs": 0, "seconds": 0.0}   # what this process has compiled ahead of time (compiled_step_graphs)
+# the libraries, shared by models of one class and config: what a library computes depends only on those, the
+# state's layout and the shapes and dtypes it is called at (the weights come by pointer, at every decode)
+LIBRARIES: dict[tuple, object] = {}
+
+
+class _StepModule(nn.Module):
+    """`model.<name>(k, v, valid, state)` over flat tensor arguments, as torch.export takes them; the state's
+    non-tensor attributes are those of `template` (they are part of its layout, so fixed per library)."""
+
+    def __init__(self, model: nn.Module, name: str, template, n_layers: int, fields: list[str]):
+        super().__init__()
+        self.model, self.name, self.template, self.n_layers, self.fields = model, name, template, n_layers, fields
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        L = self.n_layers
+        state = copy.copy(self.template)
+        for field, value in zip(self.fields, args[2 * L + 1:]):
+            setattr(state, field, value)
+        return getattr(self.model, self.name)(list(args[:L]), list(args[L:2 * L]), args[2 * L], state)
+
+
+class ExportedStep:
+    """The model's step `name` compiled ahead of time, one library per model class and config, state layout, and
+    shapes and dtypes of the cache and the weights (LIBRARIES); `bind` gives a decode's loop its step as a call
+    without arguments."""
+
+    def __init__(self, model: nn.Module, name: str = "_whole_step"):
+        self.model, self.name = model, name
+
+    def constants(self) -> dict[str, torch.Tensor]:
+        """The model's parameters and buffers under the names the exported program gives them."""
+        return dict(itertools.chain(self.model.named_parameters(prefix="model"),
+                                    self.model.named_buffers(prefix="model")))
+
+    def bind(self, cache, state) -> Callable[[], torch.Tensor]:
+        """The step on `cache` (KVCache: k, v, valid) and `state` (WholeStepState), compiled at the first decode of
+        its layout; each call runs one step in place and returns the stop flag."""
+        fields = [name for name, value in vars(state).items() if isinstance(value, torch.Tensor)]
+        args = (*cache.k, *cache.v, cache.valid, *(getattr(state, name) for name in fields))
+        constants = self.constants()
+        key = (type(self.model), self.model.config, self.name, state.layout(),
+               tuple((tuple(a.shape), a.dtype, a.device) for a in args[:2 * len(cache.k) + 1]),
+               tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in constants.items()))
+        if key not in LIBRARIES:
+            LIBRARIES[key] = self._compile(args, state, len(cache.k), fields)
+        library = LIBRARIES[key]
+        names = set(library.get_constant_fqns())
+        library.load_constants({n: t for n, t in constants.items() if n in names}, check_full_update=False,
+                               user_managed=True)   # the model's own tensors, by pointer: current weights
+        return functools.partial(library, *args)
+
+    def _compile(self, args: tuple, state, n_layers: int, fields: list[str]):
+        t0 = time.perf_counter()
+        module = _StepModule(self.model, self.name, state, n_layers, fields)
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as folder:
+            warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)   # torch's own
+            with torch.inference_mode(False), torch.no_grad():   # export traces ordinary tensors, not inference ones
+                examples = tuple(a.clone() for a in args)
+                program = torch.export.export(module, examples, strict=False)
+            path = torch._inductor.aoti_compile_and_package(   # loading unpacks the library: the package can go
+                program, package_path=f"{folder}/step.pt2",
+                inductor_configs={"aot_inductor.package_constants_in_so": False})
+            library = torch._inductor.aoti_load_package(path)
+        COMPILED["graphs"] += 1
+        COMPILED["seconds"] += time.perf_counter() - t0
+        return library
