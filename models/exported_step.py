@@ -74,8 +74,11 @@ class ExportedStep:
         if key not in LIBRARIES:
             LIBRARIES[key] = self._compile(args, state, len(cache.k), fields)
         library = LIBRARIES[key]
-        names = set(library.get_constant_fqns())
-        library.load_constants({n: t for n, t in constants.items() if n in names}, check_full_update=False,
+        names = library.get_constant_fqns()
+        missing = [n for n in names if n not in constants]
+        if missing:   # never run a library on constants it was not handed
+            raise RuntimeError(f"the compiled {self.name} needs constants the model lacks: {', '.join(missing)}")
+        library.load_constants({n: constants[n] for n in names}, check_full_update=True,
                                user_managed=True)   # the model's own tensors, by pointer: current weights
         return functools.partial(library, *args)
 
