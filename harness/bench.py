@@ -8,6 +8,8 @@ under results/bench/<name>.json).
                                             # the cpu preset trains (+ --extra-block-sizes, random weights)
     python -m harness.bench train           # training tokens/s; SetDLM static mask vs per-order masks;
                                             # two-stream attention split vs one masked call; fp32 vs bf16
+    python -m harness.bench train-compiled  # eager vs compiled training steps (harness.train --compile on) and
+                                            # the compile seconds, the cpu preset's text and oracle models
     python -m harness.bench gradvar         # gradient variance: SetDLM's all-token loss vs naive masked
     python -m harness.bench convergence     # validation curves: SetDLM's all-token loss vs naive training
                                             # (the oracle ablation family's order-agnostic model and its twin)
@@ -53,7 +55,7 @@ from .precision import PHASES, cpu_has_native_bf16, explain as precision_explain
 from .presets import get_preset
 from .timing import Stopwatch
 from .cache import checkpoint_dir
-from .train import make_optimizer
+from .train import compiles_training, make_optimizer, training_forward
 
 NEW_TOKENS = 128
 PRECISION_NEW_TOKENS = 32   # bench precision's decoding rows: bf16 is emulated (~16x slower) on an AVX2 CPU
@@ -255,8 +257,9 @@ def bench_matched(args) -> dict:
     return {"benchmark": "matched", "rows": rows}
 
 
-def train_step_run(model, cfg):
-    """One timed optimiser step of `model` on a fixed batch (a warm-up step is done here)."""
+def train_step_run(model, cfg, compiled: bool = False):
+    """One timed optimiser step of `model` on a fixed batch (a warm-up step is done here, its seconds in the run's
+    `warmup_s`); `compiled`: the backbone's forward through torch.compile (harness.train --compile on)."""
     model.train()
     opt = make_optimizer(model, cfg)
     x = torch.randint(3, model.config.vocab_size - 1, (cfg.batch_size, cfg.length),
@@ -264,13 +267,14 @@ def train_step_run(model, cfg):
 
     def run() -> dict:
         with Stopwatch(model.device) as sw:
-            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"), \
+                    training_forward(model, compiled):
                 loss = model.loss(Batch(x))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
         return {"seconds": sw.seconds, "tokens": cfg.batch_size * cfg.length}
-    run()
+    run.warmup_s = run()["seconds"]
     return run
 
 
@@ -325,6 +329,50 @@ def bench_train(args) -> dict:
             "one_call_attention_repeats": {name: [r["seconds"] for r in t] for name, t in one_call.items()},
             "ar_precision": precisions, "ar_bf16_over_fp32_step_time": bf16_over_fp32,
             "auto_precision": resolve_precision("auto", "cpu", "train")}
+
+
+def bench_train_compiled(args) -> dict:
+    """Eager against compiled training steps (harness.train --compile on) for the models the cpu preset trains on text
+    and the oracle family's, fp32, interleaved by round (every model's eager and compiled step each round). The
+    compile seconds are a cold run's (inductor's caches in a fresh folder): the compiled warm-up step's excess over a
+    timed one. `pays_after_steps`: steps of training that recover them."""
+    import os
+    import tempfile
+    from unittest import mock
+
+    preset = get_preset("cpu")
+    configs = [*preset.train_configs(precision="fp32"), *preset.families[0].train_configs(precision="fp32")]
+    names = [f"{'oracle ' if c.corpus == preset.families[0].base.corpus else ''}{c.paradigm}"
+             + (f" S={c.block_size}" if c.block_size else "") for c in configs]
+    with tempfile.TemporaryDirectory() as cold, mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cold}):
+        runs = [train_step_run(random_model(model_config_of(c)), c, compiled) for c in configs
+                for compiled in (False, True)]
+    timed = interleaved(runs, args.repeats)
+    rows = []
+    for i, (cfg, name) in enumerate(zip(configs, names)):
+        eager, compiled = timed[2 * i], timed[2 * i + 1]
+        eager_s, compiled_s = (statistics.median(r["seconds"] for r in t) for t in (eager, compiled))
+        compile_s = max(0.0, runs[2 * i + 1].warmup_s - compiled_s)
+        rows.append({"model": name, "batch": cfg.batch_size, "length": cfg.length, "steps": cfg.steps,
+                     "eager_s_per_step": eager_s, "compiled_s_per_step": compiled_s,
+                     "speedup": paired_ratio(eager, compiled), "compile_s": compile_s,
+                     "saved_in_preset_s": (eager_s - compiled_s) * cfg.steps,
+                     "pays_after_steps": compile_s / (eager_s - compiled_s) if eager_s > compiled_s else None,
+                     "eager_repeats": [r["seconds"] for r in eager],
+                     "compiled_repeats": [r["seconds"] for r in compiled]})
+    print(table(rows, ["model", "batch", "length", "steps", "eager_s_per_step", "compiled_s_per_step", "speedup",
+                       "compile_s", "saved_in_preset_s", "pays_after_steps"]))
+    # a model whose backbone takes the same shapes as an earlier one's reuses its graph (compile_s about 0): the
+    # sweep's balance is the sum over its models
+    compile_total, saved_total = sum(r["compile_s"] for r in rows), sum(r["saved_in_preset_s"] for r in rows)
+    print(f"the cpu preset's training, compiled: {saved_total:.0f} s saved over its steps, {compile_total:.0f} s of "
+          f"compiling (net {saved_total - compile_total:+.0f} s); --compile auto compiles on a CPU: "
+          f"{compiles_training('auto', torch.device('cpu'))}")
+    return {"benchmark": "train-compiled", "rows": rows, "precision": "fp32",
+            "preset_compile_s": compile_total, "preset_saved_s": saved_total,
+            "compile": "torch.compile(backbone.forward, dynamic=False) inside the training step (harness.train "
+                       "training_forward); the paradigm's random draws and the loss head eager",
+            "auto_compiles_on_cpu": compiles_training("auto", torch.device("cpu"))}
 
 
 def _one_call_attention(model):
@@ -474,6 +522,7 @@ def bench_steps(args) -> dict:
 
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
+              "train-compiled": bench_train_compiled,
               "gradvar": bench_gradvar, "convergence": bench_convergence, "precision": bench_precision,
               "smollm2": bench_smollm2, "steps": bench_steps}
 

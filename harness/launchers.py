@@ -414,7 +414,8 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
                   file=sys.stderr, flush=True)
             graphs, seconds = compiled_step_graphs()
             if graphs:
-                print(f"compiled decode steps (--compile): {graphs} graphs, {format_duration(seconds)} of compiling",
+                print(f"compiled (decode steps with --compile, training on CUDA): {graphs} graphs, "
+                      f"{format_duration(seconds)} of compiling",
                       file=sys.stderr, flush=True)
         if launcher == "local":
             speed_stage(plan, store, device, progress)

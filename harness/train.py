@@ -5,8 +5,10 @@ bf16 autocast (`--precision auto` = bf16 only where it is native: harness/precis
 length-L windows of the tokenised corpus (harness/data.py); deterministic under a seed; resumable
 (harness/train_state.py: the state is saved every `--save-every` steps and picked up by a rerun
 with the same config); stops with a clear message on a non-finite loss instead of writing a
-poisoned checkpoint. With `eval_every` a validation curve (each row's bound every few steps, common random
-numbers) goes into the checkpoint's config.json (`val_curve`; harness.bench convergence reads it). Where
+poisoned checkpoint. `--compile on` runs the backbone's training forward and backward through
+torch.compile (`training_forward`; `auto`, the default, compiles on CUDA only: python -m harness.bench train
+measures what it gains on a CPU against its compile time). With `eval_every` a validation curve (each row's bound
+every few steps, common random numbers) goes into the checkpoint's config.json (`val_curve`; harness.bench convergence reads it). Where
 checkpoints live: harness/cache.py.
 
     python -m harness.train --paradigm setdlm --block-size 4 --steps 300 --length 128
@@ -17,6 +19,7 @@ checkpoints live: harness/cache.py.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import shutil
@@ -101,10 +104,47 @@ def row_bounds(model: models.ParadigmModel, rows: torch.Tensor, seed: int, sampl
     return out
 
 
+TRAIN_COMPILE = ("auto", "on", "off")
+
+
+def compiles_training(setting: str, device: torch.device) -> bool:
+    """Whether `--compile setting` compiles the training forward on `device`: `auto` only on CUDA. On a CPU at the
+    cpu preset's sizes the step is bound by its GEMMs, and what compiling gains does not pay for its 30-45 s per
+    model (python -m harness.bench train: the compiled rows and their compile seconds)."""
+    if setting not in TRAIN_COMPILE:
+        raise ValueError(f"compile must be one of {', '.join(TRAIN_COMPILE)}, got {setting!r}")
+    return setting == "on" or (setting == "auto" and device.type == "cuda")
+
+
+def training_forward(model: models.ParadigmModel, compiled: bool):
+    """A context for the training steps' loss: inside it the backbone's forward (and so its backward) runs through
+    torch.compile, once per model, at the training batch's fixed shapes; outside it, validation, curves and
+    checkpoints see the eager module, its parameters and state-dict keys unchanged. The paradigm's random draws
+    (t, masks, orders) stay eager, so a step's loss and gradients are eager's to float tolerance."""
+    backbone = model.backbone
+    if not compiled:
+        return contextlib.nullcontext()
+    step = backbone.__dict__.get("_training_forward")
+    if step is None:
+        step = backbone.__dict__["_training_forward"] = torch.compile(backbone.forward, dynamic=False)
+
+    @contextlib.contextmanager
+    def routed():
+        backbone.forward = step   # an instance attribute: nn.Module.__call__ reads self.forward
+        try:
+            yield
+        finally:
+            del backbone.forward
+    return routed()
+
+
 # -- the loop -----------------------------------------------------------------------------------------
-def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progress: bool = True) -> Path:
-    """Train (or resume) the model of `cfg`; returns its checkpoint directory."""
+def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progress: bool = True,
+          compile: str = "auto") -> Path:
+    """Train (or resume) the model of `cfg`; returns its checkpoint directory. `compile`: TRAIN_COMPILE
+    (compiles_training); like the device, it is not part of the config's hash (it changes only float rounding)."""
     dev = resolve_device(device)
+    compiled = compiles_training(compile, dev)
     out = checkpoint_dir(cfg)
     torch.manual_seed(cfg.seed)
     pretrained = None
@@ -122,7 +162,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     torch.manual_seed(cfg.seed)
     model = pretrained if pretrained is not None else build_model(cfg, tok).to(dev)
     if isinstance(cfg.init_from, TrainConfig):  # adapt a trained model (e.g. AR -> diffusion): same backbone, its weights
-        parent = models.load(ensure_trained(cfg.init_from, device, progress), device=dev)
+        parent = models.load(ensure_trained(cfg.init_from, device, progress, compile), device=dev)
         model.load_state_dict(parent.state_dict())
     model.train()
     opt = make_optimizer(model, cfg)
@@ -140,7 +180,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         x = random_windows(stream, cfg.batch_size, cfg.length, data_gen).to(dev)
-        with autocast:
+        with autocast, training_forward(model, compiled):
             loss = model.loss(Batch(x))
         if not torch.isfinite(loss):
             raise TrainingError(f"{cfg.model_id}: non-finite loss ({loss.item()}) at step {step}; "
@@ -173,7 +213,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
         raise TrainingError(f"{cfg.model_id}: validation NLL is not finite; no checkpoint written")
     extra = {"train": dataclasses.asdict(cfg), "model_id": cfg.model_id, "val_nll_per_token": val_nll,
              "train_seconds": train_seconds, "train_tokens": cfg.steps * tokens_per_step,
-             "torch_version": torch.__version__, "device": dev.type}
+             "torch_version": torch.__version__, "device": dev.type, "compiled": compiled}
     if cfg.eval_every:   # training weights (not the EMA) at each point; rows and draws fixed by the seed
         extra["val_curve"] = {"rows": int(curve_rows.shape[0]), "samples": CURVE_SAMPLES, "points": curve}
     models.save(model, out, tokenizer=tok, extra=extra)
@@ -181,9 +221,9 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
     return out
 
 
-def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True) -> Path:
+def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True, compile: str = "auto") -> Path:
     """The cached checkpoint of cfg, training it first if it is missing or unreadable."""
-    return checkpoint_dir(cfg) if is_cached(cfg) else train(cfg, device, progress=progress)
+    return checkpoint_dir(cfg) if is_cached(cfg) else train(cfg, device, progress=progress, compile=compile)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"every N steps, each of {CURVE_ROWS} validation rows' bound into the checkpoint (val_curve)")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--save-every", type=number(int, 0), default=100)
+    ap.add_argument("--compile", choices=TRAIN_COMPILE, default="auto",
+                    help="run the backbone's training forward and backward through torch.compile: on, off, or auto "
+                         "(default: on CUDA only; on a CPU at the cpu preset's sizes it does not pay for its compile "
+                         "time, python -m harness.bench train)")
     args = ap.parse_args(argv)
     try:
         precision = resolve_precision(args.precision, resolve_device(args.device).type, "train")
@@ -238,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = cfg.replace(**overrides)
         if arch:
             cfg = cfg.with_arch(**arch)
-        path = train(cfg, args.device, save_every=args.save_every)
+        path = train(cfg, args.device, save_every=args.save_every, compile=args.compile)
     except (ValueError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

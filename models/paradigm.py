@@ -45,7 +45,8 @@ PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definitio
 
 def compiled_step_graphs() -> tuple[int, float]:
     """(graphs torch.compile and AOTInductor have compiled in this process, seconds they spent compiling them): the
-    decode steps' (DecodeConfig.compile on), the only code the harness compiles."""
+    decode steps' (DecodeConfig.compile on) and the training forwards' (harness.train --compile), the only code the
+    harness compiles."""
     from torch._dynamo import utils
 
     return (int(utils.counters["stats"]["unique_graphs"]) + COMPILED["graphs"],

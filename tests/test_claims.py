@@ -18,7 +18,7 @@ from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, fro
 from harness.schema import STORED_KEYS
 from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, load_runs,
                             oracle_section, plot_task, pretrained_section, readme_section, steps_section,
-                            task_table)
+                            task_table, train_compiled_section)
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,6 +175,9 @@ def test_readme_section_is_generated_from_the_committed_results():
     assert pretrained is not None and pretrained in readme, "README's pretrained table is stale (same command)"
     steps = steps_section(bench_dir(REFERENCE))
     assert steps is not None and steps in readme, "README's decode-step tables are stale (same command)"
+    train_compiled = train_compiled_section(bench_dir(REFERENCE))
+    assert train_compiled is not None and train_compiled in readme, \
+        "README's compiled-training table is stale (same command)"
 
 
 def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tmp_path):

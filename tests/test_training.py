@@ -111,3 +111,46 @@ def test_the_validation_curve_leaves_training_unchanged(tmp_path, monkeypatch):
     assert [p["step"] for p in curve["points"]] == [0, 4, 6]
     assert all(len(p["nll"]) == curve["rows"] <= CURVE_ROWS for p in curve["points"])
     assert curve["points"][0]["nll"] != curve["points"][-1]["nll"]
+
+
+@pytest.mark.parametrize("paradigm,block", [pytest.param("ar", None, marks=pytest.mark.slow),
+                                            pytest.param("mdlm", None, marks=pytest.mark.slow),
+                                            pytest.param("bd3lm", 4, marks=pytest.mark.slow), ("setdlm", 4)])
+def test_compiled_training_steps_match_eager_loss_and_gradients(paradigm, block):
+    """`--compile on`: the backbone's training forward through torch.compile gives eager's loss and gradients (float
+    tolerance) at every step of an optimiser run, in one graph (the updated parameters are its inputs, not guards),
+    and leaves the module eager outside the step. One paradigm by default (about 15 s of compiling each)."""
+    import copy
+
+    from harness.train import compiles_training, training_forward
+    from models import from_config
+    from models.paradigm import compiled_step_graphs
+
+    assert not compiles_training("auto", torch.device("cpu")) and compiles_training("auto", torch.device("cuda"))
+    with pytest.raises(ValueError, match="compile must be one of"):
+        compiles_training("yes", torch.device("cpu"))
+    cfg = TrainConfig(paradigm=paradigm, block_size=block, length=LENGTH, backbone=gpt_spec(n_layers=2, d_model=32, n_heads=2),
+                      steps=3, batch_size=4, tokenizer=f"bpe:{VOCAB}")
+    torch.manual_seed(0)
+    eager = from_config(cfg.model_config(VOCAB, VOCAB - 1, 2, 0)).train()
+    compiled = copy.deepcopy(eager)
+    optimizers = [make_optimizer(m, cfg) for m in (eager, compiled)]
+    x = torch.randint(3, VOCAB - 1, (cfg.batch_size, LENGTH), generator=torch.Generator().manual_seed(0))
+    graphs = compiled_step_graphs()[0]
+    for step in range(cfg.steps):
+        losses = []
+        for model, opt, on in ((eager, optimizers[0], False), (compiled, optimizers[1], True)):
+            torch.manual_seed(step)   # the paradigm's draws (t, masks, orders) stay eager: the same for both
+            with training_forward(model, on):
+                loss = model.loss(Batch(x))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            losses.append(loss)
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+        for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        for opt in optimizers:
+            opt.step()
+    assert compiled_step_graphs()[0] - graphs == 1, "the compiled training forward took more than one graph"
+    assert "forward" not in vars(compiled.backbone), "the backbone stays eager outside the training step"
+    assert sorted(compiled.state_dict()) == sorted(eager.state_dict())
