@@ -1,6 +1,7 @@
 """The compiled decode steps (DecodeConfig.compile="on") decode the same greedy tokens as the eager sliced step: the
 whole steps of greedy decoding (forward, token choice, commits and stop flag in one graph, compiled ahead of time by
-AOTInductor on a CPU) on every backbone kind of the invariant suite, compiled once per batch size and cache bucket,
+AOTInductor on a CPU) on every paradigm of the default kind (the other kinds of the invariant suite as slow tests),
+compiled once per batch size and cache bucket,
 and the fixed forward alone inside the eager loop (a repetition penalty keeps host-side state; torch.compile), on
 one kind (CPU; about 20 s of compiling per ahead-of-time library, 5 s per torch.compile graph). A library reads
 the model's current weights."""
@@ -38,10 +39,9 @@ def compiled_graphs(before: int = 0) -> int:
 
 
 def kinds_and_paradigms() -> list:
-    """Every paradigm on the default kind and AR on each other kind (its forward, and the llama kind's linear, under
-    export); the other pairs are slow tests (about 20 s of compiling per library)."""
-    return [pytest.param(kind, paradigm, marks=[] if kind == model_utils.DEFAULT_KIND or paradigm == "ar"
-                         else [pytest.mark.slow])
+    """Every paradigm on the default kind; every pair on the other kinds (their forwards, and the llama kind's packed
+    linear, under export) is a slow test (about 20 to 40 s of compiling per library)."""
+    return [pytest.param(kind, paradigm, marks=[] if kind == model_utils.DEFAULT_KIND else [pytest.mark.slow])
             for kind in sorted(model_utils.TINY_ARCH) for paradigm in FIXED_STEPS]
 
 
