@@ -19,10 +19,13 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   and the fraction of generated tokens on which the two agree.
 * train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
   a learnable synthetic stream; first and last losses and tokens/s.
-* steps (last, so that the time budget drops it first): the AR, BD3LM and SetDLM decode steps sliced, at fixed
+* steps (late, so that the time budget drops it first): the AR, BD3LM and SetDLM decode steps sliced, at fixed
   shapes and compiled (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through
   torch.compile's reduce-overhead) on every learned kind: tokens/s of each, compile seconds, rows whose tokens
   equal the sliced step's, and how many graphs inductor declined to capture.
+* train_compiled (last): every paradigm on the gpt kind trained eager and with the backbone's training forward
+  through torch.compile (harness.train --compile on; `auto` compiles on CUDA), from the same weights on the same
+  batches and draws: tokens/s of each, compile seconds, the largest loss difference of the two runs.
 
 `ok` in the JSON is true when every section ran; token equality is reported, not enforced (in bf16 the
 cached and uncached paths round differently and a near-tie can flip a token), and `cache_equal_all`
@@ -304,6 +307,16 @@ def synthetic_batch(z: Sizes, step: int, device) -> torch.Tensor:
     return (offset + t % period).clamp(max=z.vocab - 2).to(device)
 
 
+def trainable(paradigm: str, kind: str, z: Sizes, device: torch.device):
+    """A seeded model to train, in training mode: the default init (it trains better than the sharpened one)."""
+    torch.manual_seed(0)
+    model = build(paradigm, kind, z).to(device)
+    for p in model.parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.02)
+    return model.train()
+
+
 def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
     import models
     from models import Batch
@@ -316,12 +329,7 @@ def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
                 rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
                 continue
             try:
-                torch.manual_seed(0)
-                model = build(paradigm, kind, z).to(device)
-                for p in model.parameters():   # the default init trains better than the sharpened one
-                    if p.dim() == 2:
-                        torch.nn.init.normal_(p, std=0.02)
-                model.train()
+                model = trainable(paradigm, kind, z, device)
                 opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
                 losses = []
                 with Stopwatch(device) as clock:
@@ -345,6 +353,54 @@ def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
     return rows
 
 
+def bench_train_compiled(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
+    """Every paradigm on the gpt kind trained `z.train_steps` steps twice from the same weights on the same batches
+    and draws: eager, and with the backbone's training forward through torch.compile (harness.train --compile on,
+    the default `auto` on CUDA). Rows: tokens/s of each (the compiled run without its first, compiling, step), the
+    compile seconds (that step's excess over a compiled one) and the largest difference of the two runs' losses."""
+    import models
+    from models import Batch
+    from harness.train import training_forward
+
+    def run(model, compiled: bool) -> tuple[list[float], list[float]]:
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+        losses, seconds = [], []
+        for step in range(z.train_steps):
+            x = synthetic_batch(z, step, device)
+            torch.manual_seed(step)   # the paradigm's draws, the same in both runs
+            with Stopwatch(device) as clock:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"), \
+                        training_forward(model, compiled):
+                    loss = model.loss(Batch(x))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
+            seconds.append(clock.seconds)
+        return losses, seconds
+
+    rows = []
+    for paradigm in models.paradigm_names():
+        if time.perf_counter() > deadline:
+            rows.append({"kind": "gpt", "paradigm": paradigm, "skipped": "time budget"})
+            continue
+        try:
+            (eager_losses, eager_s), (compiled_losses, compiled_s) = (
+                run(trainable(paradigm, "gpt", z, device), compiled) for compiled in (False, True))
+        except Exception as e:   # noqa: BLE001  (recorded in its row)
+            rows.append({"kind": "gpt", "paradigm": paradigm, "error": error_text(e)})
+            continue
+        tokens = z.train_batch * z.length
+        steady = statistics.median(compiled_s[1:])
+        rows.append({"kind": "gpt", "paradigm": paradigm, "steps": z.train_steps,
+                     "eager_tokens_per_s": round(tokens * len(eager_s[1:]) / sum(eager_s[1:]), 1),
+                     "compiled_tokens_per_s": round(tokens * len(compiled_s[1:]) / sum(compiled_s[1:]), 1),
+                     "speedup": round(sum(eager_s[1:]) / sum(compiled_s[1:]), 3),
+                     "compile_s": round(max(0.0, compiled_s[0] - steady), 2),
+                     "max_loss_diff": max(abs(a - b) for a, b in zip(eager_losses, compiled_losses))})
+    return rows
+
+
 def table(rows: list[dict], cols: list[str]) -> str:
     rows = [r for r in rows if all(c in r for c in cols[:2])]
     lines = ["  ".join(f"{c:>14}" for c in cols)]
@@ -359,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on CPU")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for checking the code paths)")
     ap.add_argument("--out", default="results/bench/gpu.json")
-    ap.add_argument("--sections", default="paradigms,vs_hf,train,steps")
+    ap.add_argument("--sections", default="paradigms,vs_hf,train,steps,train_compiled")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: harness.bench_gpu needs a CUDA GPU and none is available here (torch "
@@ -391,13 +447,16 @@ def _run(args, device: torch.device) -> int:
     sections = {"paradigms": lambda: bench_paradigms(z, device, dtype, deadline),
                 "steps": lambda: bench_steps(z, device, dtype, deadline),
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
-                "train": lambda: bench_train(z, device, deadline)}
+                "train": lambda: bench_train(z, device, deadline),
+                "train_compiled": lambda: bench_train_compiled(z, device, deadline)}
     columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
                "steps": ["kind", "paradigm", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup",
                          "compile_s",
                          "fixed_rows_equal", "compiled_rows_equal", "cudagraph_skips", "error"],
                "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
-               "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"]}
+               "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"],
+               "train_compiled": ["kind", "paradigm", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
+                                  "compile_s", "max_loss_diff", "error"]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     names = args.sections.split(",")

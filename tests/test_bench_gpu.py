@@ -39,11 +39,15 @@ def test_quick_cpu_run_covers_every_section_but_the_compiled_steps(tmp_path):
 
 
 @pytest.mark.slow   # compile=on on a CPU builds an ahead-of-time library per kind and paradigm: about 5 minutes
-def test_quick_cpu_run_of_the_compiled_steps(tmp_path):
-    steps = quick_cpu_run(tmp_path, "steps")["sections"]["steps"]   # sliced, fixed-shape and compiled: same tokens
+def test_quick_cpu_run_of_the_compiled_steps_and_training(tmp_path):
+    result = quick_cpu_run(tmp_path, "steps,train_compiled")
+    steps = result["sections"]["steps"]   # sliced, fixed-shape and compiled: same tokens
     fixed = [p for p in models.paradigm_names() if "compile" in models.get_paradigm(p).knobs]
     assert [(r["kind"], r["paradigm"]) for r in steps] == [(k, p) for k in bench_gpu.learned_kinds() for p in fixed]
     assert all(r["fixed_rows_equal"] == r["compiled_rows_equal"] == 1.0 and r["on_tokens_per_s"] > 0 for r in steps)
+    train = result["sections"]["train_compiled"]   # fp32 on a CPU: the compiled run's losses are eager's
+    assert [r["paradigm"] for r in train] == list(models.paradigm_names())
+    assert all(r["max_loss_diff"] < 1e-4 and r["compiled_tokens_per_s"] > 0 for r in train)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
