@@ -31,6 +31,7 @@ import torch
 
 import models
 from models import Batch
+from models.paradigm import allow_graphs_per_function
 from models.tokenizers import Tokenizer
 
 from .cache import checkpoint_dir, is_cached, train_state_dir
@@ -125,7 +126,8 @@ def training_forward(model: models.ParadigmModel, compiled: bool):
     if not compiled:
         return contextlib.nullcontext()
     step = backbone.__dict__.get("_training_forward")
-    if step is None:
+    if step is None:   # a sweep's models of one kind share its forward's graphs: one per model shape
+        allow_graphs_per_function()
         step = backbone.__dict__["_training_forward"] = torch.compile(backbone.forward, dynamic=False)
 
     @contextlib.contextmanager

@@ -53,6 +53,14 @@ def compiled_step_graphs() -> tuple[int, float]:
             utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
 
 
+def allow_graphs_per_function(limit: int = STEP_GRAPH_LIMIT) -> None:
+    """Let dynamo keep `limit` graphs per compiled function: one per batch size, cache bucket and model shape (a
+    sweep's models share their paradigm's step function and their kind's backbone forward), more than its default
+    of 8, past which it would fall back to eager silently."""
+    for name in ("recompile_limit", "accumulated_recompile_limit"):
+        setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+
+
 def get_paradigm(name: str) -> type["ParadigmModel"]:
     if name not in PARADIGMS:
         raise ValueError(f"unknown paradigm {name!r}; choose one of {', '.join(PARADIGMS)}")
@@ -341,10 +349,7 @@ class ParadigmModel(nn.Module):
         if name not in compiled and name == "_whole_step" and self.device.type == "cpu":
             compiled[name] = ExportedStep(self, name)
         if name not in compiled:
-            # one graph per batch size, cache bucket and model shape: a sweep's cells need more than dynamo's
-            # default of 8 per function (its models share their paradigm's step function)
-            for limit in ("recompile_limit", "accumulated_recompile_limit"):
-                setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), STEP_GRAPH_LIMIT))
+            allow_graphs_per_function()
             how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
                    else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
             compiled[name] = torch.compile(step, dynamic=False, fullgraph=True, **how)

@@ -14,7 +14,7 @@ import torch
 from models import DecodeConfig
 from models.backbones import llama
 from models.decoding import StopFlag
-from models.paradigm import STEP_BUCKET, compiled_step_graphs
+from models.paradigm import STEP_BUCKET, STEP_GRAPH_LIMIT, compiled_step_graphs
 import model_utils
 from model_utils import FIXED_STEPS, random_prompts, tiny
 
@@ -82,6 +82,8 @@ def test_compiled_fixed_forward_same_tokens(paradigm):
     same_decodes(model, calls, decode)
     graphs = compiled_graphs(before)
     assert graphs == 1, f"{graphs} graphs compiled for one batch size in one cache bucket"
+    # a sweep's models share their paradigm's step function: a graph per shape, past dynamo's default of 8
+    assert torch._dynamo.config.recompile_limit >= STEP_GRAPH_LIMIT
 
 
 def test_compiled_whole_steps_read_the_models_current_weights():
