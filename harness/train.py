@@ -6,10 +6,10 @@ length-L windows of the tokenised corpus (harness/data.py); deterministic under 
 (harness/train_state.py: the state is saved every `--save-every` steps and picked up by a rerun
 with the same config); stops with a clear message on a non-finite loss instead of writing a
 poisoned checkpoint. `--compile on` runs the backbone's training forward and backward through
-torch.compile (`training_forward`; `auto`, the default, compiles on CUDA only: python -m harness.bench train
-measures what it gains on a CPU against its compile time). With `eval_every` a validation curve (each row's bound
-every few steps, common random numbers) goes into the checkpoint's config.json (`val_curve`; harness.bench convergence reads it). Where
-checkpoints live: harness/cache.py.
+torch.compile (`training_forward`; `auto`, the default, compiles on CUDA only: python -m harness.bench
+train-compiled measures what it gains on a CPU against its compile time). With `eval_every` a validation curve
+(each row's bound every few steps, common random numbers) goes into the checkpoint's config.json (`val_curve`;
+harness.bench convergence reads it). Where checkpoints live: harness/cache.py.
 
     python -m harness.train --paradigm setdlm --block-size 4 --steps 300 --length 128
     python -m harness.train --paradigm ar --preset cpu          # one model of a preset
@@ -110,8 +110,8 @@ TRAIN_COMPILE = ("auto", "on", "off")
 
 def compiles_training(setting: str, device: torch.device) -> bool:
     """Whether `--compile setting` compiles the training forward on `device`: `auto` only on CUDA. On a CPU at the
-    cpu preset's sizes the step is bound by its GEMMs, and what compiling gains does not pay for its 30-45 s per
-    model (python -m harness.bench train: the compiled rows and their compile seconds)."""
+    cpu preset's sizes the step is bound by its GEMMs, and what compiling gains over the preset's steps does not pay
+    for its 20-50 s per model (python -m harness.bench train-compiled)."""
     if setting not in TRAIN_COMPILE:
         raise ValueError(f"compile must be one of {', '.join(TRAIN_COMPILE)}, got {setting!r}")
     return setting == "on" or (setting == "auto" and device.type == "cuda")

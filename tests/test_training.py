@@ -129,8 +129,8 @@ def test_compiled_training_steps_match_eager_loss_and_gradients(paradigm, block)
     assert not compiles_training("auto", torch.device("cpu")) and compiles_training("auto", torch.device("cuda"))
     with pytest.raises(ValueError, match="compile must be one of"):
         compiles_training("yes", torch.device("cpu"))
-    cfg = TrainConfig(paradigm=paradigm, block_size=block, length=LENGTH, backbone=gpt_spec(n_layers=2, d_model=32, n_heads=2),
-                      steps=3, batch_size=4, tokenizer=f"bpe:{VOCAB}")
+    cfg = TrainConfig(paradigm=paradigm, block_size=block, length=LENGTH, steps=3, batch_size=4,
+                      backbone=gpt_spec(n_layers=2, d_model=32, n_heads=2), tokenizer=f"bpe:{VOCAB}")
     torch.manual_seed(0)
     eager = from_config(cfg.model_config(VOCAB, VOCAB - 1, 2, 0)).train()
     compiled = copy.deepcopy(eager)
