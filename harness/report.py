@@ -534,8 +534,8 @@ TRAIN_COMPILED_END = "<!-- end of generated compiled-training table -->"
 
 def train_compiled_section(bench: Path | None) -> str | None:
     """The README's generated table of `python -m harness.bench train-compiled` (bench/train-compiled.json): eager
-    against compiled training steps of every model the cpu preset trains, the compile seconds, and the balance over
-    the preset's steps; None without the benchmark's file."""
+    against compiled training steps of the cpu preset's text and oracle models, the compile seconds, and the balance
+    over the preset's steps; None without the benchmark's file."""
     path = None if bench is None else bench / "train-compiled.json"
     if path is None or not path.is_file():
         return None
