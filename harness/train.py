@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", choices=TRAIN_COMPILE, default="auto",
                     help="run the backbone's training forward and backward through torch.compile: on, off, or auto "
                          "(default: on CUDA only; on a CPU at the cpu preset's sizes it does not pay for its compile "
-                         "time, python -m harness.bench train)")
+                         "time, python -m harness.bench train-compiled)")
     args = ap.parse_args(argv)
     try:
         precision = resolve_precision(args.precision, resolve_device(args.device).type, "train")
