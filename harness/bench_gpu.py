@@ -317,39 +317,49 @@ def trainable(paradigm: str, kind: str, z: Sizes, device: torch.device):
     return model.train()
 
 
+def train_steps(model, z: Sizes, device: torch.device, compiled: bool = False) -> tuple[list[float], list[float]]:
+    """`z.train_steps` AdamW steps (bf16 autocast on CUDA, gradients clipped) on the synthetic stream, each step's
+    draws seeded by its index; `compiled`: the backbone's training forward through torch.compile (harness.train
+    --compile on). Returns (losses, seconds) per step."""
+    from models import Batch
+    from harness.train import training_forward
+
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+    losses, seconds = [], []
+    for step in range(z.train_steps):
+        x = synthetic_batch(z, step, device)
+        torch.manual_seed(step)   # the paradigm's draws: the same in every run of this model
+        with Stopwatch(device) as clock:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"), \
+                    training_forward(model, compiled):
+                loss = model.loss(Batch(x))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+        seconds.append(clock.seconds)
+    return losses, seconds
+
+
 def bench_train(z: Sizes, device: torch.device, deadline: float) -> list[dict]:
     import models
-    from models import Batch
 
     rows = []
-    autocast = device.type == "cuda"
     for kind in learned_kinds():
         for paradigm in models.paradigm_names():
             if time.perf_counter() > deadline:
                 rows.append({"kind": kind, "paradigm": paradigm, "skipped": "time budget"})
                 continue
             try:
-                model = trainable(paradigm, kind, z, device)
-                opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-                losses = []
-                with Stopwatch(device) as clock:
-                    for step in range(z.train_steps):
-                        x = synthetic_batch(z, step, device)
-                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                            loss = model.loss(Batch(x))
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                        opt.step()
-                        losses.append(float(loss.detach()))
+                losses, seconds = train_steps(trainable(paradigm, kind, z, device), z, device)
             except Exception as e:   # noqa: BLE001  (recorded in its row)
                 rows.append({"kind": kind, "paradigm": paradigm, "error": error_text(e)})
                 continue
             last = sum(losses[-5:]) / len(losses[-5:])
             rows.append({"kind": kind, "paradigm": paradigm, "steps": z.train_steps, "first_loss": round(losses[0], 4),
                          "last_loss": round(last, 4), "decreased": last < losses[0], "finite": all(map(math.isfinite, losses)),
-                         "tokens_per_s": round(z.train_steps * z.train_batch * z.length / clock.seconds, 1)})
-            del model, opt
+                         "tokens_per_s": round(z.train_steps * z.train_batch * z.length / sum(seconds), 1)})
     return rows
 
 
@@ -359,25 +369,6 @@ def bench_train_compiled(z: Sizes, device: torch.device, deadline: float) -> lis
     the default `auto` on CUDA). Rows: tokens/s of each (the compiled run without its first, compiling, step), the
     compile seconds (that step's excess over a compiled one) and the largest difference of the two runs' losses."""
     import models
-    from models import Batch
-    from harness.train import training_forward
-
-    def run(model, compiled: bool) -> tuple[list[float], list[float]]:
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-        losses, seconds = [], []
-        for step in range(z.train_steps):
-            x = synthetic_batch(z, step, device)
-            torch.manual_seed(step)   # the paradigm's draws, the same in both runs
-            with Stopwatch(device) as clock:
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"), \
-                        training_forward(model, compiled):
-                    loss = model.loss(Batch(x))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
-            seconds.append(clock.seconds)
-        return losses, seconds
 
     rows = []
     for paradigm in models.paradigm_names():
@@ -386,7 +377,7 @@ def bench_train_compiled(z: Sizes, device: torch.device, deadline: float) -> lis
             continue
         try:
             (eager_losses, eager_s), (compiled_losses, compiled_s) = (
-                run(trainable(paradigm, "gpt", z, device), compiled) for compiled in (False, True))
+                train_steps(trainable(paradigm, "gpt", z, device), z, device, compiled) for compiled in (False, True))
         except Exception as e:   # noqa: BLE001  (recorded in its row)
             rows.append({"kind": "gpt", "paradigm": paradigm, "error": error_text(e)})
             continue

@@ -117,27 +117,25 @@ def compiles_training(setting: str, device: torch.device) -> bool:
     return setting == "on" or (setting == "auto" and device.type == "cuda")
 
 
+@contextlib.contextmanager
 def training_forward(model: models.ParadigmModel, compiled: bool):
     """A context for the training steps' loss: inside it the backbone's forward (and so its backward) runs through
     torch.compile, once per model, at the training batch's fixed shapes; outside it, validation, curves and
     checkpoints see the eager module, its parameters and state-dict keys unchanged. The paradigm's random draws
     (t, masks, orders) stay eager, so a step's loss and gradients are eager's to float tolerance."""
-    backbone = model.backbone
     if not compiled:
-        return contextlib.nullcontext()
+        yield
+        return
+    backbone = model.backbone
     step = backbone.__dict__.get("_training_forward")
     if step is None:   # a sweep's models of one kind share its forward's graphs: one per model shape
         allow_graphs_per_function()
         step = backbone.__dict__["_training_forward"] = torch.compile(backbone.forward, dynamic=False)
-
-    @contextlib.contextmanager
-    def routed():
-        backbone.forward = step   # an instance attribute: nn.Module.__call__ reads self.forward
-        try:
-            yield
-        finally:
-            del backbone.forward
-    return routed()
+    backbone.forward = step   # an instance attribute: nn.Module.__call__ reads self.forward
+    try:
+        yield
+    finally:
+        del backbone.forward
 
 
 # -- the loop -----------------------------------------------------------------------------------------
