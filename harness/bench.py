@@ -33,6 +33,7 @@ on the weights when the threshold is off and EOS is ignored, which is how the de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -47,7 +48,7 @@ from models import Batch, DecodeConfig
 from models.backbones import ClosedStream
 
 from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
-    PROMPT_LEN, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
+    PROMPT_LEN, cold_compile_caches, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
 )
 from .env import fingerprint
 from .estimate import model_config_of, random_model
@@ -90,14 +91,25 @@ class ForwardClock:
 
 
 def generate_run(model, batch_prompts, decode: DecodeConfig, new_tokens: int = NEW_TOKENS):
-    """A timed decode of our model: returns a callable doing one measured run (warmed up once here)."""
-    model.generate(batch_prompts, new_tokens, decode)  # warm-up over the same shapes as the timed runs
+    """A timed decode of our model: returns a callable doing one measured run, warmed up once here (the warm-up's
+    seconds in its `warmup_s`: with compiled steps, the compile is paid there). The forwards are timed apart
+    unless the steps are compiled (decode.compile on): those run inside the compiled step, so a compiled run's
+    ms per forward is its time over its forwards (NFE)."""
+    compiled = decode.compile == "on"
+    with Stopwatch(model.device) as warmup:
+        model.generate(batch_prompts, new_tokens, decode)  # over the same shapes as the timed runs
 
     def run() -> dict:
-        with ForwardClock(model) as clock, Stopwatch(model.device) as sw:
-            gens = model.generate(batch_prompts, new_tokens, decode)
-        return {"seconds": sw.seconds, "tokens": sum(g.n_tokens for g in gens), "forward_seconds": clock.seconds,
-                "forwards": clock.calls, "nfe": statistics.mean(g.nfe for g in gens), "rows": len(gens)}
+        with contextlib.ExitStack() as stack:
+            clock = None if compiled else stack.enter_context(ForwardClock(model))
+            with Stopwatch(model.device) as sw:
+                gens = model.generate(batch_prompts, new_tokens, decode)
+        nfe = statistics.mean(g.nfe for g in gens)
+        return {"seconds": sw.seconds, "tokens": sum(g.n_tokens for g in gens),
+                "forward_seconds": sw.seconds if clock is None else clock.seconds,
+                "forwards": max(g.nfe for g in gens) if clock is None else clock.calls, "nfe": nfe,
+                "rows": len(gens), "token_ids": [g.tokens for g in gens]}
+    run.warmup_s = warmup.seconds
     return run
 
 
@@ -114,7 +126,7 @@ def summarize_runs(runs: list[dict]) -> dict:
     rates = [r["tokens"] / r["seconds"] for r in runs]
     mid = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
     out = {"tokens_per_s": statistics.median(rates), "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates),
-           "repeats": runs}
+           "repeats": [{k: v for k, v in r.items() if k != "token_ids"} for r in runs]}
     if "nfe" in mid:
         out.update(nfe=mid["nfe"], tokens_per_forward=mid["tokens"] / mid["rows"] / mid["nfe"],
                    ms_per_forward=1000 * mid["seconds"] / mid["forwards"],
@@ -138,19 +150,45 @@ def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_
 
 # -- benchmarks ---------------------------------------------------------------------------------------
 def bench_decode(args) -> dict:
+    """Every paradigm the cpu preset trains, at every preset block size, batch 1 and 8: the eager decode and, for a
+    paradigm with fixed-shape steps, the same decode with compile=on (whole steps compiled ahead of time on a CPU),
+    timed round-robin in one run. The compile seconds are a cold run's (inductor's caches in a fresh folder): the
+    compiled warm-up's excess over a timed run, kept apart from the decode's time."""
     rows = []
-    for cfg in get_preset("cpu").train_configs():   # every registered paradigm at every preset block size
-        paradigm, S = cfg.paradigm, cfg.block_size
-        model, weights = cpu_model(paradigm, S, args.trained)
-        for batch in (1, 8):
-            r = time_generate(model, prompts(batch, model.config.vocab_size), DecodeConfig(stop_at_eos=False),
-                              args.repeats)
-            rows.append({"paradigm": paradigm, "S": S, "batch": batch, "weights": weights,
-                         **{k: v for k, v in r.items() if k != "repeats"}, "loop_share": 1 - r["forward_share"],
-                         "repeats": r["repeats"]})
+    eager = DecodeConfig(stop_at_eos=False)
+    with cold_compile_caches():
+        for cfg in get_preset("cpu").train_configs():   # every registered paradigm at every preset block size
+            paradigm, S = cfg.paradigm, cfg.block_size
+            model, weights = cpu_model(paradigm, S, args.trained)
+            compiles = "compile" in type(model).knobs
+            for batch in (1, 8):
+                batch_prompts = prompts(batch, model.config.vocab_size)
+                runs = [generate_run(model, batch_prompts, eager)]
+                if compiles:
+                    runs.append(generate_run(model, batch_prompts, eager.replace(compile="on")))
+                timed = interleaved(runs, args.repeats)
+                r = summarize_runs(timed[0])
+                row = {"paradigm": paradigm, "S": S, "batch": batch, "weights": weights,
+                       **{k: v for k, v in r.items() if k != "repeats"}, "loop_share": 1 - r["forward_share"],
+                       "compiled_tokens_per_s": None, "compiled_ms_per_forward": None, "speedup": None,
+                       "compile_s": None, "identical_tokens": None}
+                if compiles:
+                    c = summarize_runs(timed[1])
+                    decode_s = statistics.median(t["seconds"] for t in timed[1])
+                    row |= {"compiled_tokens_per_s": c["tokens_per_s"],
+                            "compiled_tokens_per_s_min": c["tokens_per_s_min"],
+                            "compiled_tokens_per_s_max": c["tokens_per_s_max"], "compiled_nfe": c["nfe"],
+                            "compiled_ms_per_forward": c["ms_per_forward"], "speedup": paired_ratio(*timed),
+                            "compile_s": max(0.0, runs[1].warmup_s - decode_s),
+                            "identical_tokens": all(e["token_ids"] == x["token_ids"] for e, x in zip(*timed)),
+                            "compiled_repeats": c["repeats"]}
+                rows.append({**row, "repeats": r["repeats"]})
     print(table(rows, ["paradigm", "S", "batch", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "nfe",
-                        "tokens_per_forward", "ms_per_forward", "forward_share", "loop_share"]))
-    return {"benchmark": "decode", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "rows": rows}
+                       "tokens_per_forward", "ms_per_forward", "loop_share", "compiled_tokens_per_s",
+                       "compiled_ms_per_forward", "speedup", "compile_s", "identical_tokens"]))
+    return {"benchmark": "decode", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "rows": rows,
+            "compile": "compile=on: the paradigm's whole decode steps compiled ahead of time by AOTInductor "
+                       "(models/exported_step.py), one library per paradigm and batch size"}
 
 
 def bench_precision(args) -> dict:
@@ -220,13 +258,17 @@ def bench_vs_hf(args) -> dict:
 
         hf_run()  # warm-up
         mine, theirs = interleaved([generate_run(ours, p, DecodeConfig(stop_at_eos=False)), hf_run], args.repeats)
-        rows.append({"batch": batch, "ours_tokens_per_s": summarize_runs(mine)["tokens_per_s"],
+        ours_summary = summarize_runs(mine)
+        rows.append({"batch": batch, "ours_tokens_per_s": ours_summary["tokens_per_s"],
                      "hf_tokens_per_s": summarize_runs(theirs)["tokens_per_s"], "ratio": paired_ratio(theirs, mine),
-                     "hf_repeats": theirs, "ours_repeats": mine})
+                     "ratio_min": min(round_ratios(theirs, mine)), "ratio_max": max(round_ratios(theirs, mine)),
+                     "hf_repeats": theirs, "ours_repeats": ours_summary["repeats"]})
     print(f"transformers {transformers.__version__} GPT2LMHeadModel vs our AR, {arch.n_layers}x{arch.d_model}, "
           f"{arch.n_heads} heads, vocab {c.vocab_size}, context {c.length}; {PROMPT_LEN} prompt + {NEW_TOKENS} new tokens")
-    print(table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio"]))
-    return {"benchmark": "vs-hf", "transformers_version": transformers.__version__, "rows": rows}
+    print(table(rows, ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio", "ratio_min", "ratio_max"]))
+    return {"benchmark": "vs-hf", "transformers_version": transformers.__version__, "rows": rows,
+            "model": f"{arch.n_layers} layers x {arch.d_model}, {arch.n_heads} heads, vocab {c.vocab_size}, "
+                     f"context {c.length}", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS}
 
 
 def bench_matched(args) -> dict:
@@ -336,15 +378,11 @@ def bench_train_compiled(args) -> dict:
     and the oracle family's, fp32, interleaved by round (every model's eager and compiled step each round). The
     compile seconds are a cold run's (inductor's caches in a fresh folder): the compiled warm-up step's excess over a
     timed one. `pays_after_steps`: steps of training that recover them."""
-    import os
-    import tempfile
-    from unittest import mock
-
     preset = get_preset("cpu")
     configs = [*preset.train_configs(precision="fp32"), *preset.families[0].train_configs(precision="fp32")]
     names = [f"{'oracle ' if c.corpus == preset.families[0].base.corpus else ''}{c.paradigm}"
              + (f" S={c.block_size}" if c.block_size else "") for c in configs]
-    with tempfile.TemporaryDirectory() as cold, mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cold}):
+    with cold_compile_caches():
         runs = [train_step_run(random_model(model_config_of(c)), c, compiled) for c in configs
                 for compiled in (False, True)]
     timed = interleaved(runs, args.repeats)

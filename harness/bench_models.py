@@ -6,6 +6,11 @@ when cached or seeded random initialisations, random or GSM8K prompts of PROMPT_
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+from unittest import mock
+
 import torch
 
 import models
@@ -52,6 +57,14 @@ def gsm8k_prompts(batch: int, tokenizer_dir) -> list[list[int]]:
 def prompts(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab - 1, (batch, PROMPT_LEN), generator=g).tolist()
+
+
+@contextlib.contextmanager
+def cold_compile_caches():
+    """Compile times as a cold run pays them: inductor's on-disk caches in a fresh folder for the block, not the
+    machine's (a library or graph compiled earlier in the process is still reused)."""
+    with tempfile.TemporaryDirectory() as cold, mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cold}):
+        yield
 
 
 def table(rows: list[dict], cols: list[str]) -> str:

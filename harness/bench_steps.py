@@ -29,11 +29,8 @@ Two parts:
 from __future__ import annotations
 
 import collections
-import os
 import statistics
-import tempfile
 import time
-from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -41,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import models
 from models import DecodeConfig
 
-from .bench_models import cpu_model, prompts, table
+from .bench_models import cold_compile_caches, cpu_model, prompts, table
 
 VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze", "aten.squeeze", "aten.permute",
                       "aten.transpose", "aten.expand", "aten.t", "aten._unsafe_view", "aten.alias", "aten.split",
@@ -230,9 +227,7 @@ def published_forward_kernels(key: str, loop: dict[str, float]) -> dict:
 def bench_steps(args) -> dict:
     import torch._inductor.config as inductor_config
 
-    # compile times as a cold run pays them: inductor's on-disk caches in a fresh folder, not the machine's
-    with tempfile.TemporaryDirectory() as cold, mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cold}), \
-            inductor_config.patch(cpp_wrapper=True):
+    with cold_compile_caches(), inductor_config.patch(cpp_wrapper=True):
         rows = bench_cpu(max(1, args.repeats))
     print(table(rows, ["paradigm", "S", "threshold", "compiled", "eager_tokens_per_s", "compiled_tokens_per_s",
                        "speedup", "compile_s", "identical_tokens", "eager_ms_per_forward", "compiled_ms_per_forward",
