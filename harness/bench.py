@@ -2,7 +2,8 @@
 training throughput. Each prints a human table and, as its last line, one JSON object (also saved
 under results/bench/<name>.json).
 
-    python -m harness.bench decode          # each paradigm, cpu-preset size, batch 1 and 8
+    python -m harness.bench decode          # each paradigm, cpu-preset size, batch 1 and 8: eager and compile=on
+                                            # (whole steps compiled ahead of time), the compile seconds apart
     python -m harness.bench vs-hf           # our AR cached decoding vs transformers generate()
     python -m harness.bench matched         # SetDLM (S_max = 2S, W = S) vs BD3LM (S) at equal budget, every S
                                             # the cpu preset trains (+ --extra-block-sizes, random weights)
