@@ -17,8 +17,8 @@ from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, fro
                             sign_flip_p)
 from harness.schema import STORED_KEYS
 from harness.report import (README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables, decode_section,
-                            load_runs, oracle_section, plot_task, pretrained_section, readme_section, smollm2_section,
-                            steps_section, task_table, train_compiled_section,
+                            load_runs, matched_section, oracle_section, plot_task, pretrained_section, readme_section,
+                            smollm2_section, steps_section, task_table, train_compiled_section, train_section,
                             vs_hf_section)
 from tasks.base import mean_ci
 
@@ -175,8 +175,8 @@ def test_readme_section_is_generated_from_the_committed_results():
     pretrained = pretrained_section(load_runs(REFERENCE / "cpu"), "cpu")
     assert pretrained is not None and pretrained in readme, "README's pretrained table is stale (same command)"
     for name, section in (("decoding-speed", decode_section), ("vs-transformers", vs_hf_section),
-                          ("SmolLM2", smollm2_section),
-                          ("decode-step", steps_section)):
+                          ("SmolLM2", smollm2_section), ("budget-matched", matched_section),
+                          ("training", train_section), ("decode-step", steps_section)):
         text = section(bench_dir(REFERENCE))
         assert text is not None and text in readme, f"README's {name} table is stale (same command)"
     train_compiled = train_compiled_section(bench_dir(REFERENCE))
