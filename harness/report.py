@@ -21,6 +21,11 @@ With `--reference DIR` (by default the committed `results/reference/`, when it e
 with hollow markers and dotted lines, labelled with the machine it was measured on; the Pareto
 front is computed over your run only.
 
+With `--readme README.md`, the README's generated sections are rewritten between their markers: the claims,
+oracle and pretrained tables of the cpu results, and one table per benchmark result in the results root's bench/
+folder (or its parent's): decoding, vs transformers, SmolLM2, budget-matched, training, compiled training,
+gradient variance, convergence and decode steps. tests/test_claims.py fails when one is stale.
+
     python -m harness.report [--results results] [--plots results/plots] [--preset cpu]
     python -m harness.report --results results/reference --plots plots      # the README's figures
 """
