@@ -101,10 +101,8 @@ def generate_run(model, batch_prompts, decode: DecodeConfig, new_tokens: int = N
         model.generate(batch_prompts, new_tokens, decode)  # over the same shapes as the timed runs
 
     def run() -> dict:
-        with contextlib.ExitStack() as stack:
-            clock = None if compiled else stack.enter_context(ForwardClock(model))
-            with Stopwatch(model.device) as sw:
-                gens = model.generate(batch_prompts, new_tokens, decode)
+        with contextlib.nullcontext() if compiled else ForwardClock(model) as clock, Stopwatch(model.device) as sw:
+            gens = model.generate(batch_prompts, new_tokens, decode)
         nfe = statistics.mean(g.nfe for g in gens)
         return {"seconds": sw.seconds, "tokens": sum(g.n_tokens for g in gens),
                 "forward_seconds": sw.seconds if clock is None else clock.seconds,
@@ -143,10 +141,6 @@ def round_ratios(a: list[dict], b: list[dict]) -> list[float]:
 def paired_ratio(a: list[dict], b: list[dict]) -> float:
     """Median over rounds of rate(b) / rate(a)."""
     return statistics.median(round_ratios(a, b))
-
-
-def time_generate(model, batch_prompts, decode: DecodeConfig, repeats: int, new_tokens: int = NEW_TOKENS) -> dict:
-    return summarize_runs(interleaved([generate_run(model, batch_prompts, decode, new_tokens)], repeats)[0])
 
 
 # -- benchmarks ---------------------------------------------------------------------------------------
