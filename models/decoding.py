@@ -402,6 +402,12 @@ def eos_stop(ids: torch.Tensor, span: torch.Tensor, mask_id: int, eos_id: int) -
     return first_eos < first_mask
 
 
+# Rows this narrow (a SetDLM window, a BD3LM block) are left-aligned in a compiled step by ranking each entry
+# against the others (n^2 comparisons, fused into one kernel) instead of a stable argsort, which a compiled CPU
+# step calls as a library sort (about 40 us each); eager keeps the argsort, faster there. Both give the same order.
+RANKED_ALIGN_MAX = 16
+
+
 def left_aligned(values: torch.Tensor, keep: torch.Tensor, order_key: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Move the kept entries of each row to the front (in the order of order_key, else in place order).
@@ -409,8 +415,15 @@ def left_aligned(values: torch.Tensor, keep: torch.Tensor, order_key: torch.Tens
     Returns (values, keep) permuted the same way; callers slice them to the max kept count.
     """
     if order_key is None:
-        order = (~keep).to(torch.int8).argsort(dim=1, stable=True)
+        key = (~keep).to(torch.int8)
     else:
         big = torch.finfo(order_key.dtype).max if order_key.is_floating_point() else torch.iinfo(order_key.dtype).max
-        order = torch.where(keep, order_key, big).argsort(dim=1, stable=True)
+        key = torch.where(keep, order_key, big)
+    if keep.shape[1] <= RANKED_ALIGN_MAX and torch.compiler.is_compiling():
+        # an entry's place in the stable order: the entries with a smaller key, or an equal key further left
+        col = torch.arange(keep.shape[1], device=keep.device)
+        mine, other = key[:, :, None], key[:, None, :]
+        place = ((other < mine) | ((other == mine) & (col[None, :] < col[:, None]))).sum(dim=2)
+        return torch.empty_like(values).scatter_(1, place, values), torch.empty_like(keep).scatter_(1, place, keep)
+    order = key.argsort(dim=1, stable=True)
     return values.gather(1, order), keep.gather(1, order)

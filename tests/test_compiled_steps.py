@@ -13,7 +13,7 @@ import torch
 
 from models import DecodeConfig
 from models.backbones import llama
-from models.decoding import StopFlag
+from models.decoding import RANKED_ALIGN_MAX, StopFlag, left_aligned
 from models.paradigm import STEP_BUCKET, STEP_GRAPH_LIMIT, compiled_step_graphs
 import model_utils
 from model_utils import FIXED_STEPS, random_prompts, tiny
@@ -102,3 +102,19 @@ def test_compiled_whole_steps_read_the_models_current_weights():
         for a, b in zip(first.parameters(), second.parameters()):
             a.copy_(b)
     assert [g.tokens for g in first.generate(prompts, 10, decode.replace(compile="on"))] == eager[1]
+
+
+def test_left_aligned_in_a_compiled_step_keeps_the_stable_sort_order():
+    """Inside a compiled step, a narrow row is left-aligned by ranking instead of a library sort: the same
+    permutation as the eager stable argsort, with and without a sort key, ties included (keys drawn from few
+    values), at every width up to RANKED_ALIGN_MAX and the first width past it (the sort again)."""
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 4, 8, RANKED_ALIGN_MAX, RANKED_ALIGN_MAX + 1):
+        keep = torch.rand(3, n, generator=g) < 0.5
+        values = torch.randint(0, 100, (3, n), generator=g)
+        keys = torch.randint(0, 3, (3, n), generator=g)
+        for key in (None, keys, keys.float()):
+            torch._dynamo.reset()
+            traced = torch.compile(left_aligned, backend="aot_eager", fullgraph=True, dynamic=False)
+            for got, want in zip(traced(values, keep, key), left_aligned(values, keep, key)):
+                assert torch.equal(got, want), (n, key)
