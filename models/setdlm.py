@@ -28,7 +28,9 @@ masks are removed. Infilling caches prefix and suffix (left to right) before the
 With DecodeConfig.compile fixed / on, every step after the prefill feeds [W accepted slots] + [W window slots]
 (unused ones invalid) at tensor slots of the whole cache: the same shapes every step, so it compiles once. With
 greedy choice, every step after the first is then a whole step (`_whole_step`: the forward, the commits, the window
-that slides and the stop flag, in place on device state; ParadigmModel.run_whole_steps).
+that slides and the stop flag, in place on device state; ParadigmModel.run_whole_steps). Without a threshold a step
+accepts exactly one token, so the whole step feeds [1 accepted slot] + [W window slots]: 3/8 fewer rows at W = 4
+(a library of its own, beside the one that serves every threshold).
 
 DecodeConfig(sampler="official") reproduces the official SetDLM.generate (src/denoiser/setdlm.py). How our
 default differs from it:
@@ -213,32 +215,36 @@ class SetDLMModel(ParadigmModel):
         return batch.target_mask.sum(dim=1)
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], inp: torch.Tensor, inp_pos: torch.Tensor,
-                    new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """One decode step at fixed shapes: [W accepted] + [W window masks] inputs written at cache slots `slots`
-        [2W], under _CachedSetStep's mask over every cache slot (keys: the committed slots of `valid` [B, capacity]
-        and the valid new tokens, causally in commit order; each input also sees itself); the window's logits
-        [B, W, V]."""
-        W = inp.shape[1] // 2
+                    new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor,
+                    accepted: int | None = None) -> torch.Tensor:
+        """One decode step at fixed shapes: [`accepted` accepted tokens (default W)] + [W window masks] inputs
+        written at cache slots `slots` [accepted + W], under _CachedSetStep's mask over every cache slot (keys: the
+        committed slots of `valid` [B, capacity] and the valid new tokens, causally in commit order; each input also
+        sees itself); the window's logits [B, W, V]."""
+        W = inp.shape[1] // 2 if accepted is None else inp.shape[1] - accepted
         slot_ids = torch.arange(valid.shape[1], device=inp.device)
         keys = valid.index_copy(1, slots, new_valid)
         causal = slot_ids[None, :] <= slots[:, None]
         mask = (causal[None] & keys[:, None, :]) | (slot_ids[None, :] == slots[:, None])[None]
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots), keep=slice(W, None))
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots),
+                          keep=slice(inp.shape[1] - W, None))
         return self.backbone.logits(h)
 
     def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
                     s: "_SetStepState") -> torch.Tensor:
         """One whole greedy decode step at fixed shapes, in place on the device state `s` (_SetStepState;
-        ParadigmModel.whole_step_applies): the forward of [W accepted slots] + [W window slots] (_fixed_step), the
-        commits, the cache's valid slots and slot pointer, the window that slides, the stop rule and the step's log,
-        as the eager loop of `_decode` does them. Returns whether no row has a mask left to decode (the stop flag)."""
-        W = s.win_cols.shape[1]
-        slots = s.n + s.arange_2w
+        ParadigmModel.whole_step_applies): the forward of [P accepted slots] + [W window slots] (_fixed_step; P = 1
+        without a threshold, which accepts exactly one token per step, else W), the commits, the cache's valid slots
+        and slot pointer, the window that slides, the stop rule and the step's log, as the eager loop of `_decode`
+        does them. Returns whether no row has a mask left to decode (the stop flag)."""
+        W, P = s.win_cols.shape[1], s.pend_cols.shape[1]
+        slots = s.n + s.arange_inputs
         inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
         new_valid = torch.cat([s.pend_valid, torch.zeros_like(s.candidate)], dim=1)
         window_ids = s.ids.gather(1, s.win_cols)
-        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots, valid)
-        valid.index_copy_(1, slots[:W], s.pend_valid)   # the accepted tokens are in the cache now
+        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots, valid,
+                                  accepted=P)
+        valid.index_copy_(1, slots[:P], s.pend_valid)   # the accepted tokens are in the cache now
         s.n.add_(s.pend_valid.sum(dim=1).max())
         tokens, conf = greedy_choice(logits)
         chosen = select_commits(conf, s.candidate, 1, s.threshold)
@@ -251,7 +257,10 @@ class SetDLMModel(ParadigmModel):
         eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # eos -1: never
         s.eos_at.copy_(torch.minimum(s.eos_at, eos_at))
         s.active.logical_and_((s.remaining > 0) & (s.eos_at >= s.first))
-        pend_cols, pend_valid = left_aligned(s.win_cols, chosen, s.key.gather(1, s.win_cols))
+        if s.one_per_step:   # as the eager loop: the one chosen column, no sorting
+            pend_cols, pend_valid = torch.where(chosen, s.win_cols, 0).sum(dim=1, keepdim=True), n_chosen[:, None] > 0
+        else:
+            pend_cols, pend_valid = left_aligned(s.win_cols, chosen, s.key.gather(1, s.win_cols))
         s.pend_cols.copy_(pend_cols)
         s.pend_valid.copy_(pend_valid)
         win_cols, candidate = s.window()
@@ -371,16 +380,17 @@ class SetDLMModel(ParadigmModel):
             if whole:   # the other steps: whole, from this loop's state
                 state = _SetStepState(self, cache, canvas, decode, stop, ids, pos, span, order_key, pend_cols,
                                       pend_valid, win_cols, candidate, first, remaining, active, eos_at)
-                self.run_whole_steps(step_fn, cache, canvas, state, log, int(remaining.max()) + 1, width=2 * W,
-                                     advance=W if decode.threshold is not None else 1)
+                self.run_whole_steps(step_fn, cache, canvas, state, log, int(remaining.max()) + 1,
+                                     width=state.arange_inputs.numel(), advance=state.pend_cols.shape[1])
                 return log.result()
         canvas.ids.copy_(ids[:, :C])
         return log.result()
 
 
 class _SetStepState(WholeStepState):
-    """SetDLM's whole-step state: the W accepted and W window columns, the per-row counters and the commit-order
-    key, from the eager loop after its first step."""
+    """SetDLM's whole-step state: the accepted columns (one without a threshold, which accepts exactly one token
+    per step, else W) and the W window columns, the per-row counters and the commit-order key, from the eager loop
+    after its first step."""
 
     def __init__(self, model, cache, canvas: Canvas, decode: DecodeConfig, stop: bool, ids, pos, span, order_key,
                  pend_cols, pend_valid, win_cols, candidate, first, remaining, active, eos_at):
@@ -393,8 +403,10 @@ class _SetStepState(WholeStepState):
         if order_key is not None:
             self.key = torch.zeros(B, width, dtype=order_key.dtype, device=device)
             self.key[:, :self.C] = order_key[:, :self.C]
-        self.arange_w, self.arange_2w = torch.arange(W, device=device), torch.arange(2 * W, device=device)
-        self.pend_cols, self.pend_valid = self.cols(pend_cols, W), self.flags(pend_valid, W)
+        self.one_per_step = decode.threshold is None   # part of the layout: a library each way
+        P = 1 if self.one_per_step else W
+        self.arange_w, self.arange_inputs = torch.arange(W, device=device), torch.arange(P + W, device=device)
+        self.pend_cols, self.pend_valid = self.cols(pend_cols, P), self.flags(pend_valid, P)
         self.win_cols, self.candidate = self.cols(win_cols, W), self.flags(candidate, W)
         self.first, self.eos_at = self.cols(first), self.cols(eos_at)
         self.remaining, self.active = remaining.clone(), active.clone()

@@ -72,6 +72,24 @@ def test_compiled_whole_steps_same_tokens_and_bounded_recompiles(kind, paradigm,
     assert graphs == batch_sizes, f"{graphs} graphs compiled for {batch_sizes} batch sizes in one cache bucket"
 
 
+def test_setdlm_whole_steps_without_a_threshold_accept_into_one_slot():
+    """Without a threshold SetDLM accepts exactly one token per step, so its whole steps carry one accepted slot
+    instead of W (a library of its own, next to the thresholded one): the same tokens, NFE and commits per step as
+    the eager loop, on a padded batch where rows stop at EOS at different steps."""
+    torch._dynamo.reset()
+    before = compiled_graphs()
+    model = tiny("setdlm", block_size=4)
+    decode = DecodeConfig(threshold=None)
+    calls = [(random_prompts(3, 0), 12), (random_prompts(3, 1), 9)]
+    free = [g.tokens for prompts, n in calls for g in model.generate(prompts, n, decode.replace(stop_at_eos=False))]
+    eos = next(t for row in free for t in row[4:] if all(t not in other[:4] for other in free))
+    model.config = model.config.replace(eos_id=eos)
+    generations = same_decodes(model, calls, decode)
+    assert any(len(g.tokens) < n for g, n in generations), "some row must stop at EOS"
+    assert all(set(g.tokens_per_step) <= {0, 1} for g, _ in generations)
+    assert compiled_graphs(before) == 1
+
+
 @pytest.mark.parametrize("paradigm", FIXED_STEPS)
 def test_compiled_fixed_forward_same_tokens(paradigm):
     torch._dynamo.reset()
