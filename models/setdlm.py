@@ -257,8 +257,8 @@ class SetDLMModel(ParadigmModel):
         eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # eos -1: never
         s.eos_at.copy_(torch.minimum(s.eos_at, eos_at))
         s.active.logical_and_((s.remaining > 0) & (s.eos_at >= s.first))
-        if s.one_per_step:   # as the eager loop: the one chosen column, no sorting
-            pend_cols, pend_valid = torch.where(chosen, s.win_cols, 0).sum(dim=1, keepdim=True), n_chosen[:, None] > 0
+        if s.one_per_step:   # as the eager loop
+            pend_cols, pend_valid = the_one_accepted(s.win_cols, chosen, n_chosen)
         else:
             pend_cols, pend_valid = left_aligned(s.win_cols, chosen, s.key.gather(1, s.win_cols))
         s.pend_cols.copy_(pend_cols)
@@ -363,8 +363,7 @@ class SetDLMModel(ParadigmModel):
                     active = active & (eos_at >= first)
             iteration += 1
             if decode.threshold is None:  # exactly one accepted token per decoded row: no sorting needed
-                pend_cols = torch.where(chosen, win_cols, 0).sum(dim=1, keepdim=True)
-                pend_valid = n_chosen[:, None] > 0
+                pend_cols, pend_valid = the_one_accepted(win_cols, chosen, n_chosen)
                 win_cols, candidate, n_cand = window(first, active)
                 n_next = int(n_cand.max())
             else:
@@ -385,6 +384,13 @@ class SetDLMModel(ParadigmModel):
                 return log.result()
         canvas.ids.copy_(ids[:, :C])
         return log.result()
+
+
+def the_one_accepted(win_cols: torch.Tensor, chosen: torch.Tensor, n_chosen: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step without a threshold accepts at most one column per row: (that column [B, 1] (0 for a row that
+    accepted none), whether the row accepted one [B, 1]), without sorting."""
+    return torch.where(chosen, win_cols, 0).sum(dim=1, keepdim=True), n_chosen[:, None] > 0
 
 
 class _SetStepState(WholeStepState):

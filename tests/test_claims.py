@@ -16,8 +16,9 @@ import pytest
 from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, frontier_area, holm, mcnemar_p, paired,
                             sign_flip_p)
 from harness.schema import STORED_KEYS
-from harness.report import (BENCH_SECTIONS, README_BEGIN, README_END, bench_dir, claims_markdown, claims_tables,
-                            load_runs, oracle_section, plot_task, pretrained_section, readme_section, task_table)
+from harness.report import (BENCH_SECTIONS, README_BEGIN, README_END, bench_dir, bench_section, claims_markdown,
+                            claims_tables, load_runs, oracle_section, plot_task, pretrained_section, readme_section,
+                            task_table)
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,9 +173,9 @@ def test_readme_section_is_generated_from_the_committed_results():
     assert oracle is not None and oracle in readme, "README's oracle table is stale (same command)"
     pretrained = pretrained_section(load_runs(REFERENCE / "cpu"), "cpu")
     assert pretrained is not None and pretrained in readme, "README's pretrained table is stale (same command)"
-    for section, _, _ in BENCH_SECTIONS:   # every benchmark table: committed, and the README's copy current
-        text = section(bench_dir(REFERENCE))
-        assert text is not None and text in readme, f"README's {section.__name__} is stale (same command)"
+    for entry in BENCH_SECTIONS:   # every benchmark table: committed, and the README's copy current
+        text = bench_section(bench_dir(REFERENCE), *entry)
+        assert text is not None and text in readme, f"README's {entry[0]} table is stale (same command)"
 
 
 def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tmp_path):
