@@ -9,7 +9,8 @@ models of the plan's architectures (speed does not depend on the weights):
     warm-up) x its forwards (one per new token, or MDLM's step budget) + one scoring pass per
     example) + `CELL_SECONDS` for what the probe does not see (loading data, metrics, MAUVE
     features, the judge). Both constants were fitted to two measured cold sweeps on 2 AVX2
-    cores: `cpu` (evaluation 9.6 min for 183 cells) and `smoke` (18 s for 51 cells).
+    cores: `cpu` (evaluation 9.6 min for 183 cells) and `smoke` (18 s for 51 cells). Cells evaluated by
+    W worker processes (`--jobs`) take 1 / (1 + WORKER_GAIN (W - 1)) of that.
 It is a rough guide, printed so that a wrong precision or an oversized grid shows up before
 the hours are spent; the sweep prints the measured time at the end.
 
@@ -40,6 +41,8 @@ PROBE_PROMPT, PROBE_NEW = 8, 16
 INFILL_TOKENS = 40          # an infilled span, for a task that declares no typical_new_tokens
 EVAL_SCALE = 1.4          # a sweep's forwards cost more than the probe's best-of-3 (bigger caches, Python between)
 CELL_SECONDS = 0.25
+WORKER_GAIN = 0.25        # fitted on 2 cores (Xeon, fp32): two single-threaded workers evaluated the cpu sweep in 0.8
+                          # of the time of one process
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,9 @@ def _cell_forwards(cell: RunCell, length: int) -> tuple[int, int]:
     return (n + cell.warmup) * forwards, n
 
 
-def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: str) -> Estimate:
-    """The estimate for running `cells` after training `to_train` (see the module docstring)."""
+def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: str, workers: int = 1) -> Estimate:
+    """The estimate for running `cells` after training `to_train`, the cells in `workers` processes (see the module
+    docstring)."""
     t0 = time.perf_counter()
     dev = torch.device(device)
     step_time: dict[tuple, float] = {}
@@ -159,6 +163,7 @@ def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: st
         forward, score = eval_time[key]
         forwards, scored = _cell_forwards(cell, config["length"])
         eval_seconds += EVAL_SCALE * (forwards * forward + scored * score) + CELL_SECONDS
+    eval_seconds /= 1 + WORKER_GAIN * (workers - 1)
     return Estimate(train_seconds, eval_seconds, time.perf_counter() - t0)
 
 

@@ -1,7 +1,14 @@
 """Launchers: who does the work of a sweep. The driver process always writes the results.
 
 * `local` (default): this process trains the missing models, then runs the cells model by
-  model (each model, task, the gen-ppl judge and the MAUVE featuriser are loaded once).
+  model (each model, task, the gen-ppl judge and the MAUVE featuriser are loaded once). With `--jobs N`
+  (`auto`: one per core, at most AUTO_WORKERS, on a CPU, for plans of local models) the cells run in N
+  worker processes of this machine instead, each with its share of the torch threads, taking the cells in
+  order as they come free: a cpu-preset cell's small matrices keep one core busy, not two (a decode step at
+  batch 1 runs about as fast on one thread as on two), so two single-threaded workers evaluate more cells
+  per minute. Each worker appends its cell's example rows as chunks finish (one cell is never split between
+  workers), this process writes the result rows; results are those of one process (cells seed their own
+  draws; tests/test_harness.py checks the rows equal), only the rows' timings and `threads` say how they ran.
 * `ray`: every missing model is one Ray training task and every pending cell one Ray task
   (`num_gpus=1` on cuda, else `--ray-cpus` CPUs). Workers need no shared filesystem: a training
   task returns the checkpoint's files, which the driver writes into its own checkpoint cache and
@@ -18,10 +25,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
 
@@ -57,41 +67,134 @@ class LauncherError(ValueError):
     """A launcher cannot start (e.g. Ray is not installed); reported by the CLI with exit status 2."""
 
 
+AUTO_WORKERS = 4   # `--jobs auto` on a CPU: at most this many worker processes (each loads its own models)
+
+
+def eval_workers(plan: Plan, device: str, jobs: str | int = "auto", launcher: str = "local",
+                 delete_downloads: bool = False) -> tuple[int, int]:
+    """(worker processes, torch threads each) that evaluate the plan's cells; (1, this process's threads) means this
+    process evaluates them itself. `auto`: on a CPU, one worker per torch thread, at most AUTO_WORKERS, when every
+    model the plan evaluates is local (trained here, or a file, folder or wheel the user brings: a paper checkpoint
+    or a hub model is downloaded and large, and loaded by one process); on CUDA one process. PlanError for an
+    explicit number that cannot apply (CUDA, Ray, --delete-downloads)."""
+    threads = torch.get_num_threads()
+    if jobs == "auto":
+        local = all(is_local_spec(external.spec) for external in plan.external.values())
+        workers = min(threads, AUTO_WORKERS) if device == "cpu" and launcher == "local" and local else 1
+    else:
+        workers = int(jobs)
+        if workers > 1 and launcher != "local":
+            raise PlanError("--jobs applies to --launcher local (Ray's tasks are its workers: --ray-cpus)")
+        if workers > 1 and device != "cpu":
+            raise PlanError(f"--jobs {workers} needs --device cpu: one {device} device is shared by one process")
+        if workers > 1 and delete_downloads:
+            raise PlanError("--delete-downloads evaluates one model at a time: use it with --jobs 1")
+    if len(plan.cells) < 2:
+        workers = 1
+    return workers, max(1, threads // workers) if workers > 1 else threads
+
+
 def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: bool,
-              delete_downloads: bool = False) -> int:
+              delete_downloads: bool = False, workers: int = 1, threads: int = 1) -> int:
     """Train what is missing, then evaluate `cells` model by model (a paper checkpoint is downloaded and loaded when
     its first cell runs; with `delete_downloads` its Hugging Face cache snapshot is deleted after its last cell, so
-    the disk holds one checkpoint at a time); returns the number of cells finished."""
+    the disk holds one checkpoint at a time), in this process or, with `workers` > 1, in that many worker
+    processes of `threads` torch threads each; returns the number of cells finished."""
     dev = resolve_device(device)
     for cfg in needed_models(plan, cells):
         ensure_trained(cfg, device, progress=progress)
-    judge = None
-    if plan.judge is not None and any(TASKS[c.task].measures_with == "judge" for c in cells):
-        judge = ARJudge(_load_judge(plan, dev, plan.judge.precision), plan.judge.name)
-    tasks = {}
-    bar = progress_bar(len(cells), f"sweep {plan.preset.name}", enabled=progress)
+    # model by model, the models evaluated as they are (pretrained references: the largest) first, so that workers
+    # never end on one long model while the others idle
+    model_ids = sorted(dict.fromkeys(c.model_id for c in cells), key=lambda m: m not in plan.external)
+    order = [c for model_id in model_ids for c in cells if c.model_id == model_id]
+    if workers > 1 and len(order) > 1:
+        return _run_workers(plan, order, store, dev, progress, workers, threads)
+    runner = CellRunner(plan, dev, store, progress)
+    bar = progress_bar(len(order), f"sweep {plan.preset.name}", enabled=progress)
+    last_cell = {c.model_id: c for c in order}
+    for cell in order:
+        store.append_runs(runner.run(cell))
+        bar.update(1)
+        if last_cell[cell.model_id] is cell:
+            runner.release()
+            spec = plan.external[cell.model_id].spec if cell.model_id in plan.external else None
+            if delete_downloads and spec is not None and models.spec_kind(spec) == "paper":
+                from models.official import delete_paper_snapshot
+
+                freed = delete_paper_snapshot(spec)
+                if freed:
+                    print(f"deleted the downloaded {spec} ({freed / 1e9:.1f} GB) after its cells", file=sys.stderr)
+    bar.close()
+    return len(order)
+
+
+class CellRunner:
+    """Evaluates cells of one plan in this process: each task is built once, the gen-PPL judge is loaded when a cell
+    first needs it, a model when a cell of it comes (one at a time: cells come model by model)."""
+
+    def __init__(self, plan: Plan, dev: torch.device, store: ResultsStore, progress: bool):
+        self.plan, self.dev, self.store, self.progress = plan, dev, store, progress
+        self.tasks: dict[tuple, Task] = {}
+        self.judge: ARJudge | None = None
+        self.loaded: tuple[tuple[str, str], LoadedModel] | None = None
+
+    def model(self, cell: RunCell) -> LoadedModel:
+        key = (cell.model_id, cell.precision)
+        if self.loaded is None or self.loaded[0] != key:
+            self.release()
+            self.loaded = (key, _load_planned(self.plan, cell.model_id, self.dev, precision=cell.precision))
+        return self.loaded[1]
+
+    def release(self) -> None:
+        self.loaded = None
+
+    def run(self, cell: RunCell) -> list[dict]:
+        """Evaluate `cell` (its example rows appended to the store as its chunks finish); its result rows."""
+        if self.judge is None and self.plan.judge is not None and TASKS[cell.task].measures_with == "judge":
+            self.judge = ARJudge(_load_judge(self.plan, self.dev, self.plan.judge.precision), self.plan.judge.name)
+        key = (cell.task, cell.task_options)
+        if key not in self.tasks:
+            self.tasks[key] = equip(get_task(cell.task, **cell.options), self.plan.featuriser, self.dev)
+        return evaluate_cell(cell, self.model(cell), self.tasks[key], self.store.example_rows(cell.run_id),
+                             partial(self.store.append_examples, cell.run_id), self.judge, self.progress)
+
+
+_RUNNER: CellRunner | None = None   # a worker process's own (run_local with workers > 1)
+
+
+def _start_worker(plan: Plan, root: str, device: str, threads: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it ends the workers and says how to resume
+    torch.set_num_threads(threads)
+    global _RUNNER
+    _RUNNER = CellRunner(plan, torch.device(device), ResultsStore(root), progress=False)
+
+
+def _run_in_worker(cell: RunCell) -> list[dict]:
+    return _RUNNER.run(cell)
+
+
+def _run_workers(plan: Plan, cells: list[RunCell], store: ResultsStore, dev: torch.device, progress: bool,
+                 workers: int, threads: int) -> int:
+    """The cells in `workers` spawned processes (fork would copy this process's OpenMP threads mid-state), taken in
+    order as workers come free; this process writes each cell's result rows as it finishes. A worker's error ends
+    the sweep with that error; an interrupt ends the workers (their finished example chunks are kept)."""
+    bar = progress_bar(len(cells), f"sweep {plan.preset.name} ({workers} workers)", enabled=progress)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                               initargs=(plan, str(store.root), str(dev), threads))
     done = 0
-    for model_id in dict.fromkeys(c.model_id for c in cells):
-        first = next(c for c in cells if c.model_id == model_id)
-        loaded = _load_planned(plan, model_id, dev, precision=first.precision)
-        for cell in (c for c in cells if c.model_id == model_id):
-            key = (cell.task, cell.task_options)
-            if key not in tasks:
-                tasks[key] = equip(get_task(cell.task, **cell.options), plan.featuriser, dev)
-            rows = evaluate_cell(cell, loaded, tasks[key], store.example_rows(cell.run_id),
-                                 partial(store.append_examples, cell.run_id), judge, progress)
-            store.append_runs(rows)
+    try:
+        for future in as_completed([pool.submit(_run_in_worker, cell) for cell in cells]):
+            store.append_runs(future.result())
             done += 1
             bar.update(1)
-        del loaded
-        spec = plan.external[model_id].spec if model_id in plan.external else None
-        if delete_downloads and spec is not None and models.spec_kind(spec) == "paper":
-            from models.official import delete_paper_snapshot
-
-            freed = delete_paper_snapshot(spec)
-            if freed:
-                print(f"deleted the downloaded {spec} ({freed / 1e9:.1f} GB) after its cells", file=sys.stderr)
-    bar.close()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in multiprocessing.active_children():   # the pool's workers: a running cell is not waited for
+            process.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        bar.close()
     return done
 
 
@@ -337,13 +440,14 @@ def warn_if_stale(plan: Plan, store: ResultsStore) -> None:
               f"{here}); they are kept and skipped — move that directory away to re-measure them", file=sys.stderr)
 
 
-def preview(plan: Plan, cells: list[RunCell], device: str) -> str:
-    """What running `cells` will train and evaluate, with a time estimate probed on this machine."""
+def preview(plan: Plan, cells: list[RunCell], device: str, workers: int = 1, threads: int | None = None) -> str:
+    """What running `cells` will train and evaluate (in `workers` processes of `threads` torch threads each), with
+    a time estimate probed on this machine."""
     needed = needed_models(plan, cells) if cells else []
     cached = [c for c in needed if is_cached(c)]
     to_train = [c for c in needed if c not in cached]
     runnable = device != "cuda" or torch.cuda.is_available()   # a Ray driver without the workers' GPUs
-    est = estimate(plan, cells, to_train, device) if cells and runnable else None
+    est = estimate(plan, cells, to_train, device, workers) if cells and runnable else None
     trained = sorted({t.precision for t in needed})
     decoded = sorted({c.precision for c in plan.cells if not c.reference})
     line = (f"precision: training {'/'.join(trained) or 'none'}, decoding {'/'.join(decoded) or 'none'}"
@@ -351,6 +455,8 @@ def preview(plan: Plan, cells: list[RunCell], device: str) -> str:
             f" on {device}")
     if device == "cpu":
         line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
+    if workers > 1:
+        line += f"; cells evaluated by {workers} worker processes of {threads} thread{'s' * (threads > 1)} each (--jobs)"
     return describe(plan, cells, to_train, cached, line, est)
 
 
@@ -386,11 +492,14 @@ def preflight(plan: Plan) -> None:
 
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
             progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1,
-            delete_downloads: bool = False) -> ResultsStore:
-    """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock; the plan
-    and its time estimate are printed first, the measured time last."""
+            delete_downloads: bool = False, jobs: str | int = 1) -> ResultsStore:
+    """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock, evaluated by
+    `eval_workers(plan, ..., jobs)` processes (the CLI's default is `auto`; here this process, unless asked); the
+    plan and its time estimate are printed first, the measured time last."""
     if launcher not in LAUNCHERS:
         raise LauncherError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
+    workers, threads = eval_workers(plan, plan.cells[0].device if plan.cells else device, jobs, launcher,
+                                    delete_downloads)
     if launcher == "ray":
         for external in plan.external.values():  # refuse a checkpoint that cannot be shipped, before any work
             if models.spec_kind(external.spec) == "checkpoint":
@@ -402,12 +511,12 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         store.check_schema()
         warn_if_stale(plan, store)
         cells = pending_cells(plan, store)
-        print(preview(plan, cells, plan.cells[0].device if plan.cells else device),
+        print(preview(plan, cells, plan.cells[0].device if plan.cells else device, workers, threads),
               file=sys.stderr, flush=True)
         if cells:
             t0 = time.perf_counter()
             if launcher == "local":
-                run_local(plan, cells, store, device, progress, delete_downloads)
+                run_local(plan, cells, store, device, progress, delete_downloads, workers, threads)
             else:
                 run_ray(plan, cells, store, progress, ray_address, ray_cpus)
             print(f"ran {len(cells)} cells in {format_duration(time.perf_counter() - t0)} (training included)",

@@ -35,13 +35,23 @@ from .cli import (
     INTERRUPTED, REFERENCE, Parser, add_decode_flags, given_decode_knobs, exit_exhausted, interrupt_on_sigterm, number,
     reference_option,
 )
-from .launchers import LAUNCHERS, execute, import_ray, preflight, preview
+from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore, StoreError
 from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
 from .train import TrainingError
 
 positive_int = number(int, 1)
+
+
+def jobs_option(value: str) -> str | int:
+    """--jobs: `auto` or a positive number of worker processes."""
+    if value == "auto":
+        return value
+    try:
+        return positive_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number >= 1, got {value!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
     ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
+    ap.add_argument("--jobs", type=jobs_option, default="auto",
+                    help="worker processes that evaluate the cells, each with its share of the torch threads: auto "
+                         f"(on a CPU one per thread, at most {AUTO_WORKERS}, for plans of local models; else 1), or N "
+                         "(1: this process, as before workers existed)")
     ap.add_argument("--ray-address", help="with --launcher ray: the cluster address (default: start a local one)")
     ap.add_argument("--ray-cpus", type=positive_int, default=1,
                     help="with --launcher ray: CPUs each task requests when not on cuda (default 1)")
@@ -192,7 +206,7 @@ def _main(argv: list[str] | None) -> int:
             return 0
         preflight(plan)
         store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
-                        args.ray_cpus, args.delete_downloads)
+                        args.ray_cpus, args.delete_downloads, args.jobs)
     except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:   # CheckpointError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2

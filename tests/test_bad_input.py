@@ -201,7 +201,8 @@ BAD_INPUTS = [
     "example_row_without_example_id", "checkpoint_config_a_json_list", "checkpoint_model_id_a_path",
     "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
     "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
-    "ray_checkpoint_file_symlinked_outside_its_folder",
+    "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
+    "jobs_with_delete_downloads",
     # harness.report
     "report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
     "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
@@ -217,7 +218,8 @@ IN_PROCESS = {name: tool for tool, names in {
             "example_row_without_example_id", "checkpoint_config_a_json_list", "checkpoint_model_id_a_path",
             "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
             "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
-            "ray_checkpoint_file_symlinked_outside_its_folder"],
+            "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
+            "jobs_with_delete_downloads"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
                "report_threshold_above_one", "report_primary_not_a_bool"],
@@ -310,6 +312,13 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
             return real_open(path, flags, *args, **kwargs)
         monkeypatch.setattr(os, "open", read_only)
         return [*cell, "--limit", "1"], f"cannot write results to {out / 'smoke'} (permission denied"
+    if name == "jobs_not_a_number":
+        return [*cell, "--jobs", "many"], "argument --jobs: expected auto or a whole number >= 1, got 'many'"
+    if name == "jobs_on_ray":
+        monkeypatch.setattr(run, "import_ray", lambda: None)   # refused before Ray is needed (installed or not)
+        return [*cell, "--jobs", "2", "--launcher", "ray"], "--jobs applies to --launcher local"
+    if name == "jobs_with_delete_downloads":
+        return [*cell, "--jobs", "2", "--delete-downloads"], "use it with --jobs 1"
     if name == "out_is_a_file":
         (tmp / "afile").write_text("not a directory\n")
         return [*cell, "--out", str(tmp / "afile")], f"{tmp / 'afile'} is a file, not a directory"

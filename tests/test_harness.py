@@ -20,13 +20,14 @@ from tasks import TASKS
 from harness.configs import RunCell, TrainConfig
 from harness import sweep as sweep_module
 from models.pretrained import smollm2_installed
-from harness.launchers import execute
+from harness.launchers import AUTO_WORKERS, eval_workers, execute
 from harness.precision import resolve_precision
 from harness.presets import PRESETS, TaskSpec, get_preset
 from harness.report import build_report, pareto_mask
 from harness.schema import COLUMNS
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep
+from result_rows import assert_same_rows, read_rows
 from models import DecodeConfig, paradigm_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,6 +130,37 @@ def test_a_sweep_judged_by_smollm2_records_the_judge_and_scores_per_judge_token(
         with torch.no_grad():
             nll = model.nll(Batch(torch.tensor([ids]), None, given)).item()
         assert ex["metrics"]["judge_nll"] == pytest.approx(nll, rel=1e-4)
+
+
+def test_cells_evaluated_by_worker_processes_have_the_rows_of_one_process(smoke_sweep, tmp_path):
+    """--jobs 2 on the fixture's trained models: the same result and example rows, field for field, as the one
+    process of the fixture (what legitimately differs, timings and threads, left out), and the plan says so."""
+    root, env, args, _ = smoke_sweep
+    out = args.index("--out") + 1
+    proc = run_cli([*args[:out], str(tmp_path), *args[out + 1:], "--jobs", "2"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "cells evaluated by 2 worker processes of 1 thread each (--jobs)" in proc.stderr
+    assert_same_rows(read_rows(root / "results"), read_rows(tmp_path))
+    assert {r["threads"] for r in read_jsonl(tmp_path / "smoke" / "runs.jsonl")} == {1}
+
+
+def test_worker_processes_are_chosen_by_device_and_model_kind(monkeypatch):
+    """--jobs auto: on a CPU one worker per torch thread, at most AUTO_WORKERS, each with its share of the threads;
+    one process on CUDA, for a plan with a model to download, or for a single cell; an explicit number is taken as
+    given on a CPU and refused on CUDA."""
+    plan = plan_sweep(get_preset("smoke"), tasks="gsm8k")
+    for threads, expected in ((1, (1, 1)), (2, (2, 1)), (3, (3, 1)), (16, (AUTO_WORKERS, 16 // AUTO_WORKERS))):
+        monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+        assert eval_workers(plan, "cpu") == expected
+        assert eval_workers(plan, "cpu", 1) == (1, threads)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    assert eval_workers(plan, "cpu", 3) == (3, 2)
+    assert eval_workers(plan, "cuda") == (1, 8)
+    with pytest.raises(PlanError, match="--jobs 2 needs --device cpu"):
+        eval_workers(plan, "cuda", 2)
+    assert eval_workers(dataclasses.replace(plan, cells=plan.cells[:1]), "cpu") == (1, 8)
+    paper = plan_sweep(get_preset("paper-lm1b"))   # planned offline: the checkpoints are downloaded when run
+    assert eval_workers(paper, "cpu") == (1, 8)
 
 
 def test_second_run_skips_everything(smoke_sweep):

@@ -15,7 +15,6 @@ driver's checkpoint cache separate from the workers') the rows are the same agai
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from harness import run
 from harness.launchers import RAY_INSTALL_HINT, checkpoint_payload, write_checkpoint
 from harness.presets import get_preset
 from harness.sweep import plan_sweep
-from result_rows import assert_same_rows
+from result_rows import assert_same_rows, read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -36,34 +35,8 @@ needs_ray = pytest.mark.skipif(not HAVE_RAY, reason='ray is not installed (pip i
 
 SWEEP = ["--sweep", "--preset", "smoke", "--paradigms", "ar,setdlm", "--tasks", "gsm8k,ppl_owt,genppl",
          "--limit", "2", "--no-report", "--quiet"]
-# measured, or describing the process that measured: legitimately differ between launchers
-VOLATILE_RUN_FIELDS = {"timestamp", "latency_s_median", "threads"}
-VOLATILE_EXAMPLE_FIELDS = {"seconds"}
-
-
 def smoke_plan(paradigms: str, tasks: str):
     return plan_sweep(get_preset("smoke"), paradigms, tasks, limit=2, device="cpu")
-
-
-def deterministic(row: dict, volatile: set[str]) -> dict:
-    return {k: v for k, v in row.items() if k not in volatile and not k.startswith("tokens_per_s")}
-
-
-def read_rows(root: Path) -> tuple[dict, dict]:
-    """runs keyed by (run_id, metric) and example rows keyed by (run_id, example_id), volatile fields removed."""
-    runs, examples = {}, {}
-    for line in (root / "smoke" / "runs.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        key = (row["run_id"], row["metric"])
-        assert key not in runs, f"duplicate result row {key}"
-        runs[key] = deterministic(row, VOLATILE_RUN_FIELDS)
-    for path in sorted((root / "smoke" / "examples").glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            key = (path.stem, row["example_id"])
-            assert key not in examples, f"duplicate example row {key}"
-            examples[key] = deterministic(row, VOLATILE_EXAMPLE_FIELDS)
-    return runs, examples
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
