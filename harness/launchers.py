@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -78,11 +79,15 @@ def eval_workers(plan: Plan, device: str, jobs: str | int = "auto", launcher: st
     or a hub model is downloaded and large, and loaded by one process); on CUDA one process. PlanError for an
     explicit number that cannot apply (CUDA, Ray, --delete-downloads)."""
     threads = torch.get_num_threads()
+    foreign = [cls.__qualname__ for cls in worker_classes(plan) if not _importable(cls)]
     if jobs == "auto":
         local = all(is_local_spec(external.spec) for external in plan.external.values())
-        workers = min(threads, AUTO_WORKERS) if device == "cpu" and launcher == "local" and local else 1
+        workers = min(threads, AUTO_WORKERS) if device == "cpu" and launcher == "local" and local and not foreign else 1
     else:
         workers = int(jobs)
+        if workers > 1 and foreign:
+            raise PlanError(f"--jobs {workers}: worker processes cannot import {', '.join(foreign)} (declared inside a "
+                            f"function): declare it at the top of a module, or use --jobs 1")
         if workers > 1 and launcher != "local":
             raise PlanError("--jobs applies to --launcher local (Ray's tasks are its workers: --ray-cpus)")
         if workers > 1 and device != "cpu":
@@ -92,6 +97,21 @@ def eval_workers(plan: Plan, device: str, jobs: str | int = "auto", launcher: st
     if len(plan.cells) < 2:
         workers = 1
     return workers, max(1, threads // workers) if workers > 1 else threads
+
+
+def worker_classes(plan: Plan) -> tuple[type, ...]:
+    """The paradigm and task classes of the plan's cells: handed to each worker process, whose unpickling imports
+    their modules, so that a paradigm or task a user declared in a module of their own is registered there too."""
+    return tuple(dict.fromkeys(cls for c in plan.cells for cls in (get_paradigm(c.paradigm), TASKS[c.task])))
+
+
+def _importable(cls: type) -> bool:
+    """Whether a class travels to a spawned process by reference (declared at the top of a module)."""
+    try:
+        pickle.dumps(cls)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
 
 
 def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: bool,
@@ -162,7 +182,8 @@ class CellRunner:
 _RUNNER: CellRunner | None = None   # a worker process's own (run_local with workers > 1)
 
 
-def _start_worker(plan: Plan, root: str, device: str, threads: int) -> None:
+def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tuple[type, ...]) -> None:
+    """A worker's setup; `classes` (worker_classes) only had to be unpickled, which registered them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it ends the workers and says how to resume
     torch.set_num_threads(threads)
     global _RUNNER
@@ -180,7 +201,7 @@ def _run_workers(plan: Plan, cells: list[RunCell], store: ResultsStore, dev: tor
     the sweep with that error; an interrupt ends the workers (their finished example chunks are kept)."""
     bar = progress_bar(len(cells), f"sweep {plan.preset.name} ({workers} workers)", enabled=progress)
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                               initargs=(plan, str(store.root), str(dev), threads))
+                               initargs=(plan, str(store.root), str(dev), threads, worker_classes(plan)))
     done = 0
     try:
         for future in as_completed([pool.submit(_run_in_worker, cell) for cell in cells]):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import get_model, model_registry
 
@@ -20,7 +21,8 @@ import models
 from harness import lm_eval as adapter
 from harness.presets import get_preset
 from harness.run import build_parser, main as run_main
-from harness.sweep import plan_sweep
+from harness.launchers import eval_workers
+from harness.sweep import PlanError, plan_sweep
 from models.ar import ARModel
 
 
@@ -49,6 +51,10 @@ def test_a_paradigm_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eva
     plan = plan_sweep(get_preset("smoke"), "toy", "gsm8k")
     assert [c.paradigm for c in plan.cells] == ["toy"] and plan.train[-1].model_id.startswith("toy-")
 
+    # a paradigm declared inside a function cannot reach a worker process: `auto` keeps one process, a number is refused
+    assert eval_workers(plan, "cpu") == (1, torch.get_num_threads())
+    with pytest.raises(PlanError, match="worker processes cannot import .*ToyModel"):
+        eval_workers(plan, "cpu", 2)
     out = tmp_path / "results"
     code = run_main(["--sweep", "--preset", "smoke", "--paradigms", "toy", "--tasks", "gsm8k,ppl_owt", "--limit", "1",
                      "--out", str(out), "--reference", "none", "--quiet"])
