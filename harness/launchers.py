@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import tempfile
@@ -106,12 +105,12 @@ def worker_classes(plan: Plan) -> tuple[type, ...]:
 
 
 def _importable(cls: type) -> bool:
-    """Whether a class travels to a spawned process by reference (declared at the top of a module)."""
-    try:
-        pickle.dumps(cls)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        return False
-    return True
+    """Whether a class travels to a spawned process by reference: its module's attribute path finds it (not so for
+    one declared inside a function)."""
+    target = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        target = getattr(target, part, None)
+    return target is cls
 
 
 def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: bool,
@@ -183,7 +182,7 @@ _RUNNER: CellRunner | None = None   # a worker process's own (run_local with wor
 
 
 def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tuple[type, ...]) -> None:
-    """A worker's setup; `classes` (worker_classes) only had to be unpickled, which registered them."""
+    """A worker's setup; `classes` (worker_classes) did their work by arriving: importing their modules registered them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it ends the workers and says how to resume
     torch.set_num_threads(threads)
     global _RUNNER
