@@ -182,7 +182,8 @@ _RUNNER: CellRunner | None = None   # a worker process's own (run_local with wor
 
 
 def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tuple[type, ...]) -> None:
-    """A worker's setup; `classes` (worker_classes) did their work by arriving: importing their modules registered them."""
+    """A worker's setup; `classes` (worker_classes) did their work by arriving: importing their modules registered
+    them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it ends the workers and says how to resume
     torch.set_num_threads(threads)
     global _RUNNER
@@ -476,7 +477,8 @@ def preview(plan: Plan, cells: list[RunCell], device: str, workers: int = 1, thr
     if device == "cpu":
         line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
     if workers > 1:
-        line += f"; cells evaluated by {workers} worker processes of {threads} thread{'s' * (threads > 1)} each (--jobs)"
+        line += (f"; cells evaluated by {workers} worker processes of {threads} thread{'s' * (threads > 1)} each "
+                 f"(--jobs)")
     return describe(plan, cells, to_train, cached, line, est)
 
 
