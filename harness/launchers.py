@@ -2,7 +2,7 @@
 
 * `local` (default): this process trains the missing models, then runs the cells model by
   model (each model, task, the gen-ppl judge and the MAUVE featuriser are loaded once). With `--jobs N`
-  (`auto`: one per core, at most AUTO_WORKERS, on a CPU, for plans of local models) the cells run in N
+  (`auto`: one per torch thread, at most AUTO_WORKERS, on a CPU, for plans of local models) the cells run in N
   worker processes of this machine instead, each with its share of the torch threads, taking the cells in
   order as they come free: a cpu-preset cell's small matrices keep one core busy, not two (a decode step at
   batch 1 runs about as fast on one thread as on two), so two single-threaded workers evaluate more cells
