@@ -281,6 +281,26 @@ def test_every_decoder_samples_the_oracle_exactly_at_one_token_per_forward(tag):
         assert f.log_q == pytest.approx(float(lang.conditional_log_prob(p, t)[0]), abs=1e-4)
 
 
+def test_the_perfect_models_row_grouping_is_numpys_unique():
+    """The perfect backbone groups its query rows by their observations with distinct_rows (rows compared as bytes,
+    then put in order): the same groups, in the same order, and the same inverse as np.unique(axis=0), so the
+    forward-backward, and every number of the oracle cells, is unchanged by it. Negative entries (MISSING) and
+    rows that differ only in a late column included."""
+    from tasks.oracle_language.perfect import distinct_rows
+
+    rng = np.random.default_rng(0)
+    cases = [rng.integers(-1, 3, size=(int(rng.integers(1, 80)), int(rng.integers(1, 7)))) for _ in range(200)]
+    base = rng.integers(-1, 32, size=(50, 47))
+    base[1] = base[0]
+    base[1, -1] = base[0, -1] + 1
+    cases.append(np.repeat(base, 48, axis=0)[rng.permutation(50 * 48)])
+    for rows in cases:
+        groups, which = np.unique(rows, axis=0, return_inverse=True)
+        ours, our_which = distinct_rows(rows)
+        assert ours.dtype == groups.dtype and np.array_equal(ours, groups)
+        assert np.array_equal(our_which, which.reshape(-1))
+
+
 @pytest.mark.parametrize("tag", ["ar", "bd3lm-s4", "setdlm-smax8"])
 def test_the_perfect_model_decodes_eagerly_whatever_compile_says(tag):
     """The oracle's backbone has no fixed-shape forward (exact numpy arithmetic; Backbone.fixed_steps): a sweep run
