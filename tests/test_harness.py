@@ -134,10 +134,11 @@ def test_a_sweep_judged_by_smollm2_records_the_judge_and_scores_per_judge_token(
 
 def test_cells_evaluated_by_worker_processes_have_the_rows_of_one_process(smoke_sweep, tmp_path):
     """--jobs 2 on the fixture's trained models: the same result and example rows, field for field, as the one
-    process of the fixture (what legitimately differs, timings and threads, left out), and the plan says so."""
+    process of the fixture (what legitimately differs, timings and threads, left out), and the plan says so. The
+    main process has 2 threads here and each worker 1, so rows of 1 thread say the cells ran in the workers."""
     root, env, args, _ = smoke_sweep
     out = args.index("--out") + 1
-    proc = run_cli([*args[:out], str(tmp_path), *args[out + 1:], "--jobs", "2"], env)
+    proc = run_cli([*args[:out], str(tmp_path), *args[out + 1:], "--jobs", "2"], {**env, "OMP_NUM_THREADS": "2"})
     assert proc.returncode == 0, proc.stderr
     assert "cells evaluated by 2 worker processes of 1 thread each (--jobs)" in proc.stderr
     assert_same_rows(read_rows(root / "results"), read_rows(tmp_path))
