@@ -3,7 +3,7 @@
 On a terminal, a tqdm bar. Anywhere else (a pipe, `| tee`, nohup, CI) carriage-return refreshes
 would pile up as fragments on one line, so progress is printed as occasional plain lines instead:
 one when a bar starts, one each time another 10% is done or `HARNESS_PROGRESS_INTERVAL` seconds
-(default 30) have passed, and one when it ends. Bars marked `transient` (a cell's examples) are
+(default 30) have passed, and one when it ends ("done", or "stopped" short of its total: an interrupt). Bars marked `transient` (a cell's examples) are
 dropped in a log: the sweep's own lines cover them.
 
 `HARNESS_PROGRESS=bar|lines|off` forces a style.
@@ -102,8 +102,8 @@ class LineProgress:
             if not final and self.n < self.total:
                 left = elapsed / (self.n - self.start_n) * (self.total - self.n)
                 parts.append(f"~{format_duration(left)} left")
-        if final:
-            parts.append("done")
+        if final:   # a bar closed short of its total was stopped (an interrupt, an error), not finished
+            parts.append("done" if self.n >= self.total else "stopped")
         if self.postfix:
             parts.append(self.postfix)
         print(f"[{time.strftime('%H:%M:%S')}] " + ", ".join(parts), file=self.file, flush=True)

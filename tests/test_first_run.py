@@ -123,6 +123,16 @@ def test_line_progress_has_no_carriage_returns():
     assert lines[-1].endswith("done, loss=1.0") and "200/200 (100%)" in lines[-1]
 
 
+def test_a_line_progress_closed_short_of_its_total_says_stopped():
+    """An interrupted sweep's bar is closed by its `finally`: its last line must not say done."""
+    out = io.StringIO()
+    bar = LineProgress(249, "sweep cpu (2 workers)", file=out, interval=1e9)
+    bar.update(12)
+    bar.close()
+    last = out.getvalue().splitlines()[-1]
+    assert "12/249 (4%)" in last and last.endswith("stopped") and "done" not in last
+
+
 def test_progress_style_follows_the_stream(monkeypatch):
     monkeypatch.delenv("HARNESS_PROGRESS", raising=False)
     assert isinstance(progress(5, "x", file=io.StringIO()), LineProgress)          # not a terminal
