@@ -3,8 +3,9 @@
 On a terminal, a tqdm bar. Anywhere else (a pipe, `| tee`, nohup, CI) carriage-return refreshes
 would pile up as fragments on one line, so progress is printed as occasional plain lines instead:
 one when a bar starts, one each time another 10% is done or `HARNESS_PROGRESS_INTERVAL` seconds
-(default 30) have passed, and one when it ends ("done", or "stopped" short of its total: an interrupt). Bars marked `transient` (a cell's examples) are
-dropped in a log: the sweep's own lines cover them.
+(default 30) have passed, and one when it ends: "done", or "stopped" when it ends short of its total
+(an interrupt). Bars marked `transient` (a cell's examples) are dropped in a log: the sweep's own
+lines cover them.
 
 `HARNESS_PROGRESS=bar|lines|off` forces a style.
 
