@@ -126,7 +126,7 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
     # never end on one long model while the others idle
     model_ids = sorted(dict.fromkeys(c.model_id for c in cells), key=lambda m: m not in plan.external)
     order = [c for model_id in model_ids for c in cells if c.model_id == model_id]
-    if workers > 1 and len(order) > 1:
+    if workers > 1:
         return _run_workers(plan, order, store, dev, progress, workers, threads)
     runner = CellRunner(plan, dev, store, progress)
     bar = progress_bar(len(order), f"sweep {plan.preset.name}", enabled=progress)
@@ -533,6 +533,8 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         store.check_schema()
         warn_if_stale(plan, store)
         cells = pending_cells(plan, store)
+        if len(cells) < 2:   # one cell left (a resumed sweep): this process evaluates it, and the plan line says so
+            workers, threads = 1, torch.get_num_threads()
         print(preview(plan, cells, plan.cells[0].device if plan.cells else device, workers, threads),
               file=sys.stderr, flush=True)
         if cells:

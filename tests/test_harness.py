@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,6 +144,23 @@ def test_cells_evaluated_by_worker_processes_have_the_rows_of_one_process(smoke_
     assert "cells evaluated by 2 worker processes of 1 thread each (--jobs)" in proc.stderr
     assert_same_rows(read_rows(root / "results"), read_rows(tmp_path))
     assert {r["threads"] for r in read_jsonl(tmp_path / "smoke" / "runs.jsonl")} == {1}
+
+
+def test_a_resumed_sweep_with_one_cell_left_evaluates_it_in_this_process(smoke_sweep, tmp_path):
+    """--jobs 2 with one unfinished cell: no workers are started for it, and the plan line does not claim them."""
+    root, env, args, _ = smoke_sweep
+    shutil.copytree(root / "results", tmp_path / "results")
+    runs = tmp_path / "results" / "smoke" / "runs.jsonl"
+    lines = runs.read_text().splitlines()
+    last = json.loads(lines[-1])["run_id"]
+    runs.write_text("".join(line + "\n" for line in lines if json.loads(line)["run_id"] != last))
+    out = args.index("--out") + 1
+    proc = run_cli([*args[:out], str(tmp_path / "results"), *args[out + 1:], "--jobs", "2"],
+                   {**env, "OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr
+    assert "1 of " in proc.stderr and "worker processes" not in proc.stderr
+    assert {r["threads"] for r in read_jsonl(runs) if r["run_id"] == last} == {2}
+    assert_same_rows(read_rows(root / "results"), read_rows(tmp_path / "results"))
 
 
 def test_worker_processes_are_chosen_by_device_and_model_kind(monkeypatch):
