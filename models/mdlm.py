@@ -155,6 +155,9 @@ class MDLMModel(ParadigmModel):
         N = span_cols.numel()
         chunk = decode.chunk_size or N
         chunks = [span_cols[i:i + chunk] for i in range(0, N, chunk)]
+        # the backbone's last layer computes only the rows from a chunk's first column to its last (`keep`): the
+        # only ones whose logits are read; every other row still feeds the keys and values below it
+        bounds = [(int(c[0]), int(c[-1]) + 1) for c in chunks]
         chunk_steps = self._share_steps(decode.steps, [len(c) for c in chunks])
         max_steps = sum(len(confidence_commit_counts(len(c), s)) for c, s in zip(chunks, chunk_steps))
         attn_mask = None
@@ -165,7 +168,7 @@ class MDLMModel(ParadigmModel):
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
 
-        for cols, steps in zip(chunks, chunk_steps):
+        for cols, steps, (lo, hi) in zip(chunks, chunk_steps, bounds):
             cols = cols.expand(B, -1)
             candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
             n_left = int(candidate.sum(dim=1).max())
@@ -175,9 +178,9 @@ class MDLMModel(ParadigmModel):
                 # only the still-masked positions need logits: left-align them per row
                 cand_cols, cand = left_aligned(cols, candidate)
                 cand_cols, cand = cand_cols[:, :n_left], cand[:, :n_left]
-                h = self.backbone(ids, pos, attn_mask=attn_mask)
-                tokens, conf = chooser(self.backbone.logits(h.gather(1, cand_cols[..., None].expand(-1, -1, h.shape[-1]))),
-                                       cand_cols)
+                h = self.backbone(ids, pos, attn_mask=attn_mask, keep=slice(lo, hi))
+                rows = (cand_cols - lo)[..., None].expand(-1, -1, h.shape[-1])
+                tokens, conf = chooser(self.backbone.logits(h.gather(1, rows)), cand_cols)
                 chosen = select_commits(conf, cand, k, decode.threshold)
                 ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
                 chooser.mark(tokens, chosen)

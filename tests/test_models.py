@@ -311,6 +311,42 @@ def test_two_stream_split_attention_equals_one_masked_call(paradigm, monkeypatch
     assert not torch.allclose(wrong, one_call, atol=1e-3)
 
 
+@pytest.mark.parametrize("decode", [DecodeConfig(stop_at_eos=False), DecodeConfig(threshold=0.5, stop_at_eos=False),
+                                    DecodeConfig(greedy=False, top_p=0.9, chunk_size=4, stop_at_eos=False)])
+def test_mdlm_last_layer_computes_only_the_chunk_rows(decode, monkeypatch):
+    """MDLM's decode asks the backbone for the rows of the chunk being decoded only (`keep`: its last layer skips
+    the rest), and decodes the tokens and logits of a backbone that computes every row and drops the others."""
+    model = tiny("mdlm")
+    forward = type(model.backbone).forward
+    kept = []
+
+    def every_row(self, input_ids, position_ids, *args, keep=None, **kw):   # the whole canvas, then the kept rows
+        kept.append(keep)
+        return forward(self, input_ids, position_ids, *args, **kw)[:, keep if keep is not None else slice(None)]
+
+    def run(prompts=None):
+        with LogitsRecorder(model) as rec:
+            if prompts is None:
+                out = [model.infill([2, 5, 9, 11, 3], 9, [7, 8, 20, 21], decode)]
+            else:
+                out = model.generate(prompts, 12, decode)
+        return [g.tokens for g in out], rec.calls
+
+    for prompts in (random_prompts(3, 0), random_prompts(1, 1), None):
+        fast_tokens, fast_logits = run(prompts)
+        with monkeypatch.context() as m:
+            m.setattr(type(model.backbone), "forward", every_row)
+            kept.clear()
+            slow_tokens, slow_logits = run(prompts)
+        n_span = 9 if prompts is None else 12
+        assert kept and all(k is not None and k.stop - k.start <= (decode.chunk_size or n_span) for k in kept)
+        assert fast_tokens == slow_tokens
+        assert len(fast_logits) == len(slow_logits)
+        for a, b in zip(fast_logits, slow_logits):
+            finite = torch.isfinite(a)
+            assert torch.equal(finite, torch.isfinite(b)) and torch.allclose(a[finite], b[finite], atol=1e-5)
+
+
 def test_bd3lm_every_block_gets_a_mask():
     model = tiny("bd3lm", block_size=4)
     x = torch.randint(2, VOCAB - 1, (64, LENGTH))
