@@ -102,19 +102,28 @@ class KVCache:
 
 
 class Rotary(nn.Module):
-    """cos/sin tables indexed by arbitrary position ids (rotate-half convention over `head_dim`)."""
+    """cos/sin tables indexed by arbitrary position ids (rotate-half convention over `head_dim`), the sign of
+    rotate-half folded into the sine table (`sin_signed`, its first half negated): apply_rotary then rotates in four
+    kernels, x * cos + roll(x, hd/2) * sin_signed, equal bit for bit to x * cos + rotate_half(x) * sin (a sign flip
+    is exact), since rotate_half(x) = roll(x, hd/2) with its first half negated."""
 
     def __init__(self, head_dim: int, max_positions: int, base: float):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
+        sin = angles.sin()
         self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.register_buffer("sin_signed", torch.cat([-sin[:, :head_dim // 2], sin[:, head_dim // 2:]], dim=-1),
+                             persistent=False)
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        # [B, 1, T, head_dim], broadcast over heads (and over q/k stacked in front)
-        cos, sin = self.cos[position_ids].unsqueeze(1), self.sin[position_ids].unsqueeze(1)
+        """(cos, sin_signed), each [B, 1, T, head_dim]: broadcast over the heads of a [..., B, H, T, hd] input (and
+        over q and k stacked in front)."""
+        return self._lookup(position_ids, dtype, head_axis=1)
+
+    def _lookup(self, position_ids: torch.Tensor, dtype: torch.dtype, head_axis: int):
+        cos, sin = self.cos[position_ids].unsqueeze(head_axis), self.sin_signed[position_ids].unsqueeze(head_axis)
         if cos.dtype != dtype:
             cos, sin = cos.to(dtype), sin.to(dtype)
         return cos, sin
@@ -141,9 +150,11 @@ def check_heads(d_model: int, n_heads: int) -> None:
         raise ValueError("the head dimension must be even for rotary embeddings")
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of x (head_dim last) with Rotary's tables: a new tensor."""
+    out = x * cos
+    out += x.roll(x.shape[-1] // 2, dims=-1) * sin_signed   # in place on a fresh product: autograd-safe
+    return out
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor, attn_mask: torch.Tensor | None,

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Backbone
-from .attention import ClosedStream, KVCache, Rotary, attend
+from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend
 
 
 @dataclass(frozen=True)
@@ -67,23 +67,11 @@ class RMSNorm(nn.RMSNorm):
 
 
 class HalfRotary(Rotary):
-    """Rotary tables for the rotate-half layout with the sign folded into the sine table, so that one
-    forward rotates q and k of every head together in four kernels:
-    rot(x) = x * cos + roll(x, hd/2) * sin_signed, equal (bit for bit) to HF's x * cos + rotate_half(x) * sin,
-    since rotate_half(x) = roll(x) with its first half negated. Looked up once per forward, not per layer."""
-
-    def __init__(self, head_dim: int, max_positions: int, base: float):
-        super().__init__(head_dim, max_positions, base)
-        half = head_dim // 2
-        self.register_buffer("sin_signed", torch.cat([-self.sin[:, :half], self.sin[:, half:]], dim=-1),
-                             persistent=False)
+    """Rotary's tables in the layout of a [B, T, heads, head_dim] input: looked up once per forward, not per layer."""
 
     def tables(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin_signed), each [B, T, 1, head_dim] (broadcast over the heads of a [B, T, heads, hd] input)."""
-        cos, sin = self.cos[position_ids].unsqueeze(2), self.sin_signed[position_ids].unsqueeze(2)
-        if cos.dtype != dtype:
-            cos, sin = cos.to(dtype), sin.to(dtype)
-        return cos, sin
+        """(cos, sin_signed), each [B, T, 1, head_dim] (broadcast over the heads)."""
+        return self._lookup(position_ids, dtype, head_axis=2)
 
 
 # Inference on CPU in fp32 with more than one row (batched decode steps, prefills): oneDNN's linear over a
@@ -113,14 +101,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, own
     return torch.ops.mkldnn._linear_pointwise(x, cached[1], bias, "none", [], "")
 
 
-def rotate(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Rotary embedding of x [B, T, heads, head_dim] with HalfRotary.tables (a new contiguous tensor)."""
-    cos, sin = rope
-    out = x * cos
-    out += x.roll(x.shape[-1] // 2, dims=-1) * sin   # in place on a fresh product: autograd-safe
-    return out
-
-
 class LlamaBlock(nn.Module):
     def __init__(self, arch: LlamaArch):
         super().__init__()
@@ -143,11 +123,11 @@ class LlamaBlock(nn.Module):
         nq, nk = H * hd, Hk * hd
         v = qkv[..., nq + nk:].view(B, T, Hk, hd)
         if self.q_norm is None:   # q and k rotated together: one set of kernels for all heads
-            qk = rotate(qkv[..., :nq + nk].view(B, T, H + Hk, hd), rope)
+            qk = apply_rotary(qkv[..., :nq + nk].view(B, T, H + Hk, hd), *rope)
             q, k = qk[:, :, :H], qk[:, :, H:]
         else:
-            q = rotate(self.q_norm(qkv[..., :nq].view(B, T, H, hd)), rope)
-            k = rotate(self.k_norm(qkv[..., nq:nq + nk].view(B, T, Hk, hd)), rope)
+            q = apply_rotary(self.q_norm(qkv[..., :nq].view(B, T, H, hd)), *rope)
+            k = apply_rotary(self.k_norm(qkv[..., nq:nq + nk].view(B, T, Hk, hd)), *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         p = self.dropout if self.training else 0.0
         y, x = attend(q, k, v, x, attn_mask, is_causal, cache, layer, keep, closed, p)
