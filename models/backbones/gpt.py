@@ -51,16 +51,23 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, attn_mask, is_causal, cache: KVCache | None, layer: int,
                 keep: slice | None = None, closed: ClosedStream | None = None):
+        # the modules' own kernels called directly (no nn.Module call per op: a decode step at d = 128 is mostly
+        # such overhead); the modules stay as the parameters' home and name them in the state dict
         B, T, D = x.shape
-        qkv = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        ln1, ln2, up, down = self.ln1, self.ln2, self.mlp[0], self.mlp[2]
+        h = F.layer_norm(x, ln1.normalized_shape, ln1.weight, ln1.bias, ln1.eps)
+        qkv = F.linear(h, self.qkv.weight, self.qkv.bias).view(B, T, 3, self.n_heads, self.head_dim)
+        qkv = qkv.permute(2, 0, 3, 1, 4)
         qk = apply_rotary(qkv[:2], cos, sin)  # q and k rotated together: [2, B, H, T, head_dim]
         p = self.dropout if self.training else 0.0
         y, x = attend(qk[0], qk[1], qkv[2], x, attn_mask, is_causal, cache, layer, keep, closed, p)
-        y = self.proj(y)
+        y = F.linear(y, self.proj.weight, self.proj.bias)
         if p:
             y = F.dropout(y, p, True)
         x = x + y
-        y = self.mlp(self.ln2(x))
+        h = F.layer_norm(x, ln2.normalized_shape, ln2.weight, ln2.bias, ln2.eps)
+        y = F.gelu(F.linear(h, up.weight, up.bias), approximate=self.mlp[1].approximate)
+        y = F.linear(y, down.weight, down.bias)
         if p:
             y = F.dropout(y, p, True)
         return x + y
