@@ -61,9 +61,10 @@ def test_compiled_whole_steps_same_tokens_and_bounded_recompiles(kind, paradigm,
     if batch_sizes == 2:
         calls.append((random_prompts(3, 0)[1:2], 12))
     # EOS: a token some row emits after its first four and no row among its first four (so the first step never
-    # stops a whole call: the whole steps run, and stop rows)
+    # stops a whole call: the whole steps run, and stop rows), the earliest such (one in a row's last block would cut
+    # nothing from it)
     free = [g.tokens for prompts, n in calls for g in model.generate(prompts, n, decode.replace(stop_at_eos=False))]
-    eos = next(t for row in free for t in row[4:] if all(t not in other[:4] for other in free))
+    eos = min((i, t) for row in free for i, t in enumerate(row) if i >= 4 and all(t not in o[:4] for o in free))[1]
     model.config = model.config.replace(eos_id=eos)
     assert any(len(g.tokens) < n for g, n in same_decodes(model, calls, decode)), "some row must stop at EOS"
     # canvases of different lengths share a bucket of STEP_BUCKET slots: one library per batch size
