@@ -51,8 +51,8 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, attn_mask, is_causal, cache: KVCache | None, layer: int,
                 keep: slice | None = None, closed: ClosedStream | None = None):
-        # the modules' own kernels called directly (no nn.Module call per op: a decode step at d = 128 is mostly
-        # such overhead); the modules stay as the parameters' home and name them in the state dict
+        # the modules' own kernels called directly, without an nn.Module call per op (4-8% of a d = 128 decode step
+        # at batch 1, the same results); the modules stay as the parameters' home and name them in the state dict
         B, T, D = x.shape
         ln1, ln2, up, down = self.ln1, self.ln2, self.mlp[0], self.mlp[2]
         h = F.layer_norm(x, ln1.normalized_shape, ln1.weight, ln1.bias, ln1.eps)
