@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import models
 from models import DecodeConfig
+from models.exported_step import match_held_cpu_isa
 
 from .bench_models import cold_compile_caches, cpu_model, prompts, table
 
@@ -141,12 +142,14 @@ def ops_per_step(model, prompts, decode: DecodeConfig, new_tokens: int = NEW_TOK
 def compile_backbone(model) -> None:
     """Compile `model`'s backbone forward (dynamic shapes, inductor's C++ wrapper); the compile happens at the first
     call, which the caller times. The C++ wrapper is set for this benchmark only (bench_steps restores it)."""
+    match_held_cpu_isa()
     model.backbone.forward = torch.compile(model.backbone.forward, dynamic=True)
 
 
 def dynamo_whole_steps(model) -> None:
     """Make `model`'s compile=on whole steps go through torch.compile (inductor's C++ wrapper), as on CUDA, instead
     of the CPU's ahead-of-time library (ParadigmModel.step_function: the compiled step it keeps on the model)."""
+    match_held_cpu_isa()
     model.__dict__.setdefault("_compiled_steps", {})["_whole_step"] = torch.compile(
         model._whole_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
 

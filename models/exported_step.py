@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import os
+import platform
 import tempfile
 import time
 import warnings
@@ -31,6 +33,19 @@ COMPILED = {"graphs": 0, "seconds": 0.0}   # what this process has compiled ahea
 # the libraries, shared by models of one class and config: what a library computes depends only on those, the
 # state's layout and the shapes and dtypes it is called at (the weights come by pointer, at every decode)
 LIBRARIES: dict[tuple, object] = {}
+
+
+def match_held_cpu_isa() -> None:
+    """Have inductor build its C++ for the vector ISA torch's own kernels are held to, before it compiles anything.
+    With ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU (how a reference run holds such a machine to its AVX2 kernels),
+    inductor writes AVX2 vector code but compiles it with its default -march=native; on an AMX Xeon (torch 2.13,
+    gcc 12) a compiled SetDLM whole step at batch 1 then fails inductor's own index check and aborts the process.
+    x86-64-v3 is the AVX2 level of x86-64. A march the user chose (TORCHINDUCTOR_CPP_MARCH) is kept."""
+    from torch._inductor import config
+
+    if (os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "avx2" and config.cpp.march is None
+            and platform.machine().lower() in ("x86_64", "amd64")):
+        config.cpp.march = "x86-64-v3"
 
 
 class _StepModule(nn.Module):
@@ -84,6 +99,7 @@ class ExportedStep:
 
     def _compile(self, args: tuple, state, n_layers: int, fields: list[str]):
         t0 = time.perf_counter()
+        match_held_cpu_isa()
         module = _StepModule(self.model, self.name, state, n_layers, fields)
         with warnings.catch_warnings(), tempfile.TemporaryDirectory() as folder:
             warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)   # torch's own

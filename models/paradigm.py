@@ -33,7 +33,7 @@ from torch import nn
 
 from .backbones.attention import KVCache
 from .decoding import Canvas, StepLog, StopFlag, WholeStepState
-from .exported_step import COMPILED, ExportedStep
+from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
 from .official_sampler import official_numerics
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
@@ -350,6 +350,7 @@ class ParadigmModel(nn.Module):
             compiled[name] = ExportedStep(self, name)
         if name not in compiled:
             allow_graphs_per_function()
+            match_held_cpu_isa()
             how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
                    else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
             compiled[name] = torch.compile(step, dynamic=False, fullgraph=True, **how)

@@ -137,3 +137,27 @@ def test_left_aligned_in_a_compiled_step_keeps_the_stable_sort_order():
             traced = torch.compile(left_aligned, backend="aot_eager", fullgraph=True, dynamic=False)
             for got, want in zip(traced(values, keep, key), left_aligned(values, keep, key)):
                 assert torch.equal(got, want), (n, key)
+
+
+def test_inductor_builds_for_the_isa_torch_is_held_to(monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx2 (an AVX-512 machine held to AVX2 kernels) makes inductor compile for x86-64-v3, not
+    -march=native (whose mix with AVX2 vector code aborted a compiled SetDLM step on an AMX Xeon); a march the user
+    set is kept, and nothing changes without the variable."""
+    import platform
+
+    from torch._inductor import config
+    from models.exported_step import match_held_cpu_isa
+
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    before = config.cpp.march
+    with config.patch({"cpp.march": None}):   # inductor's own way to change its config for a block
+        match_held_cpu_isa()
+        assert config.cpp.march is None
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+        match_held_cpu_isa()
+        x86 = platform.machine().lower() in ("x86_64", "amd64")
+        assert config.cpp.march == ("x86-64-v3" if x86 else None)
+        config.cpp.march = "haswell"
+        match_held_cpu_isa()
+        assert config.cpp.march == "haswell"
+    assert config.cpp.march == before
