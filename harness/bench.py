@@ -183,7 +183,8 @@ def bench_decode(args) -> dict:
                        "compiled_ms_per_forward", "speedup", "compile_s", "identical_tokens"]))
     return {"benchmark": "decode", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "rows": rows,
             "compile": "compile=on: the paradigm's whole decode steps compiled ahead of time by AOTInductor "
-                       "(models/exported_step.py), one library per paradigm and batch size"}
+                       "(models/exported_step.py), one library per paradigm and batch size (BD3LM: two, its "
+                       "lighter step when no block is pending too)"}
 
 
 def bench_precision(args) -> dict:

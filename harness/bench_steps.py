@@ -60,6 +60,9 @@ PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar
 NEW_TOKENS = 128
 
 
+WHOLE_STEPS = ("_whole_step", "_whole_step_no_pending")   # a paradigm's whole steps (BD3LM's lighter one too)
+
+
 class OpCounter(TorchDispatchMode):
     """Counts every aten op dispatched inside the block, and how many of them ran inside `model`'s backbone
     forward; `kernels` leaves out views (VIEW_OPS). With a model that has whole decode steps (`_whole_step`), it
@@ -101,23 +104,26 @@ class OpCounter(TorchDispatchMode):
                 finally:
                     self._in_forward -= 1
             backbone.forward = counted
-            if hasattr(self.model, "_whole_step"):
-                whole = self.model._whole_step
-
-                def counted_whole(*a):
-                    self._in_whole += 1
-                    self.whole_calls += 1
-                    try:
-                        return whole(*a)
-                    finally:
-                        self._in_whole -= 1
-                self.model._whole_step = counted_whole   # the instance's: ParadigmModel.step_function reads it
+            for name in WHOLE_STEPS:
+                if hasattr(self.model, name):   # the instance's: ParadigmModel.step_function reads it
+                    setattr(self.model, name, self._counted_whole(getattr(self.model, name)))
         return super().__enter__()
+
+    def _counted_whole(self, whole):
+        def counted_whole(*a):
+            self._in_whole += 1
+            self.whole_calls += 1
+            try:
+                return whole(*a)
+            finally:
+                self._in_whole -= 1
+        return counted_whole
 
     def __exit__(self, *exc):
         if self.model is not None:
             self.model.backbone.forward = self._forward
-            self.model.__dict__.pop("_whole_step", None)
+            for name in WHOLE_STEPS:
+                self.model.__dict__.pop(name, None)
         return super().__exit__(*exc)
 
 

@@ -16,6 +16,8 @@
   slots of the whole cache: the same shapes every step, so it compiles once per batch size and cache bucket. With
   greedy choice, every step after the first is then a whole step (`_whole_step`: the forward, the forced count, the
   commits, the block that advances and the stop flag, in place on device state; ParadigmModel.run_whole_steps).
+  Where the host reads the stop flag at once (a CPU), a step after one that completed no block feeds the block's
+  S rows alone (`_whole_step_no_pending`: a second graph).
 * Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
   tokens inside the blocks it decodes, not later blocks. infill_context="all" is the official behaviour
   (spec §12 note 5): every complete block of the input without a mask, prefix and suffix, is written to
@@ -285,7 +287,7 @@ class BD3LMModel(MDLMModel):
                                         active, eos_at, new_block, steps_in_block, masks_in_block, pend_cols,
                                         pend_valid)
                 self.run_whole_steps(step_fn, cache, canvas, state, log, log.per_step.shape[0] - log.steps,
-                                     width=2 * S, advance=S)
+                                     width=2 * S, advance=S, light="_whole_step_no_pending")
                 return log.result()
         canvas.ids.copy_(ids[:, :C])
         return log.result()
@@ -296,11 +298,22 @@ class BD3LMModel(MDLMModel):
         ParadigmModel.whole_step_applies): the forward of [S pending slots] + [the block] (_fixed_step), the forced
         count and the commits, the cache's valid slots and slot pointer, the block that advances, the stop rule and
         the step's log, as the eager loop of `_decode` does them. Returns whether no row is active (the stop flag)."""
+        return self._block_step(k, v, valid, s, pending=True)
+
+    def _whole_step_no_pending(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
+                               s: "_BlockStepState") -> torch.Tensor:
+        """`_whole_step` after a step that completed no block (every pending slot invalid): the forward of the
+        block's S rows alone, written at the S slots from the pointer, which stays. With one commit per step that is
+        S - 1 steps of every S: ParadigmModel.run_whole_steps runs it where the host reads the state after every step
+        anyway (a CPU: _BlockStepState.light); the same tokens."""
+        return self._block_step(k, v, valid, s, pending=False)
+
+    def _block_step(self, k, v, valid, s: "_BlockStepState", pending: bool) -> torch.Tensor:
         S = s.pend_cols.shape[1]
         blk_cols = (s.pad + s.block * S)[:, None] + s.arange_s
         blk_valid = blk_cols < s.canvas_len
         blk_cols = torch.where(blk_valid, blk_cols, s.scratch)
-        inp_cols = torch.cat([s.pend_cols, blk_cols], dim=1)
+        inp_cols = torch.cat([s.pend_cols, blk_cols], dim=1) if pending else blk_cols
         blk_ids = s.ids.gather(1, blk_cols)
         candidate = (blk_ids == self.mask_id) & s.span.gather(1, blk_cols) & s.active[:, None]
         forced = 1
@@ -310,11 +323,13 @@ class BD3LMModel(MDLMModel):
             s.steps_in_block.masked_fill_(s.new_block, 0)
             forced = self._forced(s.masks_in_block, s.steps_in_block, s.steps).minimum(n_masks)
             s.steps_in_block.add_(1)
-        slots = s.n + s.arange_2s
-        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols),
-                                  torch.cat([s.pend_valid, blk_valid], dim=1), slots, valid)
-        valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache now
-        s.n.add_(S * s.pend_valid.any().long())
+        slots = s.n + (s.arange_2s if pending else s.arange_s)
+        new_valid = torch.cat([s.pend_valid, blk_valid], dim=1) if pending else blk_valid
+        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots, valid,
+                                  pending)
+        if pending:
+            valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache now
+            s.n.add_(S * s.pend_valid.any().long())
         tokens, conf = greedy_choice(logits)
         chosen = select_commits(conf, candidate, forced, s.threshold)
         s.ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
@@ -331,21 +346,23 @@ class BD3LMModel(MDLMModel):
         return ~s.active.any()
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], inp: torch.Tensor, inp_pos: torch.Tensor,
-                    new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """One decode step at fixed shapes: [S pending] + [the block's S] inputs written at cache slots `slots` [2S],
-        under _CachedBlockStep's mask over every cache slot (`valid` [B, capacity]: the committed ones); the
-        logits of the block's rows [B, S, V]."""
+                    new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor,
+                    pending: bool = True) -> torch.Tensor:
+        """One decode step at fixed shapes: [S pending] + [the block's S] inputs (only the block's S without
+        `pending`) written at cache slots `slots`, under _CachedBlockStep's mask over every cache slot (`valid`
+        [B, capacity]: the committed ones); the logits of the block's rows [B, S, V]."""
         B, T = inp.shape
-        S = T // 2
+        P = T // 2 if pending else 0     # the pending slots come first
+        S = T - P
         q_blk = inp_pos // S
         own = (q_blk[:, None, :] <= q_blk[:, :, None]) & new_valid[:, None, :]          # block-causal, valid keys
         index = torch.arange(T, device=inp.device)
-        pending_q, pending_k = (index < S)[:, None], (index < S)[None, :]
+        pending_q, pending_k = (index < P)[:, None], (index < P)[None, :]
         own = own & ~(pending_q & ~pending_k)                                       # what enters the cache never
         own = torch.where(~pending_q & pending_k, new_valid[:, None, :], own)       # sees the block, which sees it
         own = own | torch.eye(T, dtype=torch.bool, device=inp.device)
         mask = valid[:, None, :].expand(B, T, valid.shape[1]).index_copy(2, slots, own)
-        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots), keep=slice(S, None))
+        h = self.backbone(inp, inp_pos, attn_mask=mask[:, None], cache=StepCache(k, v, slots), keep=slice(P, None))
         return self.backbone.logits(h)
 
     @staticmethod
@@ -376,6 +393,10 @@ class _BlockStepState(WholeStepState):
         if decode.steps_per_block is not None:
             self.steps = torch.full((), float(decode.steps_per_block), dtype=torch.float64, device=device)
             self.steps_in_block, self.masks_in_block = steps_in_block.clone(), masks_in_block.clone()
+
+    def light(self) -> bool:
+        """Whether the next step may be `_whole_step_no_pending`: no row completed a block at the last one."""
+        return not bool(self.pend_valid.any())
 
 
 class _CachedBlockStep:

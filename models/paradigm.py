@@ -289,11 +289,16 @@ class ParadigmModel(nn.Module):
                 and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe)
 
     def run_whole_steps(self, step_fn, cache: KVCache, canvas: Canvas, state: WholeStepState, log: StepLog,
-                        steps: int, width: int, advance: int) -> None:
+                        steps: int, width: int, advance: int, light: str | None = None) -> None:
         """Run up to `steps` whole steps `step_fn(cache.k, cache.v, cache.valid, state)`, each writing `width` cache
         slots from the device's slot pointer `state.n` and advancing it by at most `advance`, until the stop flag
         they return is read set (StopFlag: at once on a CPU, one step late on CUDA); then hand the tokens and the
         counts back to the canvas and `log`.
+
+        `light`: the name of a cheaper whole step of the paradigm (fewer rows, within `width` and `advance`) that
+        gives the same result where the state says so (`state.light()`, read on the host before each step). Only
+        where the loop reads the host every step anyway (the flag read at once) and the step is eager or compiled
+        ahead of time: under CUDA graphs every step is one replay of one graph.
 
         The host keeps an upper bound of the pointer and reads the pointer itself only when the bound leaves less
         than a step's slots, to compact the cache if the pointer does too (batches whose rows commit unevenly).
@@ -307,6 +312,11 @@ class ParadigmModel(nn.Module):
         step = step_fn.bind(cache, state) if exported else functools.partial(step_fn, cache.k, cache.v, cache.valid,
                                                                                state)
         flag = StopFlag(cache.valid.device)
+        light_step = None
+        if light is not None and not flag.late and not dynamo:
+            light_fn = self.step_function("on" if exported else "fixed", light)
+            light_step = light_fn.bind(cache, state) if exported else functools.partial(light_fn, cache.k, cache.v,
+                                                                                          cache.valid, state)
         bound = cache.length
         with contextlib.ExitStack() as stack:
             for i in range(steps):
@@ -318,7 +328,7 @@ class ParadigmModel(nn.Module):
                         bound = cache.length
                 if cuda_graphs:   # the last replay's outputs are dead (its flag is copied): replay on their memory
                     torch.compiler.cudagraph_mark_step_begin()
-                finished = step()
+                finished = light_step() if light_step is not None and state.light() else step()
                 if i == 0 and dynamo:   # its guards passed once
                     stack.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
                 bound += advance
@@ -346,7 +356,7 @@ class ParadigmModel(nn.Module):
         if mode == "fixed":
             return step
         compiled = self.__dict__.setdefault("_compiled_steps", {})
-        if name not in compiled and name == "_whole_step" and self.device.type == "cpu":
+        if name not in compiled and name.startswith("_whole_step") and self.device.type == "cpu":
             compiled[name] = ExportedStep(self, name)
         if name not in compiled:
             allow_graphs_per_function()

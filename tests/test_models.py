@@ -98,8 +98,10 @@ def test_whole_steps_same_tokens_nfe_and_steps(paradigm, threshold, late, monkey
     way, here on a CPU)."""
     monkeypatch.setattr(StopFlag, "LATE", late)
     model = tiny(paradigm, block_size=4)
-    whole_calls, whole_step = [], model._whole_step
-    monkeypatch.setattr(model, "_whole_step", lambda *a: (whole_calls.append(1), whole_step(*a))[1])
+    whole_calls = []
+    for name in ("_whole_step", "_whole_step_no_pending"):   # BD3LM's lighter step too
+        if hasattr(model, name):
+            monkeypatch.setattr(model, name, lambda *a, step=getattr(model, name): (whole_calls.append(1), step(*a))[1])
     prompts = random_prompts(3, 4)
     decodes = [DecodeConfig(threshold=threshold)]
     if paradigm == "bd3lm":   # the forced-count schedule of spec §3.3
@@ -123,6 +125,34 @@ def test_whole_steps_same_tokens_nfe_and_steps(paradigm, threshold, late, monkey
                 stopped_early |= any(len(g.tokens) < 14 for g in ref)
     assert stopped_early, "the test must stop rows at EOS"
     assert whole_steps_ran > 10 * len(decodes)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_bd3lm_whole_steps_feed_the_block_alone_when_none_is_pending(late, monkeypatch):
+    """With the stop flag read at once (a CPU), a BD3LM whole step after a step that completed no block feeds the
+    block's S rows, not S invalid pending slots + S (_whole_step_no_pending); with one commit per step that is every
+    step but the first of each block. Read one step late (CUDA graphs), every whole step feeds 2S. The tokens, NFE
+    and tokens per step are the eager loop's either way (also test_whole_steps_same_tokens_nfe_and_steps)."""
+    monkeypatch.setattr(StopFlag, "LATE", late)
+    S = 4
+    model = tiny("bd3lm", block_size=S)
+    rows, forward = [], model.backbone.forward
+    monkeypatch.setattr(model.backbone, "forward", lambda ids, *a, **k: (rows.append(ids.shape[1]), forward(ids, *a, **k))[1])
+    prompts = random_prompts(3, 0)
+    decode = DecodeConfig(stop_at_eos=False)
+    ref = model.generate(prompts, 16, decode)
+    rows.clear()
+    out = model.generate(prompts, 16, decode.replace(compile="fixed"))
+    assert [g.tokens for g in out] == [g.tokens for g in ref]
+    assert [g.nfe for g in out] == [g.nfe for g in ref]
+    assert [g.tokens_per_step for g in out] == [g.tokens_per_step for g in ref]
+    whole = rows[1:]   # after the eager first step
+    if late:
+        assert set(whole) == {2 * S}
+    else:
+        # every row commits one token per step: a block completes (some row's) at most every step, at least every S
+        assert whole.count(S) >= len(whole) // 2 and whole.count(2 * S) >= len(whole) // S - 1
+        assert set(whole) == {S, 2 * S}
 
 
 @pytest.mark.parametrize("paradigm", ["bd3lm", "setdlm"])
