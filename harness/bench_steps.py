@@ -31,12 +31,14 @@ from __future__ import annotations
 import collections
 import statistics
 import time
+from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import models
 from models import DecodeConfig
+from models.decoding import StopFlag
 from models.exported_step import match_held_cpu_isa
 
 from .bench_models import cold_compile_caches, cpu_model, prompts, table
@@ -131,8 +133,10 @@ def ops_per_step(model, prompts, decode: DecodeConfig, new_tokens: int = NEW_TOK
     """Dispatched ops per decode step (per forward) of one eager decode, split into forward and loop; with whole
     steps (decode.compile "fixed" and greedy), also what runs outside them, per step: the whole-step calls, the
     eager loop's kernels (`outside_loop_kernels_per_step`) and its backbone forwards (`outside_forwards_per_step`:
-    the prefill or the first step)."""
-    with torch.inference_mode(), OpCounter(model) as c:
+    the prefill or the first step). The loop runs as on CUDA, where these counts stand for launches: the stop flag
+    read one step late (StopFlag.LATE), so one whole step per step (on a CPU, which reads the flag at once, BD3LM
+    also reads whether a block is pending, to run its lighter step)."""
+    with torch.inference_mode(), OpCounter(model) as c, mock.patch.object(StopFlag, "LATE", True):
         gen = model.generate(prompts, new_tokens, decode)
     nfe = max(g.nfe for g in gen)
     counts = {"ops_per_step": c.ops / nfe, "kernels_per_step": c.kernels / nfe,
