@@ -4,7 +4,8 @@ A whole step (`ParadigmModel._whole_step`: forward, token choice, commits and st
 has fixed shapes, so it can be exported once (`torch.export`) and compiled to a shared library
 (`torch._inductor.aoti_compile_and_package`) per step (BD3LM has a lighter second one) and state layout (paradigm,
 batch size, cache bucket, dtype). A call of that library goes straight to its C++ wrapper. A `torch.compile`d step
-instead pays dynamo's Python wrapper on every call (guard lookup, the AOT dispatcher's runtime wrappers), a quarter or more of a cpu-preset step at d=128.
+instead pays dynamo's Python wrapper on every call (guard lookup, the AOT dispatcher's runtime wrappers), a quarter
+or more of a cpu-preset step at d=128.
 The weights are not baked into the library: they are handed to it by pointer at every decode
 (`load_constants(user_managed=True)`), so it always reads the model's current parameters.
 

@@ -137,7 +137,8 @@ def test_bd3lm_whole_steps_feed_the_block_alone_when_none_is_pending(late, monke
     S = 4
     model = tiny("bd3lm", block_size=S)
     rows, forward = [], model.backbone.forward
-    monkeypatch.setattr(model.backbone, "forward", lambda ids, *a, **k: (rows.append(ids.shape[1]), forward(ids, *a, **k))[1])
+    monkeypatch.setattr(model.backbone, "forward",
+                        lambda ids, *a, **k: (rows.append(ids.shape[1]), forward(ids, *a, **k))[1])
     prompts = random_prompts(3, 0)
     decode = DecodeConfig(stop_at_eos=False)
     ref = model.generate(prompts, 16, decode)
