@@ -39,7 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import models
 from models import DecodeConfig
 from models.decoding import StopFlag
-from models.exported_step import match_held_cpu_isa
+from models.paradigm import prepare_torch_compile
 
 from .bench_models import cold_compile_caches, cpu_model, prompts, table
 
@@ -152,14 +152,14 @@ def ops_per_step(model, prompts, decode: DecodeConfig, new_tokens: int = NEW_TOK
 def compile_backbone(model) -> None:
     """Compile `model`'s backbone forward (dynamic shapes, inductor's C++ wrapper); the compile happens at the first
     call, which the caller times. The C++ wrapper is set for this benchmark only (bench_steps restores it)."""
-    match_held_cpu_isa()
+    prepare_torch_compile()
     model.backbone.forward = torch.compile(model.backbone.forward, dynamic=True)
 
 
 def dynamo_whole_steps(model) -> None:
     """Make `model`'s compile=on whole steps go through torch.compile (inductor's C++ wrapper), as on CUDA, instead
     of the CPU's ahead-of-time library (ParadigmModel.step_function: the compiled step it keeps on the model)."""
-    match_held_cpu_isa()
+    prepare_torch_compile()
     model.__dict__.setdefault("_compiled_steps", {})["_whole_step"] = torch.compile(
         model._whole_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
 

@@ -31,8 +31,7 @@ import torch
 
 import models
 from models import Batch
-from models.exported_step import match_held_cpu_isa
-from models.paradigm import allow_graphs_per_function
+from models.paradigm import prepare_torch_compile
 from models.tokenizers import Tokenizer
 
 from .cache import checkpoint_dir, is_cached, train_state_dir
@@ -130,8 +129,7 @@ def training_forward(model: models.ParadigmModel, compiled: bool):
     backbone = model.backbone
     step = backbone.__dict__.get("_training_forward")
     if step is None:   # a sweep's models of one kind share its forward's graphs: one per model shape
-        allow_graphs_per_function()
-        match_held_cpu_isa()
+        prepare_torch_compile()
         step = backbone.__dict__["_training_forward"] = torch.compile(backbone.forward, dynamic=False)
     backbone.forward = step   # an instance attribute: nn.Module.__call__ reads self.forward
     try:

@@ -53,12 +53,14 @@ def compiled_step_graphs() -> tuple[int, float]:
             utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
 
 
-def allow_graphs_per_function(limit: int = STEP_GRAPH_LIMIT) -> None:
-    """Let dynamo keep `limit` graphs per compiled function: one per batch size, cache bucket and model shape (a
-    sweep's models share their paradigm's step function and their kind's backbone forward), more than its default
-    of 8, past which it would fall back to eager silently."""
+def prepare_torch_compile(limit: int = STEP_GRAPH_LIMIT) -> None:
+    """What every torch.compile of the harness needs first: dynamo keeps `limit` graphs per compiled function (one
+    per batch size, cache bucket and model shape: a sweep's models share their paradigm's step function and their
+    kind's backbone forward), more than its default of 8, past which it would fall back to eager silently; and
+    inductor builds for the ISA torch is held to (match_held_cpu_isa)."""
     for name in ("recompile_limit", "accumulated_recompile_limit"):
         setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+    match_held_cpu_isa()
 
 
 def get_paradigm(name: str) -> type["ParadigmModel"]:
@@ -359,8 +361,7 @@ class ParadigmModel(nn.Module):
         if name not in compiled and name.startswith("_whole_step") and self.device.type == "cpu":
             compiled[name] = ExportedStep(self, name)
         if name not in compiled:
-            allow_graphs_per_function()
-            match_held_cpu_isa()
+            prepare_torch_compile()
             how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
                    else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
             compiled[name] = torch.compile(step, dynamic=False, fullgraph=True, **how)
