@@ -19,11 +19,14 @@
   Where the host reads the stop flag at once (a CPU), a step after one that completed no block feeds the block's
   S rows alone (`_whole_step_no_pending`: a second graph).
 * Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
-  tokens inside the blocks it decodes, not later blocks. infill_context="all" is the official behaviour
-  (spec §12 note 5): every complete block of the input without a mask, prefix and suffix, is written to
-  the cache with the first block's first forward (block-causal among themselves, never seeing the blocks
-  being decoded), so each masked block sees both sides; position ids stay the true ones. BD3LM's training
-  never shows a block a later one, so for a model trained here that context is out of distribution.
+  tokens inside the blocks it decodes, not later blocks. infill_context="all" (every clean block): every
+  complete block of the input without a mask, prefix and suffix, is written to the cache with the first
+  block's first forward (block-causal among themselves, never seeing the blocks being decoded), so each masked
+  block sees both sides, except the suffix tokens that share a later block with the span; position ids stay
+  the true ones. This is a harness variant, NOT the official mechanism: the official cache_full_infill_context
+  caches every complete block of the whole input, mask placeholders included, and denoises each masked block at
+  position ids that continue after the cache (as a continuation after the input's end). BD3LM's training never
+  shows a block a later one, so for a model trained here either context is out of distribution.
 
 DecodeConfig(sampler="official") reproduces the official MDLM.generate with block_size S < L, call for call
 (tests/test_official.py checks it against logits recorded from the official code); "official_unfused" is the

@@ -108,6 +108,9 @@ class Canvas:
         """Decoded span of every row (masks dropped, cut by the token-counting rule)."""
         ids, span = self.ids.tolist(), self.span.tolist()
         nfe, steps = nfe.tolist(), tokens_per_step.T.tolist()
+        row_steps = [[k for k in row if k != NOT_DECODED] for row in steps]   # each row's own forwards
+        if [len(r) for r in row_steps] != nfe:
+            raise AssertionError(f"per-row forward counts {nfe} disagree with the steps logged per row")
         chooser = self.chooser
         log_q = [None] * len(ids) if chooser is None or chooser.log_q is None else chooser.log_q.tolist()
         first = self.first_step_by_offset(chooser.first) if chooser is not None and chooser.first else [None] * len(ids)
@@ -115,8 +118,7 @@ class Canvas:
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
             gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
-            out.append(Generation(gen, int(nfe[b]), seconds, [int(k) for k in steps[b][:int(nfe[b])]], log_q[b],
-                                  first[b]))
+            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b]))
         return out
 
     def first_step_by_offset(self, first: tuple[torch.Tensor, torch.Tensor]) -> list[dict[int, list[float]]]:
@@ -131,6 +133,9 @@ class Canvas:
         return out
 
 
+NOT_DECODED = -1   # StepLog's entry for a step in which a row was not decoded (it is not one of the row's forwards)
+
+
 class StepLog:
     """Per-row NFE and tokens-per-step bookkeeping for a decode loop, kept on the device."""
 
@@ -140,9 +145,13 @@ class StepLog:
         self.steps = 0
 
     def record(self, active: torch.Tensor, committed: torch.Tensor) -> None:
-        """active [B] bool (row was decoded in this forward); committed [B] tokens it committed."""
+        """active [B] bool (row was decoded in this forward); committed [B] tokens it committed.
+
+        THE forward-counting rule: a forward counts for a row iff that row was still being decoded in it (it had a
+        position to decode, or a pending block to write), never because another row of the batch was; a step a
+        row sits out is kept as NOT_DECODED, so each row's tokens per step are its own forwards only."""
         self.nfe += active
-        self.per_step[self.steps] = committed
+        self.per_step[self.steps] = torch.where(active, committed, NOT_DECODED)
         self.steps += 1
 
     def extend(self, nfe: torch.Tensor, per_step: torch.Tensor) -> None:
@@ -226,7 +235,7 @@ class WholeStepState:
     def log(self, active: torch.Tensor, committed: torch.Tensor) -> None:
         """Inside a whole step: StepLog.record on the device."""
         self.nfe.add_(active.long())
-        self.per_step.index_copy_(0, self.step_no, committed[None])
+        self.per_step.index_copy_(0, self.step_no, torch.where(active, committed, NOT_DECODED)[None])
         self.step_no.add_(1)
 
     def layout(self) -> tuple:

@@ -178,6 +178,7 @@ class MDLMModel(ParadigmModel):
                 # only the still-masked positions need logits: left-align them per row
                 cand_cols, cand = left_aligned(cols, candidate)
                 cand_cols, cand = cand_cols[:, :n_left], cand[:, :n_left]
+                decoding = cand.any(dim=1)   # the rows this forward decodes: each row counts its own forwards
                 h = self.backbone(ids, pos, attn_mask=attn_mask, keep=slice(lo, hi))
                 rows = (cand_cols - lo)[..., None].expand(-1, -1, h.shape[-1])
                 tokens, conf = chooser(self.backbone.logits(h.gather(1, rows)), cand_cols)
@@ -185,7 +186,7 @@ class MDLMModel(ParadigmModel):
                 ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
                 chooser.mark(tokens, chosen)
                 n_chosen = chosen.sum(dim=1)
-                log.record(~done, n_chosen)
+                log.record(decoding, n_chosen)
                 candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
                 if decode.threshold is None:
                     n_left -= k  # every row commits exactly k: no need to look
@@ -247,14 +248,15 @@ class MDLMModel(ParadigmModel):
             read_cols = write_cols.clamp(max=C2 - 1)
             candidate = valid & decodable.gather(1, read_cols) & (x.gather(1, read_cols) == mask_id) & ~done[:, None]
             for k in counts:
-                if not bool(candidate.any()):
+                decoding = candidate.any(dim=1)   # the rows this forward decodes: each row counts its own forwards
+                if not bool(decoding.any()):
                     break
                 h = self.backbone(x[:, :C2], x_pos, attn_mask=attn_mask)
                 tokens, conf = chooser(self.backbone.logits(h.gather(1, read_cols[..., None].expand(-1, -1, h.shape[-1]))))
                 chosen = select_commits(conf, candidate, k, decode.threshold)
                 x.scatter_(1, write_cols, torch.where(chosen, tokens, x.gather(1, write_cols)))
                 chooser.mark(tokens, chosen)
-                log.record(~done, chosen.sum(dim=1))
+                log.record(decoding, chosen.sum(dim=1))
                 candidate = candidate & ~chosen
             if stop:   # the official stopping criteria run after every block (chunk)
                 done = done | eos_stop(x[:, :C], span, mask_id, self.eos_id)

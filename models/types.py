@@ -97,9 +97,10 @@ class DecodeConfig:
         "score, Generation.log_q)")})
     infill_context: str = field(default="blocks", metadata={**NEW_KNOB, "help": (
         "BD3LM infilling context: blocks (the prefix and the suffix tokens inside the block being decoded) or all "
-        "(the official cache_full_infill_context reading, spec §12 note 5: every complete block of the input, "
-        "prefix and suffix, is written to the cache before the masked blocks are denoised, so each one sees both "
-        "sides)")})
+        "(every clean block: each complete block of the input without a mask, prefix and suffix, is written to the "
+        "cache at its true positions before the masked blocks are denoised, so each one sees both sides but for the "
+        "suffix tokens sharing a later block with the span; a harness variant, not the official "
+        "cache_full_infill_context, which caches mask placeholders too and continues the positions after them)")})
     compile: str = field(default="off", metadata={**NEW_KNOB, "help": (
         "decode steps (AR, BD3LM, SetDLM): off (each step attends over the cache slots filled so far), fixed "
         "(every step has the same shapes: the cache written at tensor slots and attended whole under a mask; what "

@@ -354,6 +354,24 @@ def test_the_perfect_bd3lm_at_a_firing_threshold_matches_an_independent_computat
         assert got.log_q == pytest.approx(log_q, abs=1e-4) and got.nfe == forwards
 
 
+def test_the_perfect_mdlm_at_a_firing_threshold_matches_an_independent_computation():
+    """MDLM's rule is the block rule with one block over the whole span: teacher-forced log q_dec and each row's
+    forward count on the perfect model equal the re-implementation, in one batched call (each row its own count)."""
+    from models import DecodeConfig
+
+    lang = LANGUAGES["hmm-strong"]
+    model, tok = _perfect("mdlm")
+    rng = np.random.default_rng(4)
+    prefixes = [[int(s) for s in lang.sample(1, 31, rng)[0]] for _ in range(4)]
+    targets = [[int(s) for s in lang.sample_span(p, 8, (), 1, rng)[0]] for p in prefixes]
+    got = model.generate([[tok.bos_id] + p for p in prefixes], 8, DecodeConfig(**KL_SAMPLING, threshold=0.3),
+                         forced=targets)
+    expected = [_independent_block_decode(lang, p, t, 8, 0.3) for p, t in zip(prefixes, targets)]
+    assert [g.nfe for g in got] == [forwards for _, forwards in expected]
+    assert [g.log_q for g in got] == pytest.approx([log_q for log_q, _ in expected], abs=1e-4)
+    assert len({g.nfe for g in got}) > 1   # rows that need different numbers of forwards
+
+
 def test_bd3lm_infill_sees_the_suffix_blocks_only_with_the_official_context():
     """A span inside one block: with infill_context='all' (every clean block in the cache first, as the official
     code does) the perfect BD3LM's q_dec is the exact infill distribution; by default it cannot see the suffix
