@@ -11,9 +11,6 @@ under results/bench/<name>.json).
                                             # two-stream attention split vs one masked call; fp32 vs bf16
     python -m harness.bench train-compiled  # eager vs compiled training steps (harness.train --compile on) and
                                             # the compile seconds, the cpu preset's text and oracle models
-    python -m harness.bench gradvar         # gradient variance: SetDLM's all-token loss vs naive masked
-    python -m harness.bench convergence     # validation curves: SetDLM's all-token loss vs naive training
-                                            # (the oracle ablation family's order-agnostic model and its twin)
     python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
@@ -35,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import statistics
 import sys
@@ -449,99 +445,6 @@ class _PerOrderMask:
         return model
 
 
-def bench_gradvar(args) -> dict:
-    """Gradient variance of SetDLM's token-efficient training against naive masked training (the paper's claim:
-    about 3x), at the fully order-agnostic schedule (S = S_max = L: every order equally likely), on the same
-    network and the same K minibatches of the cpu corpus:
-    * all tokens: SetDLM's loss, every target of one sampled order, each predicted from those before it;
-    * naive (MDLM-style, the paper's baseline; the model's own `naive_loss`, models/setdlm.py): one t ~ U(0, 1)
-      per sequence, each token hidden with probability t and predicted from the visible ones only, weighted 1/t
-      (the NELBO's weight, so both estimate the same objective, nats per token);
-    * half targets (secondary): the same order loss on a random half of the targets, weighted 2 (the
-      estimator of earlier versions of this benchmark, a ratio near 2 by construction).
-    variance = mean squared distance of the K flattened gradients from their mean (the trace of the gradient
-    covariance); ratios' CIs are bootstraps over the K minibatches. The trained weights (--trained) are the cpu
-    preset's SetDLM S = 4, run at the order-agnostic schedule."""
-    from .data import get_tokenizer, random_windows, token_stream
-
-    cfg = next(c for c in get_preset("cpu").train_configs(("setdlm",)) if c.block_size == 4)
-    base, weights = cpu_model("setdlm", 4, trained=args.trained)
-    L = cfg.length
-    model = models.from_config(dataclasses.replace(base.config, block_size=L, max_block_size=L))
-    model.load_state_dict(base.state_dict())
-    model.train()
-    tok = get_tokenizer(cfg.tokenizer, cfg.corpus)
-    stream = token_stream(tok, cfg.corpus, "train")
-    gen = torch.Generator().manual_seed(0)
-    batches = [random_windows(stream, cfg.batch_size, L, gen) for _ in range(args.gradvar_batches)]
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def gradient(loss_fn, x, seed) -> torch.Tensor:
-        torch.manual_seed(seed)
-        model.zero_grad(set_to_none=True)
-        loss_fn(Batch(x)).backward()
-        return torch.cat([p.grad.reshape(-1) for p in params]).clone()
-
-    def half_targets(batch: Batch) -> torch.Tensor:
-        nll, target = model._order_nll(batch)
-        kept = target & (torch.rand(target.shape) < 0.5)
-        per_seq = 2 * (nll * kept).sum(dim=1) / target.sum(dim=1).clamp(min=1)
-        return per_seq.mean()
-
-    grads = {name: torch.stack([gradient(fn, x, k) for k, x in enumerate(batches)])
-             for name, fn in (("all_tokens", model.loss), ("naive_mdlm", model._naive_loss),
-                              ("half_targets", half_targets))}
-    sq = {name: ((g - g.mean(0)) ** 2).sum(1) for name, g in grads.items()}   # per minibatch, [K]
-    K = args.gradvar_batches
-    boot = torch.Generator().manual_seed(1)
-    draws = [torch.randint(0, K, (K,), generator=boot) for _ in range(1000)]
-
-    def ratio(name, index) -> float:
-        return float(sq[name][index].mean() / sq["all_tokens"][index].mean())
-
-    out = {"benchmark": "gradvar", "model": f"setdlm, order-agnostic (S = S_max = {L}), weights of the cpu S=4 model",
-           "weights": weights, "batch": cfg.batch_size, "length": L, "minibatches": K,
-           "variance": {name: float(v.mean()) for name, v in sq.items()}}
-    for name in ("naive_mdlm", "half_targets"):
-        resampled = sorted(ratio(name, index) for index in draws)
-        out[f"{name}_over_all_tokens"] = {"ratio": ratio(name, torch.arange(K)), "ci_low": resampled[25],
-                                          "ci_high": resampled[974]}
-    naive = out["naive_mdlm_over_all_tokens"]
-    print(f"gradient variance, SetDLM order-agnostic ({weights} weights), batch {cfg.batch_size} x {L}, {K} minibatches: "
-          f"naive MDLM-style / all tokens = {naive['ratio']:.2f} [{naive['ci_low']:.2f}, {naive['ci_high']:.2f}]")
-    return out
-
-
-def bench_convergence(args) -> dict:
-    """Token-efficient against naive training (the paper's Table 5, "accelerates convergence"): the cpu preset's
-    order-agnostic SetDLM of the oracle language (its ablation family: S = S_max = L, adapted from the oracle AR,
-    a validation curve every 25 steps) and its twin trained with the naive MDLM-style loss (TrainConfig.naive_loss;
-    the same network, data, steps and schedule). Each curve point is every validation row's bound (4 orders per
-    row, the same orders at every point and in both runs), so the two curves are compared row by row (claim 13,
-    harness/claims.py). Trains what the cache lacks (the AR parent, then the two models: about 2 minutes)."""
-    from .train import ensure_trained
-
-    family = next(f for f in get_preset("cpu").families if f.variants)
-    token_efficient = next(c for c in family.train_configs(("setdlm",)) if c.eval_every and not c.naive_loss)
-    naive = token_efficient.replace(naive_loss=True)
-    curves, seconds = {}, {}
-    for name, cfg in (("token_efficient", token_efficient), ("naive", naive)):
-        meta = models.checkpoint.read_config(ensure_trained(cfg))
-        curves[name], seconds[name] = meta["val_curve"], meta["train_seconds"]
-    steps = [p["step"] for p in curves["token_efficient"]["points"]]
-    if steps != [p["step"] for p in curves["naive"]["points"]]:
-        raise RuntimeError("the two validation curves were logged at different steps")
-    out = {"benchmark": "convergence", "language": token_efficient.corpus, "length": token_efficient.length,
-           "models": {"token_efficient": token_efficient.model_id, "naive": naive.model_id},
-           "train_seconds": seconds, "rows": curves["naive"]["rows"], "samples": curves["naive"]["samples"],
-           "steps": steps, "nll": {name: [point["nll"] for point in c["points"]] for name, c in curves.items()}}
-    rows = [{"step": s, **{name: statistics.fmean(out["nll"][name][i]) for name in curves}} for i, s in enumerate(steps)]
-    print(f"validation bound, nats/token ({out['rows']} rows x {out['samples']} orders), order-agnostic SetDLM on "
-          f"{out['language']}:")
-    print(table(rows, ["step", "token_efficient", "naive"]))
-    return out
-
-
 def bench_smollm2(args) -> dict:
     """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights (harness/bench_smollm2.py)."""
     from .bench_smollm2 import run
@@ -557,7 +460,7 @@ def bench_steps(args) -> dict:
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
               "train-compiled": bench_train_compiled,
-              "gradvar": bench_gradvar, "convergence": bench_convergence, "precision": bench_precision,
+              "precision": bench_precision,
               "smollm2": bench_smollm2, "steps": bench_steps}
 
 
@@ -583,7 +486,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision-repeats", type=int, default=3,
                     help="train: rounds of the fp32 vs bf16 step (emulated bf16 takes ~10 s a step)")
     ap.add_argument("--trained", action="store_true", help="use the cached trained cpu-preset checkpoints")
-    ap.add_argument("--gradvar-batches", type=int, default=16, help="gradvar: minibatches per estimator")
     ap.add_argument("--extra-block-sizes", type=lambda v: tuple(int(s) for s in v.split(",") if s.strip()),
                     default=(16,), help="matched: block sizes beyond the preset's, random weights (default 16; "
                                         "'' for none)")

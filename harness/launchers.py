@@ -50,6 +50,7 @@ from .instruments import ARJudge, equip
 from .progress import format_duration, progress as progress_bar
 from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
+from .training_claims import training_stage
 from .store import ResultsStore
 from .sweep import Plan, PlanError, is_local_spec, load_task, needed_models, pending_cells, results_dir
 from .cache import checkpoint_dir, is_cached
@@ -552,6 +553,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
                       file=sys.stderr, flush=True)
         if launcher == "local":
             speed_stage(plan, store, device, progress)
+            training_stage(plan.preset, plan.train, store.root, device, progress)
     return store
 
 

@@ -79,6 +79,8 @@ class Preset:
                                            # precision, e.g. the official evaluation's fp32); None: harness.precision
     block_sizes_of: dict = field(default_factory=dict)   # paradigm -> its S values, where they differ from block_sizes
     speed: SpeedSpec | None = None         # the interleaved speed measurement of its models (harness/speed.py)
+    training_claims: bool = False          # measure gradient variance and convergence after the speed stage
+                                           # (harness/training_claims.py: claims 7 and 13), where it trains them
     batch_size: int | None = None          # examples per decode call for this family (None: the sweep's --batch-size)
     variants: tuple[tuple[str, tuple], ...] = ()   # the family's models, when not one per paradigm and block size:
                                            # (paradigm, sorted TrainConfig overrides), steps from `steps`
@@ -177,14 +179,14 @@ _SMOKE = Preset(
 # * tau runs from 0.45 to 0.2: a calibrated model commits a second token at no tau >= 0.5 on this language
 #   (the perfect model below commits 1.00 token per forward at 0.5), so that range is where the frontier is.
 # * SetDLM with S = 4 (S_max 8) and S = 8 (S_max 16) tests "a smaller S_max gives a tighter bound"; W = S.
-# * BD3LM infills with the official context (every clean block of the input in the cache), as SetDLM sees
+# * BD3LM infills with every clean block of the input in the cache (infill_context "all"), as SetDLM sees
 #   both sides, so that infilling compares decoders, not context access.
 # * Decode calls take 25 examples at once (16-token continuations of equal length, no stop rule): sweep
 #   tokens/s are not the speed axis (the interleaved speed benchmark is, harness/speed.py).
 ORACLE = "oracle:hmm-strong"
 ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
-FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling as the official code does
+FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
     TaskSpec("oracle_kl", 300, {"n_examples": 300}, KL_DECODE),            # noise below the rows' own spread
@@ -212,8 +214,9 @@ _CPU_ORACLE = Preset(
 # (S = S_max = L: every generation order equally likely), adapted from the oracle family's AR model with its
 # MDLM's budget (300 steps), so that the family's MDLM is the paper's "bidirectional variant without KV caching
 # or token-efficient training" (claim 12: SetDLM's decoding against it). Its SetDLM logs a validation curve
-# every 25 steps; `python -m harness.bench convergence` trains its naive twin (the same network, MDLM-style
-# naive loss: TrainConfig.naive_loss) and compares the two curves (claim 13, "accelerates convergence").
+# every 25 steps; the sweep's convergence stage (harness/training_claims.py) trains its naive twin (the same
+# network, MDLM-style naive loss: TrainConfig.naive_loss) and compares the two curves (claim 13, "accelerates
+# convergence").
 ORDER_AGNOSTIC = {"block_size": 64, "max_block_size": 64, "steps": 300, "eval_every": 25}
 _CPU_ABLATION = Preset(
     name="cpu",
@@ -305,6 +308,7 @@ _CPU = Preset(
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
     families=(_CPU_ORACLE, _CPU_ABLATION, _CPU_PERFECT, _CPU_SMOLLM2),
     speed=_CPU_SPEED,
+    training_claims=True,
 )
 
 _PAPER_TRAIN = Preset(

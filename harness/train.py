@@ -9,7 +9,7 @@ poisoned checkpoint. `--compile on` runs the backbone's training forward and bac
 torch.compile (`training_forward`; `auto`, the default, compiles on CUDA only: python -m harness.bench
 train-compiled measures what it gains on a CPU against its compile time). With `eval_every` a validation curve
 (each row's bound every few steps, common random numbers) goes into the checkpoint's config.json (`val_curve`;
-harness.bench convergence reads it). Where checkpoints live: harness/cache.py.
+the sweep's convergence stage, harness/training_claims.py, reads it). Where checkpoints live: harness/cache.py.
 
     python -m harness.train --paradigm setdlm --block-size 4 --steps 300 --length 128
     python -m harness.train --paradigm ar --preset cpu          # one model of a preset

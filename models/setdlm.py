@@ -13,7 +13,7 @@ built once per length, serves every order:
 The loss is the order NLL: every target token is predicted once per sequence (mean over a
 sequence's targets, then over the batch): the token-efficient loss. `naive_loss=True` trains the same
 network MDLM-style instead (one cut of the order per sequence, only the tokens after it predicted, 1/t
-weight): the baseline of the paper's Table 5 (harness.bench convergence, gradvar). `nll` sums the same
+weight): the baseline of the paper's Table 5 (harness/training_claims.py: convergence, gradvar). `nll` sums the same
 quantity: an upper bound on the NLL (one sampled order per sequence, or `nll_samples` orders averaged).
 
 Decoding (spec §5.5): the window holds the still-masked positions among the W positions that

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, frontier_area, holm, mcnemar_p, paired,
                             sign_flip_p)
 from harness.schema import STORED_KEYS
-from harness.report import (BENCH_SECTIONS, README_BEGIN, README_END, bench_dir, bench_section, claims_markdown,
-                            claims_tables, load_runs, oracle_section, plot_task, pretrained_section, readme_section,
-                            task_table)
+from harness.report import (BENCH_SECTIONS, MEASURED_SECTIONS, README_BEGIN, README_END, bench_dir, bench_section,
+                            claims_markdown, claims_tables, load_runs, oracle_section, plot_task, pretrained_section,
+                            readme_section, task_table)
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +54,7 @@ def _results(tmp_path: Path, scores: dict[str, list[float]]) -> tuple[Results, d
                 enumerate(values)]
         (tmp_path / "examples" / f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     runs = [_cell("a", "setdlm", 4), _cell("b", "bd3lm", 4)]
-    results = Results(tmp_path, runs, None)
+    results = Results(tmp_path, runs)
     return results, {c["run_id"]: c for c in results.cells}
 
 
@@ -133,7 +134,7 @@ def test_frontier_area_is_negative_when_a_reaches_more_parallelism_at_the_same_k
                 rows.append({"example_id": str(i), "metrics": {"forward_kl": kl}, "n_tokens": round(16 * tpf), "nfe": 16})
             (tmp_path / "examples" / f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             runs.append({**_cell(run_id, paradigm, 4), "task": "oracle_kl", "threshold": tau, "metric": "forward_kl"})
-    results = Results(tmp_path, runs, None)
+    results = Results(tmp_path, runs)
     a = [c for c in results.cells if c["paradigm"] == "setdlm"]
     b = [c for c in results.cells if c["paradigm"] == "bd3lm"]
     [row] = frontier_area(results, 9, a, b, "forward_kl", "forward KL")
@@ -151,7 +152,7 @@ def test_a_decoding_independent_metric_never_gets_a_front(tmp_path):
 
 
 def test_claims_tables_are_a_pure_function_of_results():
-    first, second = (claims_tables(REFERENCE / "cpu", bench_dir(REFERENCE)) for _ in range(2))
+    first, second = (claims_tables(REFERENCE / "cpu") for _ in range(2))
     assert claims_markdown(*first) == claims_markdown(*second) and claims_markdown(*first)
     summary, details = first
     assert set(summary.claim) == {c.number for c in CLAIMS}
@@ -166,7 +167,7 @@ def test_readme_section_is_generated_from_the_committed_results():
     readme = (REPO / "README.md").read_text()
     begin, end = readme.find(README_BEGIN.format(preset="cpu")), readme.find(README_END)
     assert 0 <= begin < end, "README has no generated claims section"
-    summary, details = claims_tables(REFERENCE / "cpu", bench_dir(REFERENCE))
+    summary, details = claims_tables(REFERENCE / "cpu")
     assert readme[begin:end + len(README_END)] == readme_section(summary, details, "cpu"), \
         "README is stale: python -m harness.report --results results/reference --plots plots --readme README.md"
     oracle = oracle_section(load_runs(REFERENCE / "cpu"), "cpu")
@@ -175,6 +176,9 @@ def test_readme_section_is_generated_from_the_committed_results():
     assert pretrained is not None and pretrained in readme, "README's pretrained table is stale (same command)"
     for entry in BENCH_SECTIONS:   # every benchmark table: committed, and the README's copy current
         text = bench_section(bench_dir(REFERENCE), *entry)
+        assert text is not None and text in readme, f"README's {entry[0]} table is stale (same command)"
+    for entry in MEASURED_SECTIONS:   # the sweep's own training measurements, from the reference run's folder
+        text = bench_section(REFERENCE / "cpu", *entry)
         assert text is not None and text in readme, f"README's {entry[0]} table is stale (same command)"
 
 
@@ -194,7 +198,7 @@ def test_a_pretrained_reference_is_labelled_and_kept_out_of_fronts_and_claims(tm
     table = task_table(df, "gsm8k").set_index("run_id")
     # the reference dominates every point; without it the three compared points are all non-dominated
     assert not table.loc["ref1", "pareto"] and table.loc[["ar1", "a", "b"], "pareto"].all()
-    results = Results(tmp_path, rows, None)
+    results = Results(tmp_path, rows)
     assert {c["run_id"] for c in results.cells} == {"ar1", "a", "b"} and results.one("gsm8k", "ar")["run_id"] == "ar1"
     assert plot_task(df, "gsm8k", "exact_match", tmp_path / "front.png")
     assert "smollm2 (AR, pretrained reference)" in plot_task(df, "gsm8k", "exact_match", tmp_path / "front.png")
@@ -210,23 +214,71 @@ def test_results_rows_say_what_the_report_needs():
 
 @pytest.mark.parametrize("gap, expected", [(0.05, "holds"), (0.0, "inconclusive"), (-0.05, "fails")])
 def test_convergence_claim_compares_the_two_curves_row_by_row(tmp_path, gap, expected):
-    """Claim 13 reads results/bench/convergence.json: per validation row, the token-efficient curve against the
+    """Claim 13 reads its run's convergence.json: per validation row, the token-efficient curve against the
     naive one averaged over the points after step 0 (row noise shared by both curves, as with common draws)."""
     rng = np.random.default_rng(0)
     steps = [0, 25, 50, 75]
     row_level = rng.normal(3.0, 0.3, size=64)
     naive = [list(row_level + 1.0 / (1 + s / 25) + rng.normal(0, 0.02, 64)) for s in steps]
     efficient = [list(np.array(v) - (gap if s else 0.0) + rng.normal(0, 0.02, 64)) for s, v in zip(steps, naive)]
-    bench = tmp_path / "bench"
-    bench.mkdir()
-    (bench / "convergence.json").write_text(json.dumps({
+    (tmp_path / "convergence.json").write_text(json.dumps({
         "language": "oracle:test", "models": {"token_efficient": "te", "naive": "nv"}, "samples": 4, "rows": 64,
         "steps": steps, "nll": {"token_efficient": efficient, "naive": naive}}))
     claim = next(c for c in CLAIMS if c.number == 13)
-    primary, secondary, why = claim.build(Results(tmp_path, [], bench))
+    primary, secondary, why = claim.build(Results(tmp_path, []))
     assert why is None and len(primary) == 1 and len(secondary) == 2
     assert primary[0]["verdict"] == expected
     assert primary[0]["n"] == 64 and "25-75" in primary[0]["metric"]
     if gap:
         assert primary[0]["difference"] == pytest.approx(-gap, abs=0.02)
-    assert claim.build(Results(tmp_path / "none", [], tmp_path / "none"))[2].startswith("not measured")
+    assert claim.build(Results(tmp_path / "none", []))[2].startswith("not measured in this run")
+
+
+def test_a_fresh_run_reads_no_measurement_it_did_not_make(tmp_path):
+    """The claims of a results folder come from that folder alone: with the reference run's rows but neither its
+    training measurements nor its speed file, and benchmark files of another machine beside it (results/bench),
+    claims 7 and 13 say "not measured in this run" instead of reading them; with the measurements copied in, they
+    are decided from them."""
+    import shutil
+
+    preset = tmp_path / "results" / "cpu"
+    preset.mkdir(parents=True)
+    shutil.copy(REFERENCE / "cpu" / "runs.jsonl", preset / "runs.jsonl")
+    shutil.copytree(REFERENCE / "cpu" / "examples", preset / "examples")
+    shutil.copytree(REPO / "results" / "bench", tmp_path / "results" / "bench")
+    for name in ("gradvar", "convergence"):   # another machine's files where the old claims looked for them
+        shutil.copy(REFERENCE / "cpu" / f"{name}.json", tmp_path / "results" / "bench" / f"{name}.json")
+    summary = claims_tables(preset)[0].set_index("claim")
+    for claim in (7, 13):
+        assert summary.loc[claim, "verdict"].startswith(f"{NOT_TESTABLE}: not measured in this run"), claim
+    for name in ("gradvar", "convergence"):
+        shutil.copy(REFERENCE / "cpu" / f"{name}.json", preset / f"{name}.json")
+    summary = claims_tables(preset)[0].set_index("claim")
+    assert not any(summary.loc[claim, "verdict"].startswith(NOT_TESTABLE) for claim in (7, 13))
+
+
+def test_the_training_stage_measures_again_only_when_its_models_change(tmp_path, monkeypatch):
+    """harness.training_claims.training_stage: each measurement is written with its key beside runs.jsonl, read back
+    on a rerun, measured again when its model changes, and skipped for a preset that declares none."""
+    import harness.training_claims as tc
+    from harness.presets import get_preset
+
+    calls = []
+    monkeypatch.setattr(tc, "measure_gradvar", lambda model, cfg: calls.append(("gradvar", cfg.model_id)) or
+                        {"naive_mdlm_over_all_tokens": {"ratio": 3.0, "ci_low": 2.5, "ci_high": 3.5}})
+    monkeypatch.setattr(tc, "measure_convergence", lambda cfg, device, progress: calls.append(
+        ("convergence", cfg.model_id)) or {"nll": {"token_efficient": [[1.0]], "naive": [[2.0]]}})
+    monkeypatch.setattr("harness.train.ensure_trained", lambda cfg, device, progress: tmp_path)
+    monkeypatch.setattr("models.load", lambda path: torch.nn.Linear(1, 1))
+    preset = get_preset("cpu")
+    train = tuple(t for family in (preset, *preset.families) if "ar" in family.steps for t in family.train_configs())
+    tc.training_stage(preset, train, tmp_path, progress=False)
+    assert [name for name, _ in calls] == ["gradvar", "convergence"]
+    assert tc.read(tmp_path, "gradvar")["key"] and tc.read(tmp_path, "convergence")["nll"]["naive"] == [[2.0]]
+    tc.training_stage(preset, train, tmp_path, progress=False)
+    assert len(calls) == 2   # read back: nothing measured again
+    retrained = tuple(t.replace(steps=t.steps + 1) if t.paradigm == "setdlm" and t.eval_every else t for t in train)
+    tc.training_stage(preset, retrained, tmp_path, progress=False)
+    assert [name for name, _ in calls[2:]] == ["convergence"]
+    tc.training_stage(get_preset("smoke"), train, tmp_path / "smoke", progress=False)
+    assert len(calls) == 3 and not (tmp_path / "smoke").exists()
