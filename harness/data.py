@@ -68,13 +68,11 @@ def hub_documents(name: str, split: str) -> list[str]:
 
 
 def oracle_language(spec: str):
-    """The language of an `oracle:<name>` corpus or tokenizer spec."""
-    from tasks.oracle_language import LANGUAGES
+    """The language of an `oracle:<language>` corpus or tokenizer spec (a registered name or hmm(...) parameters,
+    tasks.oracle_language.language)."""
+    from tasks.oracle_language import language
 
-    name = spec.split(":", 1)[1]
-    if name not in LANGUAGES:
-        raise ValueError(f"unknown oracle language {name!r}; known: {', '.join(LANGUAGES)}")
-    return LANGUAGES[name]
+    return language(spec.split(":", 1)[1])
 
 
 def get_tokenizer(spec: str, corpus: str) -> Tokenizer:

@@ -1,7 +1,7 @@
 """Oracle tasks: generation, infilling and likelihood on a synthetic language of exactly known likelihood.
 
-The data are sampled from an oracle language (tasks/oracle_language/, option `language`, a
-LANGUAGES name), deterministically: example i of a task is drawn with numpy seed
+The data are sampled from an oracle language (tasks/oracle_language/, option `language`: a
+LANGUAGES name or its parameters, hmm(states=...,symbols=...,coupling=...,seed=...)), deterministically: example i of a task is drawn with numpy seed
 (EVAL_SEED, the task's tag, i), so the first k examples do not depend on `n_examples`, and no
 training corpus seed below 2**32 (tasks.oracle_language.documents) reproduces them. There is no file
 or hub source. Symbols travel as text ("a0 a17 ...") through the tokenizer a task is given, which
@@ -56,7 +56,8 @@ from tasks.base import (
     BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Example, GenerateRequest, InfillRequest, MetricValue, NllOutput, NllRequest,
     Record, Request, Task, TaskError, TextOutput, check_context_length, check_samples, output, ratio_ci,
 )
-from tasks.oracle_language import LANGUAGES, MISSING, OracleLanguage
+from tasks.oracle_language import MISSING, LanguageError, OracleLanguage
+from tasks.oracle_language import language as oracle_language
 
 EVAL_SEED = 20_250_917
 ENTROPY_SAMPLES = 64
@@ -76,12 +77,13 @@ class _OracleTask(Task):
             raise TaskError(f"task {self.name}: the oracle tasks sample their data from the language; "
                             "there is no file or hub source (use the default source='embedded')")
         super().__init__()
-        if language not in LANGUAGES:
-            raise TaskError(f"task {self.name}: unknown oracle language {language!r}; valid: {', '.join(LANGUAGES)}")
+        try:
+            self.lang: OracleLanguage = oracle_language(language)
+        except LanguageError as e:
+            raise TaskError(f"task {self.name}: {e}") from None
         if n_examples < 1:
             raise TaskError(f"task {self.name}: n_examples must be >= 1, got {n_examples}")
         self.language = language
-        self.lang: OracleLanguage = LANGUAGES[language]
         self.n_examples = n_examples
         self._checked_tokenizer: Any = None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -427,3 +428,49 @@ def test_the_first_step_probe_reads_each_decoders_own_candidates(tag, offsets):
     rows = {r["metric"]: r for r in evaluate_cell(cell, loaded, task, [], lambda rows: None, progress=False)}
     assert sorted(m for m in rows if m.startswith("kl_offset")) == [f"kl_offset_{k}" for k in range(1, offsets + 1)]
     assert all(abs(r["value"]) < 1e-5 for r in rows.values())
+
+
+# -- languages named by their parameters ---------------------------------------------------------------
+def test_a_language_named_by_its_parameters_is_that_language_everywhere():
+    """hmm(...) names the same HMM as a registered name with those parameters, and works wherever a language is
+    named: corpora and tokenizers (oracle:<lang>), the oracle tasks and the perfect model."""
+    import models
+    import tasks.oracle_language.perfect  # noqa: F401
+    from harness.data import corpus_documents, get_tokenizer
+    from tasks.oracle_language import language
+
+    assert language("hmm(states=16, symbols=32, coupling=0.95, seed=12)") == STRONG
+    other = "hmm(states=8,symbols=24,coupling=0.6,seed=5,branching=3,noise=0.05)"
+    lang = language(other)
+    assert (lang.n_states, lang.n_symbols, lang.coupling, lang.seed, lang.branching, lang.emission_noise) == \
+        (8, 24, 0.6, 5, 3, 0.05)
+    tok = get_tokenizer(f"oracle:{other}", f"oracle:{other}")
+    assert tok.vocab_size == 24 + 4 and lang.from_text(corpus_documents(f"oracle:{other}", "train")[0])
+    task = get_task("oracle_kl", language=other, n_examples=3)
+    assert task.lang == lang and len(task.examples(tok, 64)) == 3
+    model, perfect_tok = models.open_model(f"perfect:{other}:mdlm")
+    [g] = model.generate([[perfect_tok.bos_id, 1, 2]], 4, models.DecodeConfig(stop_at_eos=False))
+    assert len(g.tokens) == 4 and all(t < 24 for t in g.tokens)
+
+
+@pytest.mark.parametrize("name, says", [
+    ("hmm-medium", "unknown oracle language"),
+    ("hmm(states=8,symbols=16,coupling=0.5)", "missing seed"),
+    ("hmm(states=8,symbols=16,coupling=0.5,seed=1,colour=2)", "unknown parameter 'colour'"),
+    ("hmm(states=8,symbols=16,coupling=high,seed=1)", "coupling must be a number"),
+    ("hmm(states=8.5,symbols=16,coupling=0.5,seed=1)", "states must be an integer"),
+    ("hmm(states=8,symbols=16,coupling=nan,seed=1)", "coupling must be finite"),
+    ("hmm(states=32,symbols=16,coupling=0.5,seed=1)", "n_states <= n_symbols"),
+    ("hmm(states=8,symbols=16,coupling=1.5,seed=1)", "coupling must be in [0, 1]"),
+    ("hmm(states=8,symbols=16,coupling=0.5,seed=1,seed=2)", "exactly one value"),
+])
+def test_a_bad_language_says_which_parameter(name, says):
+    from harness.data import get_tokenizer
+    from tasks.oracle_language import LanguageError, language
+
+    with pytest.raises(LanguageError, match=re.escape(says)):
+        language(name)
+    with pytest.raises(TaskError, match=re.escape(says)):
+        get_task("oracle_kl", language=name)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        get_tokenizer(f"oracle:{name}", f"oracle:{name}")

@@ -357,14 +357,65 @@ LANGUAGES: dict[str, OracleLanguage] = {
     "hmm-strong": OracleLanguage(n_states=16, n_symbols=32, coupling=0.95, seed=12),
 }
 
+# A language named by its parameters: hmm(states=24,symbols=48,coupling=0.9,seed=7), optionally with branching and
+# noise (emission_noise); spaces are ignored. Anywhere a language is named (corpora and tokenizers `oracle:<lang>`,
+# the oracle tasks' `language`, the perfect model `perfect:<lang>:<tag>`).
+PARAMETERS = {"states": ("n_states", int), "symbols": ("n_symbols", int), "coupling": ("coupling", float),
+              "seed": ("seed", int), "branching": ("branching", int), "noise": ("emission_noise", float)}
+REQUIRED = ("states", "symbols", "coupling", "seed")
+_PARAMETRIC = re.compile(r"hmm\((.*)\)")
+
+
+class LanguageError(ValueError):
+    """An oracle language that is not registered or whose parameters are invalid."""
+
+
+def language(name: str) -> OracleLanguage:
+    """The oracle language `name`: a registered one (LANGUAGES) or hmm(<parameter>=<value>, ...); LanguageError
+    (one line naming the parameter) otherwise."""
+    if name in LANGUAGES:
+        return LANGUAGES[name]
+    match = _PARAMETRIC.fullmatch(str(name).replace(" ", ""))
+    if match is None:
+        raise LanguageError(f"unknown oracle language {name!r}; valid: {', '.join(LANGUAGES)}, or "
+                            f"hmm({','.join(f'{k}=...' for k in REQUIRED)}[,branching=...][,noise=...])")
+    values: dict[str, int | float] = {}
+    for item in filter(None, match.group(1).split(",")):
+        key, eq, text = item.partition("=")
+        if key not in PARAMETERS:
+            raise LanguageError(f"oracle language {name!r}: unknown parameter {key!r}; valid: {', '.join(PARAMETERS)}")
+        if not eq or key in values:
+            raise LanguageError(f"oracle language {name!r}: parameter {key!r} needs exactly one value ({key}=...)")
+        field_name, kind = PARAMETERS[key]
+        try:
+            value = kind(text)
+        except ValueError:
+            raise LanguageError(f"oracle language {name!r}: {key} must be {'an integer' if kind is int else 'a number'}"
+                                f", got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise LanguageError(f"oracle language {name!r}: {key} must be finite, got {text!r}")
+        if kind is int and not 0 <= value < 2 ** 31:
+            raise LanguageError(f"oracle language {name!r}: {key} must be in [0, 2^31), got {text!r}")
+        values[key] = value
+    missing = [k for k in REQUIRED if k not in values]
+    if missing:
+        raise LanguageError(f"oracle language {name!r}: missing {', '.join(missing)} (needs {', '.join(REQUIRED)})")
+    try:
+        return OracleLanguage(**{PARAMETERS[k][0]: v for k, v in values.items()})
+    except ValueError as e:
+        raise LanguageError(f"oracle language {name!r}: {e}") from None
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tasks.oracle_language",
                                  description="Describe an oracle language: parameters, entropies, samples.")
-    ap.add_argument("name", choices=list(LANGUAGES))
+    ap.add_argument("name", help=f"{', '.join(LANGUAGES)}, or hmm(states=...,symbols=...,coupling=...,seed=...)")
     ap.add_argument("--samples", type=int, default=3, help="documents to print")
     args = ap.parse_args(argv)
-    lang = LANGUAGES[args.name]
+    try:
+        lang = language(args.name)
+    except LanguageError as e:
+        ap.error(str(e))
     print(f"{args.name}: {lang}")
     rate, rate_se = lang.entropy_rate()
     seq, seq_se = lang.sequence_entropy(lang.length)

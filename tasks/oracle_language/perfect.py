@@ -32,7 +32,7 @@ from models.backbones import Backbone, BackboneSpec, ClosedStream
 from models.backbones.attention import KVCache
 from models.loading import register_spec_prefix
 
-from . import LANGUAGES, MISSING, oracle_tokenizer
+from . import LANGUAGES, MISSING, language, oracle_tokenizer
 
 PREFIX = "perfect:"
 DEFAULT_LENGTH = 64
@@ -43,8 +43,7 @@ class OracleArch:
     language: str = "hmm-strong"
 
     def __post_init__(self) -> None:
-        if self.language not in LANGUAGES:
-            raise ValueError(f"unknown oracle language {self.language!r}; valid: {', '.join(LANGUAGES)}")
+        language(self.language)   # LanguageError for an unknown name or invalid parameters
 
 
 class OracleBackbone(Backbone):
@@ -56,7 +55,7 @@ class OracleBackbone(Backbone):
 
     def __init__(self, arch: OracleArch, vocab_size: int, length: int, mask_id: int | None):
         super().__init__(arch, vocab_size, length, mask_id)
-        lang = LANGUAGES[arch.language]
+        lang = language(arch.language)
         self.n_symbols = lang.n_symbols
         self.initial, self.transition, self.emission = lang.initial, lang.transition, lang.emission
         self.embed = nn.Embedding(vocab_size, 1)   # no weights: it carries the device and the dtype
@@ -164,13 +163,15 @@ def open_perfect(spec: str, paradigm: str | None = None, device="cpu", dtype: to
     from models import ModelConfig, get_paradigm, parse_model_tag
 
     parts = str(spec)[len(PREFIX):].split(":")
-    if len(parts) != 2 or parts[0] not in LANGUAGES:
+    if len(parts) != 2:
         raise ValueError(f"a perfect-model spec is perfect:<language>:<model tag> with a language of "
-                         f"{', '.join(LANGUAGES)} and a tag such as ar, mdlm, bd3lm-s4, setdlm-smax8; got {spec!r}")
+                         f"{', '.join(LANGUAGES)} or hmm(...) and a tag such as ar, mdlm, bd3lm-s4, setdlm-smax8; "
+                         f"got {spec!r}")
+    lang = language(parts[0])
     shape = parse_model_tag(parts[1])
     if paradigm is not None and paradigm != shape["paradigm"]:
         raise ValueError(f"{spec} is a {shape['paradigm']} model, not {paradigm!r}")
-    tokenizer = oracle_tokenizer(LANGUAGES[parts[0]])
+    tokenizer = oracle_tokenizer(lang)
     config = ModelConfig(paradigm=shape["paradigm"], vocab_size=tokenizer.vocab_size, length=length or DEFAULT_LENGTH,
                          backbone=BackboneSpec("oracle", OracleArch(parts[0])), mask_id=tokenizer.mask_id,
                          eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, block_size=shape["block_size"],
