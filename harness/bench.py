@@ -11,6 +11,7 @@ under results/bench/<name>.json).
                                             # two-stream attention split vs one masked call; fp32 vs bf16
     python -m harness.bench train-compiled  # eager vs compiled training steps (harness.train --compile on) and
                                             # the compile seconds, the cpu preset's text and oracle models
+    python -m harness.bench policies        # each commit policy's per-step cost against the confidence rule
     python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
@@ -181,6 +182,32 @@ def bench_decode(args) -> dict:
             "compile": "compile=on: the paradigm's whole decode steps compiled ahead of time by AOTInductor "
                        "(models/exported_step.py), one library per paradigm and batch size (BD3LM: two, its "
                        "lighter step when no block is pending too)"}
+
+
+# a representative setting of each built-in commit policy (models/policies.py), timed against the confidence rule
+POLICY_SETTINGS = ("confidence(tau=0.9)", "kfloor(tau=0.9)", "topk(k=2)", "margin(tau=0.5)", "entropy(theta=0.5)",
+                   "eb(gamma=0.1)", "eb(gamma=0.1,proxy=margin)", "factor(f=1)")
+
+
+def bench_policies(args) -> dict:
+    """The per-step cost of each commit policy against the confidence rule with a threshold (the same forward, a
+    different score and selection): the cpu preset's MDLM, BD3LM S = 4 and SetDLM S = 4 at batch 1, eager, every
+    policy round-robin in one run. The comparison is time per forward (the policies commit different numbers of
+    tokens per forward, so tokens/s would mix parallelism into it); overhead = ms per forward / the rule's - 1."""
+    rows = []
+    for paradigm in ("mdlm", "bd3lm", "setdlm"):
+        model, weights = cpu_model(paradigm, None if paradigm == "mdlm" else 4, args.trained)
+        batch_prompts = prompts(1, model.config.vocab_size)
+        runs = [generate_run(model, batch_prompts, DecodeConfig(policy=spec, stop_at_eos=False))
+                for spec in POLICY_SETTINGS]
+        timed = interleaved(runs, args.repeats)
+        base = statistics.median(1000 * r["seconds"] / r["forwards"] for r in timed[0])
+        for spec, runs_of in zip(POLICY_SETTINGS, timed):
+            ms = statistics.median(1000 * r["seconds"] / r["forwards"] for r in runs_of)
+            rows.append({"paradigm": paradigm, "policy": spec, "weights": weights, "ms_per_forward": ms,
+                         "overhead": ms / base - 1, "tokens_per_forward": summarize_runs(runs_of)["tokens_per_forward"]})
+    print(table(rows, ["paradigm", "policy", "ms_per_forward", "overhead", "tokens_per_forward"]))
+    return {"benchmark": "policies", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "batch": 1, "rows": rows}
 
 
 def bench_precision(args) -> dict:
@@ -460,7 +487,7 @@ def bench_steps(args) -> dict:
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
               "train-compiled": bench_train_compiled,
-              "precision": bench_precision,
+              "precision": bench_precision, "policies": bench_policies,
               "smollm2": bench_smollm2, "steps": bench_steps}
 
 

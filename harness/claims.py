@@ -46,7 +46,7 @@ from scipy import stats
 
 
 from .presets import ORDER_AGNOSTIC
-from .rows import series_of, setting
+from .rows import commit_policy, series_of, setting
 from .store import ResultsStore
 
 ALPHA = 0.05
@@ -64,6 +64,7 @@ class Claim:
     statement: str
     build: Callable[["Results"], tuple[list[dict], list[dict], str | None]]   # (primary, secondary, why untestable)
     paper: str = ""      # the magnitude the paper states, shown beside our estimate
+    short: str = ""      # the statement in a few words (the end-of-sweep summary, narrow tables)
 
 
 class Results:
@@ -74,7 +75,9 @@ class Results:
         by_run: dict[str, dict] = {}
         for row in runs:
             by_run.setdefault(row["run_id"], {**row, "metrics": {}})["metrics"][row["metric"]] = row
-        # a reference (the perfect oracle model, a pretrained LM) is no paradigm's result
+        # a reference (the perfect oracle model, a pretrained LM) is no paradigm's result; the claims are the
+        # paper's, made with its commit rule (the confidence policy): rows of other policies are the policy table's
+        by_run = {k: c for k, c in by_run.items() if commit_policy(c).name == "confidence"}
         self.cells = [c for c in by_run.values() if c.get("reference") is not True]
         self.reference_cells = [c for c in by_run.values() if c.get("reference") is True]
         self._examples: dict[str, dict] = {}
@@ -337,7 +340,7 @@ Built = tuple[list[dict], list[dict], str | None]
 
 
 def _at_tau_off(pairs):
-    return [(a, b) for a, b in pairs if a.get("threshold") is None]
+    return [(a, b) for a, b in pairs if commit_policy(a).one_per_step]
 
 
 def _c1(r: Results) -> Built:
@@ -407,7 +410,7 @@ def _c6(r: Results) -> Built:
     each sample's log gen-PPL (the judge's NLL per token) within log(1 + RELATIVE_MARGIN)."""
     primary, secondary = [], []
     for a, b in matched_pairs(r, "genppl"):
-        if a.get("threshold") is None:
+        if commit_policy(a).one_per_step:
             continue
         check = paired(r, 6, a, b, "log_gen_ppl", False, "equivalent", what="log gen-PPL (judge NLL per token)",
                        margin=GEN_PPL_MARGIN)
@@ -579,38 +582,43 @@ def _c13(r: Results) -> Built:
 
 CLAIMS = (
     Claim(1, "GSM8K: SetDLM is more accurate than BD3LM at a matched budget (primary: exact match at tau off, "
-             "McNemar); its speed-quality frontier dominates", _c1),
+             "McNemar); its speed-quality frontier dominates", _c1, short="GSM8K: SetDLM more accurate than BD3LM"),
     Claim(2, "ROCStories infilling: SetDLM (W = S_max) has higher ROUGE than BD3LM (every clean block as context) at a "
              "matched budget (primary: ROC-1 ROUGE-1 at tau off), decoding faster (paper: up to 25%)", _c2,
-          paper="up to 25% faster than BD3LM (ROCStories)"),
+          paper="up to 25% faster than BD3LM (ROCStories)", short="ROC infilling: SetDLM higher ROUGE than BD3LM"),
     Claim(3, "CNN/DailyMail: SetDLM is competitive with BD3LM on ROUGE-L (primary, 10% margin) and with MDLM, and "
              "beats an overfitting AR (paper: up to 10% faster than BD3LM)", _c3,
-          paper="up to 10% faster than BD3LM (CNN/DM)"),
-    Claim(4, "MAUVE: SetDLM scores higher than BD3LM while decoding faster", _c4),
+          paper="up to 10% faster than BD3LM (CNN/DM)", short="CNN/DM: SetDLM competitive with BD3LM"),
+    Claim(4, "MAUVE: SetDLM scores higher than BD3LM while decoding faster", _c4, short="MAUVE: SetDLM above BD3LM"),
     Claim(5, "LM1B: SetDLM with S_max = 8 has the best likelihood bound among the diffusion models (primary: "
-             "against BD3LM S = 4); comparable to them on OWT (equivalence, 10% margin)", _c5),
+             "against BD3LM S = 4); comparable to them on OWT (equivalence, 10% margin)", _c5,
+          short="LM1B: SetDLM S_max 8 the best bound"),
     Claim(6, "Unconditional generation: at comparable likelihood (gen-PPL equivalent, 10% margin), SetDLM decodes "
              "faster than BD3LM (primary: tokens per forward at the firing threshold; paper: 22% on OWT)", _c6,
-          paper="22% faster decoding at comparable likelihood (OWT)"),
+          paper="22% faster decoding at comparable likelihood (OWT)", short="faster at comparable gen-PPL"),
     Claim(7, "Token-efficient training lowers gradient variance about 3x against naive (MDLM-style) masked training, "
              "at the order-agnostic schedule (primary: the ratio inside [2, 4.5])", _c7,
-          paper="about 3x lower gradient variance"),
-    Claim(8, "MDLM without a KV cache is slower than the cached paradigms at one token per forward", _c8),
+          paper="about 3x lower gradient variance", short="gradient variance about 3x lower"),
+    Claim(8, "MDLM without a KV cache is slower than the cached paradigms at one token per forward", _c8,
+          short="MDLM (no cache) slower"),
     Claim(9, "Oracle language: at matched parallelism SetDLM (S_max = 8, W = 4) loses less than BD3LM (S = 4) to "
-             "parallel decoding (primary: forward-KL frontier area over tokens per forward)", _c9),
+             "parallel decoding (primary: forward-KL frontier area over tokens per forward)", _c9,
+          short="oracle: SetDLM frontier below BD3LM's"),
     Claim(10, "Oracle language: a smaller S_max gives a tighter likelihood bound (primary: S_max 8 against 16); "
-              "SetDLM S_max = 8 against BD3LM and MDLM", _c10),
+              "SetDLM S_max = 8 against BD3LM and MDLM", _c10, short="oracle: smaller S_max, tighter bound"),
     Claim(11, "Oracle infilling: SetDLM (the prefix and the whole suffix in its cache from the first step) commits "
               "more tokens per forward than BD3LM (the prefix, the suffix's clean blocks, and the suffix tokens of "
               "the block it decodes; not those sharing a later block with the span) at no worse infill NLL "
-              "(primary: tau 0.3)", _c11),
+              "(primary: tau 0.3)", _c11, short="oracle infilling: more tokens per forward"),
     Claim(12, "Table 6 ablation, order-agnostic schedule: SW-SetDLM (KV cache, token-efficient training) decodes "
               "better than the bidirectional variant without either (the oracle MDLM) at matched parallelism "
               "(primary: forward-KL frontier area over tokens per forward)", _c12,
-          paper="higher throughput and GSM8K accuracy than the bidirectional variant"),
+          paper="higher throughput and GSM8K accuracy than the bidirectional variant",
+          short="ablation: SW-SetDLM beats bidirectional MDLM"),
     Claim(13, "Token-efficient training accelerates convergence against naive training (order-agnostic SetDLM, "
               "primary: the validation bound averaged over the training curve)", _c13,
-          paper="accelerates convergence compared to naive training"),
+          paper="accelerates convergence compared to naive training",
+          short="token-efficient training converges faster"),
 )
 
 NOT_AT_THIS_SCALE = {   # paper statements with no test here, and why
@@ -649,7 +657,8 @@ def evaluate(preset_dir: Path, runs: list[dict]) -> tuple[list[dict], list[dict]
         for row in secondary:
             row["role"] = "reference" if str(row["verdict"]).startswith("reference") else "secondary"
         rows = primary + secondary
-        summary.append({"claim": claim.number, "statement": claim.statement, "verdict": verdict, "paper": claim.paper,
+        summary.append({"claim": claim.number, "short": claim.short, "statement": claim.statement, "verdict": verdict,
+                        "paper": claim.paper,
                         "primary": primary[0]["metric"] if primary else None,
                         "estimate": primary[0]["difference"] if primary else None,
                         "ci_low": primary[0]["ci_low"] if primary else None,

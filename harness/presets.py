@@ -55,6 +55,7 @@ class TaskSpec:
     options: dict = field(default_factory=dict)
     decode: dict = field(default_factory=dict)   # e.g. sampling / repetition penalty for this task
     thresholds: tuple | None = None              # restrict the preset's tau grid for this task
+    policies: tuple | None = None                # the commit policies this task sweeps (None: the grid's)
 
 
 @dataclass(frozen=True)
@@ -116,12 +117,17 @@ class Preset:
         grid = self.grid
         if task is not None and task.thresholds is not None:
             grid = dataclasses.replace(grid, thresholds=task.thresholds)
+        if task is not None and task.policies is not None:
+            grid = dataclasses.replace(grid, policies=task.policies)
         return get_paradigm(cfg.paradigm).decode_grid(cfg, grid)
 
     def task(self, name: str) -> TaskSpec:
-        for spec in self.tasks:
-            if spec.name == name:
-                return spec
+        """How this preset runs a task: its own spec, else the first family's that lists it (a single cell of the
+        oracle tasks samples as the oracle family does); KeyError if none does."""
+        for family in (self, *self.families):
+            for spec in family.tasks:
+                if spec.name == name:
+                    return spec
         raise KeyError(name)
 
     def summary(self) -> str:
@@ -185,11 +191,17 @@ _SMOKE = Preset(
 #   tokens/s are not the speed axis (the interleaved speed benchmark is, harness/speed.py).
 ORACLE = "oracle:hmm-strong"
 ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
+# The commit policies ranked on oracle_kl beside the confidence rule's tau grid (harness/policy_ranking.py): the
+# field's value-independent rules, two settings each, spanning about the tokens per forward of the tau grid on the
+# perfect model (1.2 to 2.1), and a fixed two tokens per step.
+ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "entropy(theta=2.5)",
+                   "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)")
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
 FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
-    TaskSpec("oracle_kl", 300, {"n_examples": 300}, KL_DECODE),            # noise below the rows' own spread
+    TaskSpec("oracle_kl", 300, {"n_examples": 300}, KL_DECODE,             # noise below the rows' own spread
+             policies=ORACLE_POLICIES),
     TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
     TaskSpec("oracle_offsets", 200, {}, thresholds=(None,)),                # calibration at each first-step offset
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking

@@ -53,7 +53,8 @@ from tasks import TASKS  # noqa: E402
 
 from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
 from .paths import replacing, safe_component  # noqa: E402
-from .rows import is_reference, series_of, setting  # noqa: E402
+from . import policy_ranking  # noqa: E402
+from .rows import commit_policy, is_reference, policy_spec, series_of, setting  # noqa: E402
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
 from .store import StoreError, numbered_jsonl  # noqa: E402
 
@@ -116,6 +117,7 @@ def load_runs(preset_dir: Path) -> pd.DataFrame:
     df["precision"] = [precision_label(r) for r in unique]
     df["setting"] = [setting(r) for r in unique]
     df["order"] = df["paradigm"].map(paradigm_order())
+    df["default_policy"] = [policy_spec(r) == "confidence" for r in unique]   # other policies: policy_ranking
     return df.sort_values(["task", "order", "series", "setting", "metric"], kind="stable").reset_index(drop=True)
 
 
@@ -161,6 +163,11 @@ def checked_rows(path: Path) -> list[dict]:
                 raise ReportError(f"{where}: {key} {value} must be >= {column.low}")
         if row.get("threshold") is not None and not 0 < row["threshold"] <= 1:
             raise ReportError(f"{where}: threshold {row['threshold']} is not in (0, 1]")
+        if row.get("policy") is not None:
+            try:
+                commit_policy(row)
+            except ValueError as e:
+                raise ReportError(f"{where}: policy: {e}") from None
         rows.append(row)
     return rows
 
@@ -786,8 +793,10 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
             continue
         ref = load_runs(Path(reference) / preset_dir.name) if reference is not None else None
         tables = preset_dir / "tables"
-        for task in dict.fromkeys(df.task):
-            _write(task_table(df, task).drop(columns=["run_id"]), tables, task)
+        all_rows, df = df, df[df.default_policy]   # the task figures draw the confidence rule; tables hold every cell
+        ref = ref[ref.default_policy] if ref is not None and not ref.empty else ref
+        for task in dict.fromkeys(all_rows.task):
+            _write(task_table(all_rows, task).drop(columns=["run_id"]), tables, task)
             primary = df[(df.task == task) & df.primary].metric
             extra = TASKS[task].extra_plots if task in TASKS else ()   # a task declares what else is drawn
             for metric in list(dict.fromkeys(primary)) + list(extra):
@@ -807,7 +816,13 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
                           plots / f"{preset_dir.name}-perplexity.png"):
             written.append(plots / f"{preset_dir.name}-perplexity.png")
         _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).")
-        _write(summary_table(df), tables, "summary", "Primary metric of every task per configuration.")
+        _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.")
+        ranked = policy_ranking.ranking(preset_dir, checked_rows(preset_dir / "runs.jsonl"))
+        if not ranked.empty:
+            tables.mkdir(parents=True, exist_ok=True)
+            with replacing(tables / "policies.md") as tmp:
+                tmp.write_text(policy_ranking.markdown(ranked))
+            written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
         summary, details = claims_tables(preset_dir)
         if not summary.empty:
             with replacing(tables / "claims.md") as tmp:

@@ -63,17 +63,36 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
 def series_of(row: dict) -> str:
     """The series a row belongs to in plots and tables: the paradigm's series label (models/paradigm.py: the model
     and the decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
+    policy = policy_spec(row).partition("(")[0]
+    series = get_paradigm(row["paradigm"]).series(row) + ("" if policy == "confidence" else f" {policy}")
     if is_reference(row):
-        paradigm = get_paradigm(row["paradigm"])
         if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm
-            return f"perfect model: {paradigm.series(row)} (reference)"
-        return f"{row['model_id']} ({paradigm.label}, pretrained reference)"
-    return get_paradigm(row["paradigm"]).series(row)
+            return f"perfect model: {series} (reference)"
+        return f"{row['model_id']} ({get_paradigm(row['paradigm']).label}, pretrained reference)"
+    return series
 
 
 def is_reference(row) -> bool:
     """Whether a row is a pretrained reference (harness.presets: kept out of Pareto fronts and claims)."""
     return row.get("reference") is True   # rows as read from runs.jsonl (older rows have no such key)
+
+
+def commit_policy(row: dict):
+    """The commit policy a result row decoded with (models/policies.py; rows before policies: the confidence rule at
+    the row's threshold). Readers ask it (e.g. `.one_per_step`), never `threshold is None`."""
+    from models.policies import parse_policy
+
+    policy = policy_spec(row)
+    threshold = row.get("threshold")
+    threshold = None if threshold is None or threshold != threshold else threshold   # (NaN in a data frame)
+    return parse_policy(policy, threshold if policy == "confidence" else None)
+
+
+def policy_spec(row: dict) -> str:
+    """A row's commit policy spec; rows written before policies existed (no column, or NaN in a data frame) decoded
+    with the confidence rule."""
+    policy = row.get("policy")
+    return policy if isinstance(policy, str) and policy else "confidence"
 
 
 def setting(row: dict) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from models import get_paradigm, paradigm_names
@@ -38,6 +39,7 @@ from .cli import (
 from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore, StoreError
+from .summary import sweep_summary
 from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
 from .train import TrainingError
 
@@ -205,20 +207,27 @@ def _main(argv: list[str] | None) -> int:
             print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
             return 0
         preflight(plan)
+        pending = len(pending_cells(plan, ResultsStore(results_dir(args.out, plan.preset.name))))
+        started = time.perf_counter()
         store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
                         args.ray_cpus, args.delete_downloads, args.jobs)
+        seconds = time.perf_counter() - started
     except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:   # CheckpointError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
     ids = {c.run_id for c in plan.cells}
-    print(summary_table([r for r in store.runs() if r["run_id"] in ids]))
+    if not args.sweep:   # one cell or a few: their rows are the summary
+        print(summary_table([r for r in store.runs() if r["run_id"] in ids]))
+    plots = Path(args.plots) if args.plots else Path(args.out) / "plots"
     if not args.no_report:
         from .report import build_report
 
-        plots = Path(args.plots) if args.plots else Path(args.out) / "plots"
-        reference = reference_option(args.reference)
-        build_report(args.out, plots, presets=[plan.preset.name], reference=reference)
-        print(f"tables in {results_dir(args.out, plan.preset.name) / 'tables'}, plots in {plots}", file=sys.stderr)
+        build_report(args.out, plots, presets=[plan.preset.name], reference=reference_option(args.reference))
+        if not args.sweep:
+            print(f"tables in {results_dir(args.out, plan.preset.name) / 'tables'}, plots in {plots}", file=sys.stderr)
+    if args.sweep:   # a sweep ends by saying what it found (the full table stays in the files)
+        print(sweep_summary(plan.preset.name, Path(args.out), plots, len(plan.cells), pending, seconds,
+                            reference_option(args.reference)))
     return 0
 
 

@@ -77,8 +77,8 @@ class BD3LMModel(MDLMModel):
     paradigm = "bd3lm"
     label = "BD3LM"
     block_size_meaning = "block size S: a diffusion block of S tokens at a time; S must divide L"
-    knobs = frozenset({"threshold", "decode_block", "steps_per_block", "use_cache", "sampler", "infill_context",
-                       "compile"})
+    knobs = frozenset({"threshold", "policy", "decode_block", "steps_per_block", "use_cache", "sampler",
+                       "infill_context", "compile"})
     samplers = ("harness", "official", "official_unfused")
     colormap = "Reds"
     training_streams = 2
@@ -105,7 +105,7 @@ class BD3LMModel(MDLMModel):
 
     @classmethod
     def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
-        return [DecodeConfig(threshold=t) for t in grid.thresholds]   # at the trained block size
+        return [DecodeConfig(threshold=t) for t in grid.thresholds] + cls.policy_grid(grid)   # at the trained S
 
     @classmethod
     def series(cls, row: dict) -> str:
@@ -257,7 +257,7 @@ class BD3LMModel(MDLMModel):
             h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
             logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:])   # fixed: logits
             tokens, conf = chooser(logits, blk_cols)
-            chosen = select_commits(conf, candidate, forced, decode.threshold)
+            chosen = chooser.policy.select(conf, candidate, forced)
             ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
             chooser.mark(tokens, chosen)
             log.record(active, chosen.sum(dim=1))

@@ -291,10 +291,12 @@ class TokenChooser:
             B = canvas_ids.shape[0]
             self.seen = torch.zeros(B, vocab_size + 1, dtype=torch.bool, device=device)
             self._see(canvas_ids, history)
-        exact = not decode.greedy and (ordered or decode.confidence == "max_prob")
+        self.policy = decode.commit_policy()
+        exact = not decode.greedy and (ordered or self.policy.value_independent(False, decode.confidence))
         if forced is not None and not exact:
             raise ValueError("teacher forcing scores q_dec, which needs sampling (greedy=False) with a value-independent "
-                             "commit order (confidence='max_prob', or AR)")
+                             f"commit order (confidence='max_prob', a policy that does not read the sampled token's "
+                             f"probability, or AR); policy {self.policy.spec()} with confidence={decode.confidence!r}")
         self.forced = forced
         self.log_q = torch.zeros(canvas_ids.shape[0], dtype=torch.float32, device=device) if exact else None
         self._token_p: torch.Tensor | None = None
@@ -312,8 +314,9 @@ class TokenChooser:
             self.log_q += torch.where(which, self._token_p.clamp(min=1e-30).log(), 0.0).sum(dim=1)
 
     def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits [B, M, V] -> (tokens [B, M], confidence [B, M]) in float32; cols [B, M]: the canvas
-        columns of the M rows (needed only when teacher-forced)."""
+        """logits [B, M, V] -> (tokens [B, M], scores) in float32: the scores the commit policy reads (`needs`), the
+        confidence [B, M] for the default policy, else [B, M] or [B, M, len(needs)] (models.policies); cols [B, M]:
+        the canvas columns of the M rows (needed only when teacher-forced)."""
         logits = logits.float()
         d = self.decode
         if self.seen is not None:
@@ -323,7 +326,8 @@ class TokenChooser:
         if self.probe and self.first is None and cols is not None:
             self.first = (cols.clone(), torch.log_softmax(logits / (1.0 if d.greedy else d.temperature), dim=-1))
         if d.greedy:
-            return greedy_choice(logits)
+            tokens, conf = greedy_choice(logits)
+            return tokens, conf if self.policy.needs == ("confidence",) else self._scores(logits.softmax(-1), conf)
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -340,9 +344,22 @@ class TokenChooser:
             tokens = torch.multinomial(flat, 1, generator=self.generator).view(probs.shape[:-1])
         token_p = probs.gather(-1, tokens[..., None]).squeeze(-1)
         self._token_p = token_p
-        if d.confidence == "max_prob":
-            return tokens, probs.max(dim=-1).values
-        return tokens, token_p
+        conf = probs.max(dim=-1).values if d.confidence == "max_prob" else token_p
+        return tokens, conf if self.policy.needs == ("confidence",) else self._scores(probs, conf)
+
+    def _scores(self, probs: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+        """The scores the policy needs from the step's distributions probs [B, M, V]: stacked on a last dimension
+        in the order of `needs` when there are several."""
+        out = []
+        for need in self.policy.needs:
+            if need == "confidence":
+                out.append(conf)
+            elif need == "margin":
+                top2 = probs.topk(2, dim=-1).values
+                out.append(top2[..., 0] - top2[..., 1])
+            else:   # entropy, nats
+                out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
+        return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
 
 
 def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

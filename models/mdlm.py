@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned, select_commits
+from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned
 from .official_sampler import OfficialTokenChooser, check_sampler, official_commit_counts, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .schedules import confidence_commit_counts, sample_t
@@ -48,7 +48,7 @@ from .types import Batch, DecodeConfig, ModelConfig
 class MDLMModel(ParadigmModel):
     paradigm = "mdlm"
     label = "MDLM"
-    knobs = frozenset({"threshold", "steps", "chunk_size", "sampler"})
+    knobs = frozenset({"threshold", "policy", "steps", "chunk_size", "sampler"})
     samplers = ("harness", "official")
     colormap = "Blues"
 
@@ -72,7 +72,8 @@ class MDLMModel(ParadigmModel):
 
     @classmethod
     def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
-        return [DecodeConfig(threshold=t) for t in grid.thresholds] + [DecodeConfig(steps=s) for s in grid.step_budgets]
+        return ([DecodeConfig(threshold=t) for t in grid.thresholds] + [DecodeConfig(steps=s) for s in grid.step_budgets]
+                + cls.policy_grid(grid))
 
     # -- training / likelihood -----------------------------------------------------------------
     def _noise(self, batch: Batch, train: bool, stratum: tuple[int, int] | None = None
@@ -182,13 +183,13 @@ class MDLMModel(ParadigmModel):
                 h = self.backbone(ids, pos, attn_mask=attn_mask, keep=slice(lo, hi))
                 rows = (cand_cols - lo)[..., None].expand(-1, -1, h.shape[-1])
                 tokens, conf = chooser(self.backbone.logits(h.gather(1, rows)), cand_cols)
-                chosen = select_commits(conf, cand, k, decode.threshold)
+                chosen = chooser.policy.select(conf, cand, k)
                 ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
                 chooser.mark(tokens, chosen)
                 n_chosen = chosen.sum(dim=1)
                 log.record(decoding, n_chosen)
                 candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
-                if decode.threshold is None:
+                if chooser.policy.one_per_step:
                     n_left -= k  # every row commits exactly k: no need to look
                 else:
                     n_left = int(candidate.sum(dim=1).max())
@@ -253,7 +254,7 @@ class MDLMModel(ParadigmModel):
                     break
                 h = self.backbone(x[:, :C2], x_pos, attn_mask=attn_mask)
                 tokens, conf = chooser(self.backbone.logits(h.gather(1, read_cols[..., None].expand(-1, -1, h.shape[-1]))))
-                chosen = select_commits(conf, candidate, k, decode.threshold)
+                chosen = chooser.policy.select(conf, candidate, k)
                 x.scatter_(1, write_cols, torch.where(chosen, tokens, x.gather(1, write_cols)))
                 chooser.mark(tokens, chosen)
                 log.record(decoding, chosen.sum(dim=1))

@@ -92,6 +92,9 @@ class Grid:
     thresholds: tuple[float | None, ...] = (None,)
     step_budgets: tuple[int, ...] = ()          # MDLM step budgets besides one token per step
     windows: str = "S"                          # SetDLM windows: "S" or "S,Smax"
+    policies: tuple[str, ...] = ()              # commit policies besides the confidence rule's tau grid (their
+                                                # specs, models/policies.py), each one setting of the paradigms
+                                                # that read the `policy` knob
 
 
 class Timer:
@@ -190,6 +193,9 @@ class ParadigmModel(nn.Module):
         defaults = {f.name: f.default for f in dataclasses.fields(DecodeConfig)}
         inert = set(defaults) - cls.knobs - SAMPLING_KNOBS
         decode = decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
+        if decode.sampler != "harness" and decode.policy != "confidence":
+            raise ValueError(f"the official samplers commit by the confidence rule; policy={decode.policy} needs "
+                             f"sampler harness")
         if decode.compile == "auto" and (not decode.use_cache or decode.sampler != "harness"):
             decode = decode.replace(compile="off")   # auto: where a fixed step exists
         if decode.compile != "off" and (not decode.use_cache or decode.sampler != "harness"):
@@ -205,19 +211,27 @@ class ParadigmModel(nn.Module):
     def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
         """The settings a preset sweeps for one model (before task overrides and resolve_decode)."""
         if "threshold" in cls.knobs:
-            return [DecodeConfig(threshold=t) for t in grid.thresholds]
+            return [DecodeConfig(threshold=t) for t in grid.thresholds] + cls.policy_grid(grid)
         return [DecodeConfig()]
 
     @classmethod
+    def policy_grid(cls, grid: Grid, **fixed) -> list[DecodeConfig]:
+        """One setting per commit policy of the grid (with the paradigm's `fixed` knobs), where it reads `policy`."""
+        return [DecodeConfig(policy=p, **fixed) for p in grid.policies] if "policy" in cls.knobs else []
+
+    @classmethod
     def series(cls, row: dict) -> str:
-        """The plot series a result row belongs to: the model and the knobs not swept along a series."""
+        """The plot series a result row belongs to: the model and the knobs not swept along a series (the commit
+        policy's name is added by harness.rows.series_of)."""
         return cls.label + (f" S={row['block_size']}" if row.get("block_size") is not None else "")
 
     @classmethod
     def setting(cls, row: dict) -> str:
-        """What varies along a series (the threshold, and step budgets)."""
+        """What varies along a series (the threshold or the policy's parameters, and step budgets)."""
         parts = []
-        if "threshold" in cls.knobs:
+        if isinstance(row.get("policy"), str) and row["policy"] != "confidence":
+            parts.append(row["policy"])
+        elif "threshold" in cls.knobs:
             parts.append(f"tau={'-' if row.get('threshold') is None else format(row['threshold'], 'g')}")
         for knob, short in (("steps", "T"), ("steps_per_block", "T/block"), ("chunk_size", "chunk")):
             if knob in cls.knobs and row.get(knob):
@@ -286,9 +300,11 @@ class ParadigmModel(nn.Module):
     def whole_step_applies(self, decode: DecodeConfig, canvas: Canvas) -> bool:
         """Whether a fixed-shape decode runs whole steps: greedy choice with nothing that keeps host-side or per-row
         state between steps (no repetition penalty, teacher forcing or first-step probe), for a paradigm that has
-        one. Other decodes run the fixed forward inside the eager loop."""
+        one, committing by the confidence policy (the rule the whole steps compile). Other decodes run the fixed
+        forward inside the eager loop."""
         return (hasattr(self, "_whole_step") and self.step_mode(decode) != "off" and decode.greedy
-                and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe)
+                and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe
+                and decode.policy == "confidence")
 
     def run_whole_steps(self, step_fn, cache: KVCache, canvas: Canvas, state: WholeStepState, log: StepLog,
                         steps: int, width: int, advance: int, light: str | None = None) -> None:

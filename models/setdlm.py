@@ -84,7 +84,7 @@ class SetDLMModel(ParadigmModel):
     paradigm = "setdlm"
     label = "SetDLM"
     block_size_meaning = "target set size S of the position-offset schedule (S_max = 2S unless given)"
-    knobs = frozenset({"threshold", "window", "use_cache", "commit_order", "sampler", "compile"})
+    knobs = frozenset({"threshold", "policy", "window", "use_cache", "commit_order", "sampler", "compile"})
     samplers = ("harness", "official")
     colormap = "Greens"
     training_streams = 2
@@ -116,7 +116,8 @@ class SetDLMModel(ParadigmModel):
     def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
         S = config.block_size
         windows = (S,) if grid.windows == "S" else (S, cls.resolved_max_block_size(S, config.max_block_size, config.length))
-        return [DecodeConfig(window=w, threshold=t) for w in windows for t in grid.thresholds]
+        return [DecodeConfig(window=w, threshold=t) for w in windows for t in grid.thresholds] + [
+            d for w in windows for d in cls.policy_grid(grid, window=w)]
 
     @classmethod
     def series(cls, row: dict) -> str:
@@ -347,7 +348,7 @@ class SetDLMModel(ParadigmModel):
             h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
             logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - Tw:])   # a fixed step returns logits
             tokens, conf = chooser(logits, win_cols)
-            chosen = select_commits(conf, candidate, 1, decode.threshold)
+            chosen = chooser.policy.select(conf, candidate, 1)
             ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
             chooser.mark(tokens, chosen)
             n_chosen = chosen.sum(dim=1)
@@ -362,7 +363,7 @@ class SetDLMModel(ParadigmModel):
                 if policy.checks_stop(iteration):
                     active = active & (eos_at >= first)
             iteration += 1
-            if decode.threshold is None:  # exactly one accepted token per decoded row: no sorting needed
+            if chooser.policy.one_per_step:  # exactly one accepted token per decoded row: no sorting needed
                 pend_cols, pend_valid = the_one_accepted(win_cols, chosen, n_chosen)
                 win_cols, candidate, n_cand = window(first, active)
                 n_next = int(n_cand.max())
@@ -409,7 +410,7 @@ class _SetStepState(WholeStepState):
         if order_key is not None:
             self.key = torch.zeros(B, width, dtype=order_key.dtype, device=device)
             self.key[:, :self.C] = order_key[:, :self.C]
-        self.one_per_step = decode.threshold is None   # part of the layout: a library each way
+        self.one_per_step = decode.commit_policy().one_per_step   # part of the layout: a library each way
         P = 1 if self.one_per_step else W
         self.arange_w, self.arange_inputs = torch.arange(W, device=device), torch.arange(P + W, device=device)
         self.pend_cols, self.pend_valid = self.cols(pend_cols, P), self.flags(pend_valid, P)

@@ -12,6 +12,7 @@ number (tokens/s, tokens per forward) is computed from `Generation.n_tokens`, wh
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -19,6 +20,7 @@ import torch
 
 from .backbones import BackboneSpec
 from .fields import check_fields
+from .policies import CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
 
 SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
@@ -110,6 +112,10 @@ class DecodeConfig:
         "on CUDA either as a CUDA graph through torch.compile) or auto (on on "
         "CUDA, where a step is mostly kernel launches; off on a CPU, where compiling costs more than it saves at "
         "the harness's sizes: python -m harness.bench steps). Same greedy tokens in all")})
+    policy: str = field(default="confidence", metadata={**NEW_KNOB, "help": (
+        "the commit policy (MDLM, BD3LM, SetDLM; models/policies.py): which masked positions a step commits beyond "
+        "the schedule's count, as name or name(param=value,...): confidence (tau from --threshold), kfloor(tau=), "
+        "topk(k=), margin(tau=), entropy(theta=), eb(gamma=,proxy=entropy|margin), factor(f=)")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -125,12 +131,12 @@ class DecodeConfig:
                 problems.append(f"{name} must be >= 1, got {value}")
         if self.threshold is not None and not (0.0 < self.threshold <= 1.0):
             problems.append(f"threshold must be in (0, 1] or None, got {self.threshold}")
-        if self.temperature <= 0:
-            problems.append(f"temperature must be > 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature <= 0:   # (NaN passes every comparison)
+            problems.append(f"temperature must be a finite number > 0, got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
-            problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty}")
         if self.commit_order not in COMMIT_ORDERS:
             problems.append(f"commit_order must be one of {COMMIT_ORDERS}, got {self.commit_order!r}")
         if self.sampler not in SAMPLERS:
@@ -143,6 +149,16 @@ class DecodeConfig:
             problems.append(f"infill_context must be one of {INFILL_CONTEXTS}, got {self.infill_context!r}")
         if problems:
             raise ValueError("; ".join(problems))
+        policy = parse_policy(self.policy, self.threshold)   # PolicyError (a ValueError) for a bad spec
+        if policy.name == "confidence":   # one spelling per setting, so one run id: tau lives in `threshold`
+            object.__setattr__(self, "threshold", policy.tau)
+            object.__setattr__(self, "policy", "confidence")
+        else:
+            object.__setattr__(self, "policy", policy.spec())
+
+    def commit_policy(self) -> CommitPolicy:
+        """The commit policy these settings name (models/policies.py)."""
+        return parse_policy(self.policy, self.threshold if self.policy == "confidence" else None)
 
     def replace(self, **changes) -> "DecodeConfig":
         return dataclasses.replace(self, **changes)

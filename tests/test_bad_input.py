@@ -211,7 +211,11 @@ BAD_INPUTS = [
     "train_length_zero", "train_lr_not_a_number",
     # harness.lm_eval (lm-eval's CLI with our models): every --model_args error
     "lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint", "lm_eval_threshold_5",
-    "lm_eval_window_abc",
+    "lm_eval_window_abc", "lm_eval_repetition_penalty_nan", "lm_eval_policy_unknown",
+    # commit policies (models/policies.py): a name or a parameter, on the command line and in a results row
+    "policy_unknown", "policy_parameter_out_of_range", "report_policy_unknown",
+    # physical sanity of a model's config (accepted silently before: NaN angles at decode time)
+    "checkpoint_config_rope_base_zero",
 ]
 IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -219,13 +223,15 @@ IN_PROCESS = {name: tool for tool, names in {
             "checkpoint_tokenizer_larger_than_model", "checkpoint_tokenizer_smaller_than_model",
             "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
             "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
-            "jobs_with_delete_downloads"],
+            "jobs_with_delete_downloads", "policy_unknown", "policy_parameter_out_of_range",
+            "checkpoint_config_rope_base_zero"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
-               "report_threshold_above_one", "report_primary_not_a_bool"],
+               "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown"],
     "train": ["train_length_zero", "train_lr_not_a_number"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
-                "lm_eval_threshold_5", "lm_eval_window_abc"],
+                "lm_eval_threshold_5", "lm_eval_window_abc", "lm_eval_repetition_penalty_nan",
+                "lm_eval_policy_unknown"],
 }.items() for name in names}
 assert set(IN_PROCESS) <= set(BAD_INPUTS)
 
@@ -331,13 +337,21 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
                                                                (d / "tokenizer.json").symlink_to(outside)))
         return ([*cell, "--checkpoint", str(d), "--launcher", "ray"],
                 "tokenizer.json is a symlink to " + str(outside) + ", outside the checkpoint's folder")
+    if name == "checkpoint_config_rope_base_zero":
+        d = _broken_copy(ck["ar"], tmp / "rope0", lambda d: _arch_edit(d, rope_base=0))
+        return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "rope_base must be a finite number > 0"
+    if name == "policy_unknown":
+        return [*cell, "--policy", "greedy"], "unknown policy 'greedy'; valid: confidence"
+    if name == "policy_parameter_out_of_range":
+        return [*cell, "--policy", "margin(tau=2)"], "policy margin: tau must be in (0, 1], got 2.0"
     # harness.report
     report = ["--results", str(out), "--plots", str(tmp / "plots"), "--reference", "none"]
     rows = {"report_unknown_preset": report_row(), "report_unknown_paradigm": report_row(paradigm="gpt"),
             "report_non_numeric_value": report_row(value="high"),
             "report_task_names_a_path_outside": report_row(task="../../../outside/x"),
             "report_infinite_throughput": report_row(tokens_per_s=float("inf")),   # json.dumps writes Infinity
-            "report_threshold_above_one": report_row(threshold=5), "report_primary_not_a_bool": report_row(primary="no")}
+            "report_threshold_above_one": report_row(threshold=5), "report_primary_not_a_bool": report_row(primary="no"),
+            "report_policy_unknown": report_row(paradigm="mdlm", policy="bogus(x=1)")}
     if name in rows:
         (out / "cpu").mkdir(parents=True)
         write_jsonl(out / "cpu" / "runs.jsonl", [rows[name]])
@@ -361,6 +375,8 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return report, "runs.jsonl:1: threshold 5 is not in (0, 1]"
     if name == "report_primary_not_a_bool":         # a crash in the table builder before
         return report, "runs.jsonl:1: primary 'no' is not true or false"
+    if name == "report_policy_unknown":
+        return report, "runs.jsonl:1: policy: unknown policy 'bogus'"
     # harness.train
     if name == "train_length_zero":
         return ["--paradigm", "ar", "--length", "0"], "argument --length: must be >= 2, got 0"
@@ -377,6 +393,11 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return [*lm, "ar", "--model_args", f"checkpoint={tmp / 'nope'}"], f"{tmp / 'nope'} does not exist"
     if name == "lm_eval_threshold_5":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},threshold=5"], "threshold must be in (0, 1]"
+    if name == "lm_eval_repetition_penalty_nan":     # accepted silently before: NaN passes every comparison
+        return ([*lm, "ar", "--model_args", f"checkpoint={ck['ar']},repetition_penalty=nan"],
+                "repetition_penalty must be a finite number > 0")
+    if name == "lm_eval_policy_unknown":
+        return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},policy=greedy"], "unknown policy 'greedy'"
     if name == "lm_eval_window_abc":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},window=abc"], "window='abc': expected a whole"
     raise KeyError(name)

@@ -11,6 +11,8 @@ heads than query heads) is handled here too, so caches store only the key/value 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -148,6 +150,14 @@ def check_heads(d_model: int, n_heads: int) -> None:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     if (d_model // n_heads) % 2:
         raise ValueError("the head dimension must be even for rotary embeddings")
+
+
+def check_physical(**values: float) -> None:
+    """ValueError naming the field unless each value is a finite number > 0 (a rotary base, a norm epsilon: a
+    negative or zero base would give NaN or constant angles, silently)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Backbone, BackboneSpec
-from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads
+from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads, check_physical
 
 FREQUENCY_EMBEDDING_SIZE = 256   # TimestepEmbedder's sinusoidal input width (official default)
 
@@ -69,6 +69,7 @@ class DiTArch:
 
     def __post_init__(self) -> None:
         check_heads(self.d_model, self.n_heads)
+        check_physical(rope_base=self.rope_base)
         if self.adaln and self.cond_dim < 1:
             raise ValueError("adaln needs cond_dim >= 1")
 

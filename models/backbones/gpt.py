@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Backbone, BackboneSpec
-from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads
+from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads, check_physical
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class GPTArch:
 
     def __post_init__(self) -> None:
         check_heads(self.d_model, self.n_heads)
+        check_physical(rope_base=self.rope_base)
 
 
 class Block(nn.Module):

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Backbone
-from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend
+from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_physical
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class LlamaArch:
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError("the head dimension must be even for rotary embeddings")
+        check_physical(rope_theta=self.rope_theta, rms_eps=self.rms_eps)
 
 
 class RMSNorm(nn.RMSNorm):

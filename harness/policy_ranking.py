@@ -1,0 +1,172 @@
+"""The commit policies ranked by the exact two-sided KL of the oracle language: a table and one figure per paradigm,
+pure functions of a preset's results (its oracle_kl cells).
+
+For every model (trained, and the perfect model decoded by each paradigm) and every commit policy it was decoded
+with, the policy's points (tokens per forward, KL) form a frontier: the least KL reachable at >= t tokens per
+forward (harness.claims.envelope). Only value-independent settings are ranked (models/policies.py: the commit set
+depends on the distributions only, so q_dec is exact and the KL is the decoder's); the one-token-per-forward point
+(tau off) belongs to every policy's frontier, since every rule decodes one token per step there.
+
+Two numbers per (model, policy), both against fixed references, so adding a rule never moves another's score:
+* frontier area against the confidence rule: the mean over tokens per forward in [1, t_max] of the policy's
+  forward-KL frontier minus the confidence rule's (its tau grid), on the same model, with a paired bootstrap over
+  the oracle prefixes (every cell resampled jointly; harness.claims.frontier_area). Negative: better than tau.
+* AUP (d3LLM's area under the parallelism curve) with quality y = 100 exp(-forward KL) (% of the exact sampler's
+  per-token likelihood ratio) and a FIXED y_max = 100, the exact sampler, which no decoder exceeds:
+  AUP = r1 y1 + 1/2 sum_{i>=2} (r_i - r_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})), W(y) = min(exp(-3 (1 - y / y_max)), 1),
+  over the frontier's points sorted by tokens per forward r, keeping those with y >= y_1 - 5 (d3LLM's rule). With
+  y_max fixed, a score is a property of the rule and the model alone; d3LLM's y_max is the best method in the pool,
+  so every score moves when a stronger rule is added.
+
+    python -m harness.report --results results/reference --plots plots   # tables/policies.md, <preset>-policies-*.png
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .rows import commit_policy
+
+AUP_ALPHA = 3.0
+AUP_Y_MAX = 100.0
+AUP_DROP = 5.0
+TASK = "oracle_kl"
+
+
+def quality(kl: float) -> float:
+    """AUP's y: 100 exp(-KL), the exact sampler's 100."""
+    return AUP_Y_MAX * math.exp(-kl)
+
+
+def aup(points: list[tuple[float, float]]) -> float:
+    """AUP of (tokens per forward, y) points (the formula in the module docstring, y_max fixed)."""
+    pts = sorted(points)
+    y_min = pts[0][1] - AUP_DROP
+    pts = [(r, y) for r, y in pts if y >= y_min]
+
+    def weighted(y: float) -> float:
+        return y * min(math.exp(-AUP_ALPHA * (1 - y / AUP_Y_MAX)), 1.0)
+
+    total = pts[0][0] * pts[0][1]
+    for (r0, y0), (r1, y1) in zip(pts, pts[1:]):
+        total += 0.5 * (r1 - r0) * (weighted(y1) + weighted(y0))
+    return total
+
+
+def _policy_cells(results, model_cells: list[dict]) -> dict[str, list[dict]]:
+    """The cells of one model grouped by policy name; the one-token-per-forward cell joins every group."""
+    groups: dict[str, list[dict]] = {}
+    one = [c for c in model_cells if commit_policy(c).one_per_step and commit_policy(c).name == "confidence"]
+    for cell in model_cells:
+        policy = commit_policy(cell)
+        if policy.one_per_step and policy.name == "confidence":
+            continue
+        if not policy.value_independent(bool(cell["decode"].get("greedy", True)), cell["decode"].get("confidence")):
+            continue
+        groups.setdefault(policy.name, []).append(cell)
+    return {name: one + cells for name, cells in groups.items()}
+
+
+def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
+    """One row per (model, paradigm series, policy) of the oracle_kl cells: points, frontier area against the
+    confidence rule with its bootstrap interval, AUP of the forward and reverse KL."""
+    from .claims import Results, frontier_area
+
+    by_run: dict[str, dict] = {}
+    for row in runs:
+        if row.get("task") == TASK:
+            by_run.setdefault(row["run_id"], {**row, "metrics": {}})["metrics"][row["metric"]] = row
+    if not by_run:
+        return pd.DataFrame()
+    results = Results(preset_dir, [])
+    results.cells = list(by_run.values())
+    models: dict[tuple, list[dict]] = {}
+    for cell in by_run.values():
+        key = (cell["model_id"], cell["paradigm"], cell.get("block_size"), cell.get("window"))
+        models.setdefault(key, []).append(cell)
+    out = []
+    for (model_id, paradigm, _, _), cells in models.items():
+        groups = _policy_cells(results, cells)
+        if len(groups) < 2 or "confidence" not in groups:
+            continue
+        from .rows import series_of
+
+        series = series_of({**cells[0], "policy": None})
+        reference = groups["confidence"]
+        for name, group in groups.items():
+            forward = [(c["tokens_per_forward"], c["metrics"]["forward_kl"]["value"]) for c in group]
+            reverse = [(c["tokens_per_forward"], c["metrics"]["reverse_kl"]["value"]) for c in group]
+            area = [] if name == "confidence" else frontier_area(results, 0, group, reference, "forward_kl",
+                                                                   "forward KL frontier")
+            out.append({
+                "model": series, "model_id": model_id, "paradigm": paradigm, "policy": name,
+                "settings": ", ".join(sorted(commit_policy(c).spec() for c in group if not commit_policy(c).one_per_step)),
+                "cells": len(group), "max tokens/forward": max(t for t, _ in forward),
+                "area vs confidence": area[0]["difference"] if area else None,
+                "ci_low": area[0]["ci_low"] if area else None, "ci_high": area[0]["ci_high"] if area else None,
+                "AUP forward": aup([(t, quality(k)) for t, k in forward]),
+                "AUP reverse": aup([(t, quality(k)) for t, k in reverse]),
+                "reference": bool(cells[0].get("reference"))})
+    return pd.DataFrame(out)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """tables/policies.md: the ranking, perfect model first, each model's policies by AUP."""
+    if table.empty:
+        return ""
+    shown = table.assign(**{"forward-KL frontier area vs confidence [95% CI]": [
+        "reference" if pd.isna(v) else f"{v:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        for v, lo, hi in zip(table["area vs confidence"], table.ci_low, table.ci_high)]})
+    shown = shown.sort_values(["reference", "model", "AUP forward"], ascending=[False, True, False])
+    columns = ["model", "policy", "settings", "max tokens/forward", "forward-KL frontier area vs confidence [95% CI]",
+               "AUP forward", "AUP reverse"]
+    return ("Commit policies on the oracle language (harness/policy_ranking.py): each policy's forward-KL frontier "
+            "over tokens per forward against the confidence rule's on the same model (negative: below it), with a "
+            f"paired bootstrap over prefixes; AUP with y = 100 exp(-KL) and a fixed y_max = {AUP_Y_MAX:g} (higher is "
+            "better). Value-independent settings only (exact KL).\n\n"
+            + shown[columns].to_markdown(index=False, floatfmt=".4g") + "\n")
+
+
+def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -> list[Path]:
+    """One figure per paradigm: each policy's forward-KL frontier over tokens per forward, trained models left and
+    the perfect model right. `runs_df`: the report's rows (harness.report.load_runs)."""
+    import matplotlib.pyplot as plt
+
+    from .claims import envelope
+
+    if table.empty:
+        return []
+    written = []
+    plots.mkdir(parents=True, exist_ok=True)
+    rows = runs_df[(runs_df.task == TASK) & (runs_df.metric == "forward_kl")]
+    for paradigm in dict.fromkeys(table.paradigm):
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+        for ax, reference in zip(axes, (False, True)):
+            models = table[(table.paradigm == paradigm) & (table.reference == reference)]
+            for model_id, model in models.groupby("model_id", sort=False):
+                cells = rows[rows.model_id == model_id]
+                for name in model.policy:
+                    mine = [r for r in cells.to_dict("records") if (commit_policy(r).name == name
+                                                                     or commit_policy(r).one_per_step)]
+                    t = np.array([r["tokens_per_forward"] for r in mine])
+                    k = np.array([r["value"] for r in mine])
+                    grid = np.linspace(1.0, t.max(), 40)
+                    ax.plot(grid, envelope(t, k, grid), label=f"{model.iloc[0].model}: {name}")
+                    ax.scatter(t, k, s=12)
+            ax.set_title(("perfect model (structural cost)" if reference else "trained models") + f", {paradigm}")
+            ax.set_xlabel("tokens per forward")
+            ax.legend(fontsize=7)
+        axes[0].set_ylabel("forward KL(oracle || decoder), nats/token")
+        path = plots / f"{preset}-policies-{paradigm}.png"
+        fig.tight_layout()
+        from .paths import replacing
+
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,328 @@
+"""Commit policies: which masked candidates one decoding step commits (MDLM, BD3LM and SetDLM).
+
+A policy is one class here and one line in the registry (POLICIES, filled by subclassing, as paradigms are): what
+it scores, how it accepts, its floor, its parameters (dataclass fields with help text and validation) and two flags.
+The paradigms call it and never know which rule it is: each step, the token chooser computes the scores the policy
+`needs` from the step's predictive distributions (models.decoding.TokenChooser), and `policy.select(scores,
+candidate, n_forced)` returns the commits. `n_forced` is the paradigm's count schedule (one token per step
+unless a step budget says more); every policy commits at least that many (its floor).
+
+Scores, per candidate position (p: the step's processed distribution there, after temperature and nucleus):
+  confidence  c = p(x̂), the probability of the proposed token (or max p with DecodeConfig.confidence="max_prob")
+  margin      m = p1 - p2, the two largest probabilities
+  entropy     H = -sum p log p, in nats
+
+Flags:
+  value_independent(decode): the commit set depends only on the predictive distributions, never on sampled values;
+      then the decoder's joint q_dec is a product of marginals, exact to score and to teacher-force (the oracle's
+      two-sided KL). Confidence-based rules are value-independent when greedy or with confidence="max_prob".
+  monotone: a committed token is never re-masked (every rule here is).
+
+A policy is named on the command line and in DecodeConfig.policy by its spec, `name` or `name(param=value, ...)`:
+`margin(tau=0.3)`, `eb(gamma=0.1,proxy=margin)` (or `eb(gamma:0.1;proxy:margin)`, for lm-eval's model_args, which
+split on commas and equals signs). The default, `confidence`, reads its tau from
+DecodeConfig.threshold (the harness's historical knob; run ids made before policies existed stay the same).
+
+    python -c "from models.policies import parse_policy; print(parse_policy('eb(gamma=0.1)'))"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+POLICIES: dict[str, type["CommitPolicy"]] = {}
+SCORES = ("confidence", "margin", "entropy")
+
+
+class PolicyError(ValueError):
+    """A policy spec that names no policy, or parameters a policy does not take or cannot use."""
+
+
+def _top(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
+    """The n highest-scoring candidates per row ([B, M] bool); n an int or [B]."""
+    score = score.masked_fill(~candidate, -math.inf)
+    if isinstance(n, int) and n == 1:
+        chosen = torch.arange(score.shape[1], device=score.device) == score.argmax(dim=1, keepdim=True)
+    else:
+        n = torch.as_tensor(n, device=score.device).reshape(-1, 1)
+        rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+        chosen = rank < n
+    return chosen & candidate
+
+
+def _prefix(order_score: torch.Tensor, candidate: torch.Tensor, accept) -> torch.Tensor:
+    """Candidates sorted by `order_score` (descending, stable); `accept(sorted_values..)` gives a [B, M] bool of
+    which sorted prefixes pass; the longest passing prefix of each row is committed ([B, M] bool)."""
+    key = order_score.masked_fill(~candidate, -math.inf)
+    order = key.argsort(dim=1, descending=True, stable=True)
+    passing = accept(order) & candidate.gather(1, order)
+    prefix = passing.long().cumprod(dim=1).bool()
+    return torch.zeros_like(candidate).scatter(1, order, prefix) & candidate
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """One commit rule; subclasses set `name` (registering it), `needs` (the scores it reads, in order), `paper`
+    (where the rule is published) and implement `select`."""
+
+    name: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ("confidence",)
+    paper: ClassVar[str] = ""
+    monotone: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            POLICIES[cls.name] = cls
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise PolicyError(f"policy {self.name}: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        return []
+
+    # -- what readers ask ------------------------------------------------------------------------------------
+    @property
+    def one_per_step(self) -> bool:
+        """Whether every step commits exactly the schedule's count (one token per forward at the default count)."""
+        return False
+
+    def value_independent(self, greedy: bool, confidence: str) -> bool:
+        """Whether the commit set depends only on the predictive distributions (see the module docstring)."""
+        return "confidence" not in self.needs or greedy or confidence == "max_prob"
+
+    def spec(self) -> str:
+        """The canonical spec string: name(param=value, ...) with every parameter (defaults too, so that a row says
+        what it ran), or the bare name of a rule without parameters or whose parameters are all None."""
+        params = [f"{f.name}={getattr(self, f.name):g}" if isinstance(getattr(self, f.name), float)
+                  else f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                  if getattr(self, f.name) is not None]
+        return self.name + (f"({','.join(params)})" if params else "")
+
+    def label(self) -> str:
+        return self.spec()
+
+    def select(self, scores: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int) -> torch.Tensor:
+        """scores [B, M] (or [B, M, len(needs)]), candidate [B, M] bool, n_forced int or [B] -> chosen [B, M] bool,
+        a subset of candidate with at least min(n_forced, candidates) per row."""
+        raise NotImplementedError
+
+
+def _score(scores: torch.Tensor, needs: tuple[str, ...], which: str) -> torch.Tensor:
+    return scores if len(needs) == 1 else scores[..., needs.index(which)]
+
+
+@dataclass(frozen=True)
+class Confidence(CommitPolicy):
+    """The harness's rule (the official predict-and-noise step, and Fast-dLLM's threshold rule): the n_forced most
+    confident candidates plus every candidate with c >= tau. tau None: exactly the schedule's count. Paper: MDLM /
+    BD3LM / SetDLM (kuleshov-group); Fast-dLLM (Wu et al. 2025, NVlabs/Fast-dLLM get_transfer_index)."""
+
+    name = "confidence"
+    paper = "kuleshov-group/setdlms predict_and_noise; Fast-dLLM threshold (NVlabs/Fast-dLLM)"
+    tau: float | None = field(default=None, metadata={"help": "commit every candidate with confidence >= tau, "
+                                                              "(0, 1]; none: exactly the schedule's count"})
+
+    def problems(self) -> list[str]:
+        return [] if self.tau is None or 0.0 < self.tau <= 1.0 else [f"tau must be in (0, 1] or none, got {self.tau}"]
+
+    @property
+    def one_per_step(self) -> bool:
+        return self.tau is None
+
+    def select(self, scores, candidate, n_forced):
+        from .decoding import select_commits
+
+        return select_commits(scores, candidate, n_forced, self.tau)
+
+
+@dataclass(frozen=True)
+class KFloor(Confidence):
+    """Threshold with a k-floor (SDAR/TraDo "dynamic", LLaDA2 minimal_topk): if at least k = n_forced candidates
+    have c > tau, commit all of them, else the top k. It equals `confidence` but for the strict inequality (a
+    candidate exactly at tau). Paper: SDAR (JetAstra/SDAR generate.py), LLaDA2 (dllm llada2 sampler)."""
+
+    name = "kfloor"
+    paper = "SDAR / TraDo dynamic decoding (JetAstra/SDAR), LLaDA2 minimal_topk"
+    tau: float = field(default=0.9, metadata={"help": "commit every candidate with confidence > tau when at least "
+                                                      "the schedule's count do, (0, 1]"})
+
+    def select(self, scores, candidate, n_forced):
+        above = candidate & (scores > self.tau)
+        enough = above.sum(dim=1) >= torch.as_tensor(n_forced, device=scores.device)
+        return torch.where(enough[:, None], above, _top(scores, candidate, n_forced))
+
+
+@dataclass(frozen=True)
+class TopK(CommitPolicy):
+    """A fixed number per step: the max(k, n_forced) most confident candidates (LLaDA's low_confidence remasking
+    with k tokens per step; its uniform split of a block over `steps` is the schedule's count with k = 1).
+    Paper: LLaDA (Nie et al. 2025, ML-GSAI/LLaDA generate.py)."""
+
+    name = "topk"
+    paper = "LLaDA low_confidence remasking (ML-GSAI/LLaDA generate.py)"
+    k: int = field(default=2, metadata={"help": "tokens committed per step (at least the schedule's count), >= 1"})
+
+    def problems(self) -> list[str]:
+        return [] if isinstance(self.k, int) and self.k >= 1 else [f"k must be an integer >= 1, got {self.k}"]
+
+    @property
+    def one_per_step(self) -> bool:
+        return self.k == 1
+
+    def select(self, scores, candidate, n_forced):
+        n = torch.clamp(torch.as_tensor(n_forced, device=scores.device), min=self.k)
+        return _top(scores, candidate, n if n.dim() else int(n))
+
+
+@dataclass(frozen=True)
+class Margin(CommitPolicy):
+    """Margin threshold: the n_forced candidates of largest margin m = p1 - p2, plus every candidate with m >= tau.
+    Value-independent at any temperature. Paper: Dream topk_margin (Dream-org generation_utils.py), KLASS
+    alg=topk_margin."""
+
+    name = "margin"
+    needs = ("margin",)
+    paper = "Dream topk_margin (generation_utils.py sample_tokens, margin_confidence)"
+    tau: float = field(default=0.5, metadata={"help": "commit every candidate whose top-two margin is >= tau, (0, 1]"})
+
+    def problems(self) -> list[str]:
+        return [] if 0.0 < self.tau <= 1.0 else [f"tau must be in (0, 1], got {self.tau}"]
+
+    def select(self, scores, candidate, n_forced):
+        return _top(scores, candidate, n_forced) | (candidate & (scores >= self.tau))
+
+
+@dataclass(frozen=True)
+class Entropy(CommitPolicy):
+    """Entropy threshold: the n_forced candidates of lowest entropy, plus every candidate with H <= theta nats.
+    Value-independent at any temperature. Paper: dParallel (czg1225/dParallel get_transfer_index_entropy), d3LLM."""
+
+    name = "entropy"
+    needs = ("entropy",)
+    paper = "dParallel / d3LLM entropy threshold (czg1225/dParallel, hao-ai-lab/d3LLM)"
+    theta: float = field(default=0.5, metadata={"help": "commit every candidate whose entropy is <= theta nats, >= 0"})
+
+    def problems(self) -> list[str]:
+        return [] if math.isfinite(self.theta) and self.theta >= 0 else [f"theta must be >= 0, got {self.theta}"]
+
+    def select(self, scores, candidate, n_forced):
+        return _top(-scores, candidate, n_forced) | (candidate & (scores <= self.theta))
+
+
+@dataclass(frozen=True)
+class EntropyBounded(CommitPolicy):
+    """The entropy-bounded (EB) sampler: candidates sorted by an error proxy (entropy, lowest first; or margin,
+    largest first); the largest prefix U with sum_{i in U} H_i - max_{i in U} H_i <= gamma is committed, at least
+    n_forced. gamma 0: one token per step. Value-independent at any temperature. Paper: Ben-Hamu et al. 2025,
+    "Accelerated sampling from masked diffusion models via entropy bounded unmasking" (re-implementations:
+    nkalyanv99/UNI-D2 eb_sampler.py, diffusers EntropyBoundScheduler)."""
+
+    name = "eb"
+    needs = ("entropy", "margin")
+    paper = "EB sampler (Ben-Hamu et al. 2025; UNI-D2 eb_sampler.py, diffusers EntropyBoundScheduler)"
+    gamma: float = field(default=0.1, metadata={"help": "the entropy budget of one step, nats, >= 0"})
+    proxy: str = field(default="entropy", metadata={"help": "the order of the candidates: entropy (lowest first) "
+                                                            "or margin (largest first)"})
+
+    def problems(self) -> list[str]:
+        out = [] if math.isfinite(self.gamma) and self.gamma >= 0 else [f"gamma must be >= 0, got {self.gamma}"]
+        return out + ([] if self.proxy in ("entropy", "margin") else
+                      [f"proxy must be entropy or margin, got {self.proxy!r}"])
+
+    def select(self, scores, candidate, n_forced):
+        entropy, margin = scores[..., 0], scores[..., 1]
+        order_score = -entropy if self.proxy == "entropy" else margin
+
+        def accept(order):
+            h = entropy.gather(1, order).masked_fill(~candidate.gather(1, order), 0.0)
+            return h.cumsum(dim=1) - h.cummax(dim=1).values <= self.gamma
+
+        return _prefix(order_score, candidate, accept) | _top(order_score, candidate, n_forced)
+
+
+@dataclass(frozen=True)
+class Factor(CommitPolicy):
+    """Fast-dLLM's factor rule: candidates sorted by confidence; the longest prefix whose n-th member (1-based)
+    has (n + 1)(1 - c_(n)) <= f for every n >= 2, the top one always, at least n_forced. (dInfer's code also
+    commits the first failing candidate when it is the last one; this is the rule as defined.) Paper: Fast-dLLM
+    (Wu et al. 2025; inclusionAI/dInfer parallel_strategy.py get_transfer_index_dynamic)."""
+
+    name = "factor"
+    paper = "Fast-dLLM factor rule (inclusionAI/dInfer get_transfer_index_dynamic)"
+    f: float = field(default=1.0, metadata={"help": "the factor: accept the n-th most confident while "
+                                                    "(n + 1)(1 - c_n) <= f, > 0"})
+
+    def problems(self) -> list[str]:
+        return [] if math.isfinite(self.f) and self.f > 0 else [f"f must be > 0, got {self.f}"]
+
+    def select(self, scores, candidate, n_forced):
+        def accept(order):
+            c = scores.gather(1, order)
+            n = torch.arange(1, c.shape[1] + 1, device=c.device)
+            return ((n + 1) * (1 - c) <= self.f) | (n == 1)
+
+        return _prefix(scores, candidate, accept) | _top(scores, candidate, n_forced)
+
+
+def _parse_value(cls: type[CommitPolicy], name: str, text: str):
+    kinds = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in kinds:
+        raise PolicyError(f"policy {cls.name}: unknown parameter {name!r}; valid: {', '.join(kinds) or 'none'}")
+    default = kinds[name].default
+    if text.lower() == "none" and default is None:
+        return None
+    try:
+        if isinstance(default, str):
+            return text
+        if isinstance(default, int) and not isinstance(default, bool):
+            return int(text)
+        return float(text)
+    except ValueError:
+        raise PolicyError(f"policy {cls.name}: {name} must be a number, got {text!r}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def parse_policy(spec: str, threshold: float | None = None) -> CommitPolicy:
+    """The policy of a spec `name` or `name(param=value, ...)` (spaces ignored); `threshold` is the confidence
+    policy's tau when the spec gives none (DecodeConfig.threshold). PolicyError for anything else."""
+    text = str(spec).replace(" ", "")
+    name, _, rest = text.partition("(")
+    if name not in POLICIES:
+        raise PolicyError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    cls = POLICIES[name]
+    if rest and not rest.endswith(")"):
+        raise PolicyError(f"policy spec {spec!r}: parameters go in parentheses, {name}(param=value,...)")
+    values = {}
+    inner = rest[:-1].replace(";", ",").replace(":", "=") if rest else ""   # lm-eval's model_args split on , and =
+    for item in filter(None, inner.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key in values:
+            raise PolicyError(f"policy {name}: parameter {key!r} needs exactly one value ({key}=...)")
+        values[key] = _parse_value(cls, key, value)
+    if name == "confidence" and threshold is not None:
+        if "tau" in values:
+            raise PolicyError("confidence: give tau once, as the threshold or as confidence(tau=...)")
+        values["tau"] = threshold
+    elif threshold is not None:
+        raise PolicyError(f"threshold is the confidence policy's tau; give {name}'s parameters in its spec "
+                          f"({name}(...)) and leave threshold unset")
+    return cls(**values)
+
+
+def describe_policies() -> str:
+    """One line per registered policy: its spec with defaults, the scores it reads, and its parameters' help."""
+    lines = []
+    for name, cls in POLICIES.items():
+        params = "; ".join(f"{f.name} (default {f.default}): {f.metadata.get('help', '')}"
+                           for f in dataclasses.fields(cls))
+        lines.append(f"{name} [{', '.join(cls.needs)}]: {params or 'no parameters'}")
+    return "\n".join(lines)
