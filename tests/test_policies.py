@@ -236,14 +236,17 @@ def test_a_policy_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eval(
 
 def test_aup_with_a_fixed_y_max_is_a_property_of_one_rule():
     """AUP (d3LLM's formula) over (tokens per forward, y): the first rectangle unweighted, trapezoids weighted by
-    W(y) = min(exp(-3 (1 - y / 100)), 1), points more than 5 below the first dropped; with y_max fixed at the exact
-    sampler's 100, the score of one rule does not depend on which other rules are ranked."""
+    W(y) = min(exp(-3 (1 - y / 100)), 1), every point kept; with y_max fixed at the exact sampler's 100, the score
+    of one rule does not depend on which other rules are ranked, and a rule that loses less per parallel step
+    scores higher."""
     from harness.policy_ranking import aup, quality
 
     assert aup([(1.0, 90.0)]) == pytest.approx(90.0)
     w = lambda y: y * math.exp(-3 * (1 - y / 100))   # noqa: E731
     assert aup([(1.0, 90.0), (2.0, 88.0)]) == pytest.approx(90.0 + 0.5 * (w(88.0) + w(90.0)))
-    assert aup([(2.0, 88.0), (1.0, 90.0), (3.0, 80.0)]) == pytest.approx(aup([(1.0, 90.0), (2.0, 88.0)]))
+    three = aup([(2.0, 88.0), (1.0, 90.0), (3.0, 80.0)])   # order-free; a far point with a big drop still counts
+    assert three == pytest.approx(aup([(1.0, 90.0), (2.0, 88.0)]) + 0.5 * (w(80.0) + w(88.0)))
+    assert aup([(1.0, 100.0), (2.0, 95.0)]) > aup([(1.0, 100.0), (2.0, 85.0)])
     assert quality(0.0) == 100.0 and quality(0.1) == pytest.approx(100 * math.exp(-0.1))
 
 
