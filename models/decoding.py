@@ -326,8 +326,11 @@ class TokenChooser:
         if self.probe and self.first is None and cols is not None:
             self.first = (cols.clone(), torch.log_softmax(logits / (1.0 if d.greedy else d.temperature), dim=-1))
         if d.greedy:
-            tokens, conf = greedy_choice(logits)
-            return tokens, conf if self.policy.needs == ("confidence",) else self._scores(logits.softmax(-1), conf)
+            if self.policy.needs == ("confidence",):
+                return greedy_choice(logits)
+            log_p = logits.log_softmax(-1)   # one pass serves the choice and every score
+            top, tokens = log_p.max(dim=-1)
+            return tokens, self._scores(log_p.exp(), top.exp(), log_p)
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -347,9 +350,9 @@ class TokenChooser:
         conf = probs.max(dim=-1).values if d.confidence == "max_prob" else token_p
         return tokens, conf if self.policy.needs == ("confidence",) else self._scores(probs, conf)
 
-    def _scores(self, probs: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
-        """The scores the policy needs from the step's distributions probs [B, M, V]: stacked on a last dimension
-        in the order of `needs` when there are several."""
+    def _scores(self, probs: torch.Tensor, conf: torch.Tensor, log_p: torch.Tensor | None = None) -> torch.Tensor:
+        """The scores the policy needs from the step's distributions probs [B, M, V] (log_p: their logs, when at
+        hand): stacked on a last dimension in the order of `needs` when there are several."""
         out = []
         for need in self.policy.needs:
             if need == "confidence":
@@ -357,7 +360,9 @@ class TokenChooser:
             elif need == "margin":
                 top2 = probs.topk(2, dim=-1).values
                 out.append(top2[..., 0] - top2[..., 1])
-            else:   # entropy, nats
+            elif log_p is not None:   # entropy, nats
+                out.append(-(probs * log_p).nan_to_num().sum(dim=-1))
+            else:
                 out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
         return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
 

@@ -227,7 +227,6 @@ class EntropyBounded(CommitPolicy):
     nkalyanv99/UNI-D2 eb_sampler.py, diffusers EntropyBoundScheduler)."""
 
     name = "eb"
-    needs = ("entropy", "margin")
     paper = "EB sampler (Ben-Hamu et al. 2025; UNI-D2 eb_sampler.py, diffusers EntropyBoundScheduler)"
     gamma: float = field(default=0.1, metadata={"help": "the entropy budget of one step, nats, >= 0"})
     proxy: str = field(default="entropy", metadata={"help": "the order of the candidates: entropy (lowest first) "
@@ -238,9 +237,13 @@ class EntropyBounded(CommitPolicy):
         return out + ([] if self.proxy in ("entropy", "margin") else
                       [f"proxy must be entropy or margin, got {self.proxy!r}"])
 
+    @property
+    def needs(self) -> tuple[str, ...]:   # the margin only as the order's proxy
+        return ("entropy",) if self.proxy == "entropy" else ("entropy", "margin")
+
     def select(self, scores, candidate, n_forced):
-        entropy, margin = scores[..., 0], scores[..., 1]
-        order_score = -entropy if self.proxy == "entropy" else margin
+        entropy = scores if self.proxy == "entropy" else scores[..., 0]
+        order_score = -entropy if self.proxy == "entropy" else scores[..., 1]
 
         def accept(order):
             h = entropy.gather(1, order).masked_fill(~candidate.gather(1, order), 0.0)
