@@ -55,11 +55,11 @@ import torch
 
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
-from .decoding import (Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned,
-                       select_commits)
+from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
+from .policies import select_commits
 from .schedules import block_expected_budget, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 

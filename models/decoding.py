@@ -406,24 +406,6 @@ class StopFlag:
         return seen
 
 
-def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
-                   threshold: float | torch.Tensor | None) -> torch.Tensor:
-    """Which candidates to commit: the n_forced most confident per row plus all with conf >= threshold.
-
-    conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
-    """
-    score = conf.masked_fill(~candidate, -1.0)
-    if isinstance(n_forced, int) and n_forced == 1:
-        chosen = torch.arange(score.shape[1], device=score.device) == score.argmax(dim=1, keepdim=True)
-    else:
-        n = torch.as_tensor(n_forced, device=conf.device).reshape(-1, 1)
-        rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
-        chosen = rank < n
-    if threshold is not None:
-        chosen = chosen | (score >= threshold)
-    return chosen & candidate
-
-
 def eos_stop(ids: torch.Tensor, span: torch.Tensor, mask_id: int, eos_id: int) -> torch.Tensor:
     """[B] bool: the row has produced EOS inside its span with no mask left before it."""
     C = ids.shape[1]

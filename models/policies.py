@@ -44,6 +44,25 @@ class PolicyError(ValueError):
     """A policy spec that names no policy, or parameters a policy does not take or cannot use."""
 
 
+def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
+                   threshold: float | torch.Tensor | None) -> torch.Tensor:
+    """THE confidence rule (the Confidence policy; the compiled whole steps call it with tau as a tensor): the
+    n_forced most confident candidates per row plus all with conf >= threshold.
+
+    conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
+    """
+    score = conf.masked_fill(~candidate, -1.0)
+    if isinstance(n_forced, int) and n_forced == 1:
+        chosen = torch.arange(score.shape[1], device=score.device) == score.argmax(dim=1, keepdim=True)
+    else:
+        n = torch.as_tensor(n_forced, device=conf.device).reshape(-1, 1)
+        rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+        chosen = rank < n
+    if threshold is not None:
+        chosen = chosen | (score >= threshold)
+    return chosen & candidate
+
+
 def _top(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
     """The n highest-scoring candidates per row ([B, M] bool); n an int or [B]."""
     score = score.masked_fill(~candidate, -math.inf)
@@ -139,8 +158,6 @@ class Confidence(CommitPolicy):
         return self.tau is None
 
     def select(self, scores, candidate, n_forced):
-        from .decoding import select_commits
-
         return select_commits(scores, candidate, n_forced, self.tau)
 
 

@@ -61,10 +61,10 @@ import torch.nn.functional as F
 
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
-from .decoding import (Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned,
-                       select_commits)
+from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
+from .policies import select_commits
 from .schedules import StaggeredSchedule, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
