@@ -282,3 +282,14 @@ def test_the_training_stage_measures_again_only_when_its_models_change(tmp_path,
     assert [name for name, _ in calls[2:]] == ["convergence"]
     tc.training_stage(get_preset("smoke"), train, tmp_path / "smoke", progress=False)
     assert len(calls) == 3 and not (tmp_path / "smoke").exists()
+
+
+def test_the_oracle_trade_off_is_compared_under_every_commit_policy():
+    """Claim 9's frontier comparison is made with the confidence rule (its primary) and repeated, as secondary and
+    reference rows, under each other policy the committed results hold; those cells never enter another claim."""
+    summary, details = claims_tables(REFERENCE / "cpu")
+    rows = details[details.claim == 9]
+    for policy in ("margin", "entropy", "eb", "factor", "topk"):
+        mine = rows[rows.a.str.contains(f"(every {policy} setting)", regex=False)]
+        assert set(mine.role) == {"secondary", "reference"}, policy
+    assert not details[details.claim != 9].a.str.contains("setting)", regex=False).any()
