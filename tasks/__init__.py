@@ -8,7 +8,7 @@
 
 Task names: gsm8k, roc_infill1, roc_infill3, cnndm, ppl_owt, ppl_lm1b, ppl_wikitext, ppl_file,
 genppl, mauve, and on synthetic oracle languages (tasks/oracle.py) oracle_nll, oracle_gen,
-oracle_greedy, oracle_infill. The training corpus of the CPU presets is in tasks/corpus.py.
+oracle_kl, oracle_offsets, oracle_greedy, oracle_infill (TASKS below is the list). The training corpus of the CPU presets is in tasks/corpus.py.
 
     python -c "import tasks; print(list(tasks.TASKS))"
 """
