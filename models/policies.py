@@ -44,25 +44,6 @@ class PolicyError(ValueError):
     """A policy spec that names no policy, or parameters a policy does not take or cannot use."""
 
 
-def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
-                   threshold: float | torch.Tensor | None) -> torch.Tensor:
-    """THE confidence rule (the Confidence policy; the compiled whole steps call it with tau as a tensor): the
-    n_forced most confident candidates per row plus all with conf >= threshold.
-
-    conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
-    """
-    score = conf.masked_fill(~candidate, -1.0)
-    if isinstance(n_forced, int) and n_forced == 1:
-        chosen = torch.arange(score.shape[1], device=score.device) == score.argmax(dim=1, keepdim=True)
-    else:
-        n = torch.as_tensor(n_forced, device=conf.device).reshape(-1, 1)
-        rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
-        chosen = rank < n
-    if threshold is not None:
-        chosen = chosen | (score >= threshold)
-    return chosen & candidate
-
-
 def _top(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
     """The n highest-scoring candidates per row ([B, M] bool); n an int or [B]."""
     score = score.masked_fill(~candidate, -math.inf)
@@ -73,6 +54,17 @@ def _top(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) ->
         rank = score.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
         chosen = rank < n
     return chosen & candidate
+
+
+def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
+                   threshold: float | torch.Tensor | None) -> torch.Tensor:
+    """THE confidence rule (the Confidence policy; the compiled whole steps call it with tau as a tensor): the
+    n_forced most confident candidates per row plus all with conf >= threshold.
+
+    conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
+    """
+    chosen = _top(conf, candidate, n_forced)
+    return chosen if threshold is None else chosen | (candidate & (conf >= threshold))
 
 
 def _prefix(order_score: torch.Tensor, candidate: torch.Tensor, accept) -> torch.Tensor:
