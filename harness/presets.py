@@ -193,9 +193,11 @@ ORACLE = "oracle:hmm-strong"
 ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
 # The commit policies ranked on oracle_kl beside the confidence rule's tau grid (harness/policy_ranking.py): the
 # field's value-independent rules, two settings each, spanning about the tokens per forward of the tau grid on the
-# perfect model (1.2 to 2.1), and a fixed two tokens per step.
+# perfect model (1.2 to 2.1; KLASS 1.5 to 3.1), a fixed two tokens per step, and dilated unmasking (a fixed order:
+# 4 tokens per forward in MDLM's 16-token chunk, 2 in BD3LM's blocks; SetDLM's window has no block).
 ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "entropy(theta=2.5)",
-                   "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)")
+                   "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)",
+                   "klass(tau=0.2,kl=0.5,steps=1)", "klass(tau=0.15,kl=1,steps=1)", "dus(a=2)")
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
 FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (

@@ -59,7 +59,7 @@ from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_c
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
-from .policies import select_commits
+from .policies import StepContext, select_commits
 from .schedules import block_expected_budget, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
@@ -223,7 +223,8 @@ class BD3LMModel(MDLMModel):
         else:
             step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S)
         forced, steps_in_block, masks_in_block = 1, None, None
-        if decode.steps_per_block is not None or policy.official_schedule:
+        in_blocks = decode.commit_policy().in_blocks   # a policy that reads the block's step number (DUS)
+        if decode.steps_per_block is not None or policy.official_schedule or in_blocks:
             steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
             masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
         if policy.official_schedule:   # k_i of the official schedule over the block size S (not the masks left)
@@ -253,11 +254,12 @@ class BD3LMModel(MDLMModel):
                     forced = official_k[steps_in_block.clamp(max=len(official_k) - 1)].minimum(n_masks)
                 else:
                     forced = self._forced(masks_in_block, steps_in_block, decode.steps_per_block).minimum(n_masks)
+                context = StepContext(arange_S.expand(B, S), S, steps_in_block) if in_blocks else None
                 steps_in_block = steps_in_block + 1
             h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
             logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:])   # fixed: logits
             tokens, conf = chooser(logits, blk_cols)
-            chosen = chooser.policy.select(conf, candidate, forced)
+            chosen = chooser.policy.select(conf, candidate, forced, *((context,) if in_blocks else ()))
             ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
             chooser.mark(tokens, chosen)
             log.record(active, chosen.sum(dim=1))

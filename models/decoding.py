@@ -12,6 +12,8 @@ that the per-step decode loops stay cheap.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -302,6 +304,8 @@ class TokenChooser:
         self._token_p: torch.Tensor | None = None
         self.probe = False          # set by Canvas.track: keep the first call's (cols, log-probabilities)
         self.first: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._width = canvas_ids.shape[1] + 1   # canvas columns and a scratch one (for the `stable` score)
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _see(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
         if self.seen is not None:
@@ -330,7 +334,7 @@ class TokenChooser:
                 return greedy_choice(logits)
             log_p = logits.log_softmax(-1)   # one pass serves the choice and every score
             top, tokens = log_p.max(dim=-1)
-            return tokens, self._scores(log_p.exp(), top.exp(), log_p)
+            return tokens, self._scores(log_p.exp(), top.exp(), log_p, cols)
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -348,11 +352,13 @@ class TokenChooser:
         token_p = probs.gather(-1, tokens[..., None]).squeeze(-1)
         self._token_p = token_p
         conf = probs.max(dim=-1).values if d.confidence == "max_prob" else token_p
-        return tokens, conf if self.policy.needs == ("confidence",) else self._scores(probs, conf)
+        return tokens, conf if self.policy.needs == ("confidence",) else self._scores(probs, conf, None, cols)
 
-    def _scores(self, probs: torch.Tensor, conf: torch.Tensor, log_p: torch.Tensor | None = None) -> torch.Tensor:
+    def _scores(self, probs: torch.Tensor, conf: torch.Tensor, log_p: torch.Tensor | None = None,
+                cols: torch.Tensor | None = None) -> torch.Tensor:
         """The scores the policy needs from the step's distributions probs [B, M, V] (log_p: their logs, when at
-        hand): stacked on a last dimension in the order of `needs` when there are several."""
+        hand; cols [B, M]: the canvas columns, for `stable`): stacked on a last dimension in the order of `needs`
+        when there are several."""
         out = []
         for need in self.policy.needs:
             if need == "confidence":
@@ -360,11 +366,35 @@ class TokenChooser:
             elif need == "margin":
                 top2 = probs.topk(2, dim=-1).values
                 out.append(top2[..., 0] - top2[..., 1])
+            elif need == "stable":
+                out.append(self._stable(probs, cols).float())
             elif log_p is not None:   # entropy, nats
                 out.append(-(probs * log_p).nan_to_num().sum(dim=-1))
             else:
                 out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
         return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
+
+
+    def _stable(self, probs: torch.Tensor, cols: torch.Tensor | None) -> torch.Tensor:
+        """[B, M] for each row's canvas column: how many consecutive steps, this one included, its distribution
+        moved by less than the policy's `kl` from the step before (KL(p_t || p_t-1), nats); 0 the first time a
+        column is predicted. The last distribution and the count are kept per column (KLASS)."""
+        if cols is None:
+            raise ValueError(f"policy {self.policy.spec()} tracks each position's distribution: the decoder must pass "
+                             f"the canvas columns")
+        B, M, V = probs.shape
+        if self._last is None:
+            self._last = (torch.zeros(B, self._width, V, device=probs.device),
+                          torch.full((B, self._width), -1, dtype=torch.long, device=probs.device))
+        last, count = self._last
+        index = cols.clamp(max=self._width - 1)
+        before = last.gather(1, index[..., None].expand(-1, -1, V))
+        kl = (torch.special.xlogy(probs, probs) - torch.special.xlogy(probs, before)).sum(dim=-1)
+        kl = torch.where(before.sum(dim=-1) > 0, kl.nan_to_num(nan=math.inf), math.inf)   # never seen: unstable
+        stable = torch.where(kl < self.policy.kl, count.gather(1, index).clamp(min=0) + 1, 0)
+        last.scatter_(1, index[..., None].expand(-1, -1, V), probs.float())
+        count.scatter_(1, index, stable)
+        return stable
 
 
 def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned
 from .official_sampler import OfficialTokenChooser, check_sampler, official_commit_counts, sampler_policy
 from .paradigm import Grid, ParadigmModel
+from .policies import StepContext
 from .schedules import confidence_commit_counts, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
@@ -173,7 +174,7 @@ class MDLMModel(ParadigmModel):
             cols = cols.expand(B, -1)
             candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
             n_left = int(candidate.sum(dim=1).max())
-            for k in confidence_commit_counts(len(cols[0]), steps):
+            for step_no, k in enumerate(confidence_commit_counts(len(cols[0]), steps)):
                 if n_left == 0:
                     break
                 # only the still-masked positions need logits: left-align them per row
@@ -183,7 +184,9 @@ class MDLMModel(ParadigmModel):
                 h = self.backbone(ids, pos, attn_mask=attn_mask, keep=slice(lo, hi))
                 rows = (cand_cols - lo)[..., None].expand(-1, -1, h.shape[-1])
                 tokens, conf = chooser(self.backbone.logits(h.gather(1, rows)), cand_cols)
-                chosen = chooser.policy.select(conf, cand, k)
+                context = (StepContext(cand_cols - cols[:, :1], cols.shape[1], step_no) if chooser.policy.in_blocks
+                           else None)   # the chunk is DUS's block
+                chosen = chooser.policy.select(conf, cand, k, *(() if context is None else (context,)))
                 ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
                 chooser.mark(tokens, chosen)
                 n_chosen = chosen.sum(dim=1)

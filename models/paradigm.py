@@ -35,6 +35,7 @@ from .backbones.attention import KVCache
 from .decoding import Canvas, StepLog, StopFlag, WholeStepState
 from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
 from .official_sampler import official_numerics
+from .policies import CommitPolicy, parse_policy
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
 STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
@@ -216,8 +217,16 @@ class ParadigmModel(nn.Module):
 
     @classmethod
     def policy_grid(cls, grid: Grid, **fixed) -> list[DecodeConfig]:
-        """One setting per commit policy of the grid (with the paradigm's `fixed` knobs), where it reads `policy`."""
-        return [DecodeConfig(policy=p, **fixed) for p in grid.policies] if "policy" in cls.knobs else []
+        """One setting per commit policy of the grid (with the paradigm's `fixed` knobs) that it can decode with,
+        where it reads `policy`."""
+        if "policy" not in cls.knobs:
+            return []
+        return [DecodeConfig(policy=p, **fixed) for p in grid.policies if cls.decodes_with(parse_policy(p))]
+
+    @classmethod
+    def decodes_with(cls, policy: CommitPolicy) -> bool:
+        """Whether this paradigm's decoder can run the commit policy (a window has no block for DUS)."""
+        return True
 
     @classmethod
     def series(cls, row: dict) -> str:

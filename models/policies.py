@@ -11,6 +11,8 @@ Scores, per candidate position (p: the step's processed distribution there, afte
   confidence  c = p(x̂), the probability of the proposed token (or max p with DecodeConfig.confidence="max_prob")
   margin      m = p1 - p2, the two largest probabilities
   entropy     H = -sum p log p, in nats
+  stable      how many consecutive steps, this one included, the position's distribution moved by less than the
+              policy's `kl` (KL(p_t || p_t-1)); kept per canvas column by the chooser (KLASS)
 
 Flags:
   value_independent(decode): the commit set depends only on the predictive distributions, never on sampled values;
@@ -37,7 +39,7 @@ from typing import ClassVar
 import torch
 
 POLICIES: dict[str, type["CommitPolicy"]] = {}
-SCORES = ("confidence", "margin", "entropy")
+SCORES = ("confidence", "margin", "entropy", "stable")
 
 
 class PolicyError(ValueError):
@@ -78,6 +80,16 @@ def _prefix(order_score: torch.Tensor, candidate: torch.Tensor, accept) -> torch
 
 
 @dataclass(frozen=True)
+class StepContext:
+    """Where a step's candidates sit: `offset` [B, M], each one's position in its block (0 = the block's first;
+    MDLM's chunk, BD3LM's block), `size` the block's size, and `step` (an int or [B]) the number of the step within
+    the block, 0 for its first."""
+    offset: torch.Tensor
+    size: int
+    step: torch.Tensor | int
+
+
+@dataclass(frozen=True)
 class CommitPolicy:
     """One commit rule; subclasses set `name` (registering it), `needs` (the scores it reads, in order), `paper`
     (where the rule is published) and implement `select`."""
@@ -86,6 +98,8 @@ class CommitPolicy:
     needs: ClassVar[tuple[str, ...]] = ("confidence",)
     paper: ClassVar[str] = ""
     monotone: ClassVar[bool] = True
+    in_blocks: ClassVar[bool] = False   # reads where each candidate sits in its block and the block's step number
+                                        # (`StepContext`): MDLM (a chunk) and BD3LM (a block), not SetDLM's window
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -121,9 +135,11 @@ class CommitPolicy:
     def label(self) -> str:
         return self.spec()
 
-    def select(self, scores: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int) -> torch.Tensor:
+    def select(self, scores: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
+               context: "StepContext | None" = None) -> torch.Tensor:
         """scores [B, M] (or [B, M, len(needs)]), candidate [B, M] bool, n_forced int or [B] -> chosen [B, M] bool,
-        a subset of candidate with at least min(n_forced, candidates) per row."""
+        a subset of candidate with at least min(n_forced, candidates) per row. `context`: where the candidates
+        sit, for a policy `in_blocks` (the paradigms pass it)."""
         raise NotImplementedError
 
 
@@ -149,7 +165,7 @@ class Confidence(CommitPolicy):
     def one_per_step(self) -> bool:
         return self.tau is None
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         return select_commits(scores, candidate, n_forced, self.tau)
 
 
@@ -164,7 +180,7 @@ class KFloor(Confidence):
     tau: float = field(default=0.9, metadata={"help": "commit every candidate with confidence > tau when at least "
                                                       "the schedule's count do, (0, 1]"})
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         above = candidate & (scores > self.tau)
         enough = above.sum(dim=1) >= torch.as_tensor(n_forced, device=scores.device)
         return torch.where(enough[:, None], above, _top(scores, candidate, n_forced))
@@ -187,7 +203,7 @@ class TopK(CommitPolicy):
     def one_per_step(self) -> bool:
         return self.k == 1
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         n = torch.clamp(torch.as_tensor(n_forced, device=scores.device), min=self.k)
         return _top(scores, candidate, n if n.dim() else int(n))
 
@@ -206,7 +222,7 @@ class Margin(CommitPolicy):
     def problems(self) -> list[str]:
         return [] if 0.0 < self.tau <= 1.0 else [f"tau must be in (0, 1], got {self.tau}"]
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         return _top(scores, candidate, n_forced) | (candidate & (scores >= self.tau))
 
 
@@ -223,7 +239,7 @@ class Entropy(CommitPolicy):
     def problems(self) -> list[str]:
         return [] if math.isfinite(self.theta) and self.theta >= 0 else [f"theta must be >= 0, got {self.theta}"]
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         return _top(-scores, candidate, n_forced) | (candidate & (scores <= self.theta))
 
 
@@ -250,7 +266,7 @@ class EntropyBounded(CommitPolicy):
     def needs(self) -> tuple[str, ...]:   # the margin only as the order's proxy
         return ("entropy",) if self.proxy == "entropy" else ("entropy", "margin")
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         entropy = scores if self.proxy == "entropy" else scores[..., 0]
         order_score = -entropy if self.proxy == "entropy" else scores[..., 1]
 
@@ -276,13 +292,74 @@ class Factor(CommitPolicy):
     def problems(self) -> list[str]:
         return [] if math.isfinite(self.f) and self.f > 0 else [f"f must be > 0, got {self.f}"]
 
-    def select(self, scores, candidate, n_forced):
+    def select(self, scores, candidate, n_forced, context=None):
         def accept(order):
             c = scores.gather(1, order)
             n = torch.arange(1, c.shape[1] + 1, device=c.device)
             return ((n + 1) * (1 - c) <= self.f) | (n == 1)
 
         return _prefix(scores, candidate, accept) | _top(scores, candidate, n_forced)
+
+
+@dataclass(frozen=True)
+class Dilated(CommitPolicy):
+    """Dilated unmasking (DUS): a fixed order that reads no distribution. Within a block of B positions, step t =
+    1, 2, ... commits the still-masked positions k = 1..B (1-based) with (k - 1) mod max(1, floor(B / a^t)) = 0:
+    a coarse grid first, then the gaps, so neighbours are never decoded in the same step; R = ceil(log_a B)
+    steps a block (the schedule's count is the floor). Value-independent, and independent of the model's
+    distributions. Paper: Luxembourg et al., ICML 2026, "Plan for speed: dilated scheduling for masked diffusion
+    language models" (omerlux/DUS)."""
+
+    name = "dus"
+    in_blocks = True
+    paper = "DUS (Luxembourg et al. 2026, omerlux/DUS)"
+    a: int = field(default=2, metadata={"help": "the dilation base: each step halves (a = 2) the grid's spacing, "
+                                                ">= 2"})
+
+    def problems(self) -> list[str]:
+        return [] if isinstance(self.a, int) and self.a >= 2 else [f"a must be an integer >= 2, got {self.a}"]
+
+    def value_independent(self, greedy: bool, confidence: str) -> bool:
+        return True
+
+    def select(self, scores, candidate, n_forced, context=None):
+        if context is None:
+            raise PolicyError("policy dus commits by position within a block: MDLM and BD3LM only")
+        t = torch.as_tensor(context.step, device=scores.device).reshape(-1, 1) + 1
+        spacing = torch.clamp(torch.div(context.size, self.a ** t, rounding_mode="floor"), min=1)
+        pattern = candidate & (context.offset % spacing == 0)
+        short = pattern.sum(dim=1) < torch.as_tensor(n_forced, device=scores.device)   # the floor, by position too
+        floor = _top(-context.offset.float(), candidate & ~pattern, n_forced)
+        return torch.where(short[:, None], pattern | floor, pattern)
+
+
+@dataclass(frozen=True)
+class KLStable(CommitPolicy):
+    """KLASS (KL-adaptive stability sampling): commit every candidate whose confidence is above `tau` and whose
+    predictive distribution has moved by less than `kl` (KL(p_t || p_t-1), nats) at each of the last `steps`
+    steps (its `stable` count, kept per position by the token chooser); where no candidate qualifies (or fewer
+    than the schedule's count), the most confident ones fill the count. Value-independent when greedy or with
+    confidence="max_prob". Paper: Kim et al. 2025, "KL-adaptive stability sampling" (shkim0116/KLASS
+    stable_confident_decode; unmask_strategy all)."""
+
+    name = "klass"
+    needs = ("confidence", "stable")
+    paper = "KLASS (shkim0116/KLASS stable_confident_decode)"
+    tau: float = field(default=0.6, metadata={"help": "the confidence a candidate must exceed, [0, 1)"})
+    kl: float = field(default=0.015, metadata={"help": "the largest KL(p_t || p_t-1) of a stable step, nats, > 0"})
+    steps: int = field(default=2, metadata={"help": "how many consecutive stable steps qualify a candidate, >= 1"})
+
+    def problems(self) -> list[str]:
+        out = [] if 0.0 <= self.tau < 1.0 else [f"tau must be in [0, 1), got {self.tau}"]
+        out += [] if math.isfinite(self.kl) and self.kl > 0 else [f"kl must be > 0, got {self.kl}"]
+        return out + ([] if isinstance(self.steps, int) and self.steps >= 1 else
+                      [f"steps must be an integer >= 1, got {self.steps}"])
+
+    def select(self, scores, candidate, n_forced, context=None):
+        conf, stable = scores[..., 0], scores[..., 1]
+        qualify = candidate & (conf > self.tau) & (stable >= self.steps)
+        short = qualify.sum(dim=1) < torch.as_tensor(n_forced, device=scores.device)
+        return torch.where(short[:, None], qualify | _top(conf, candidate, n_forced), qualify)
 
 
 def _parse_value(cls: type[CommitPolicy], name: str, text: str):

@@ -110,7 +110,14 @@ class SetDLMModel(ParadigmModel):
             decode = decode.replace(window=config.block_size)
         if decode.window > config.length:
             raise ValueError(f"SetDLM window W={decode.window} exceeds the context length L={config.length}")
+        if not cls.decodes_with(decode.commit_policy()):
+            raise ValueError(f"policy {decode.policy} commits by position within a block; SetDLM decodes a sliding "
+                             f"window, which has none (use it with MDLM or BD3LM)")
         return decode
+
+    @classmethod
+    def decodes_with(cls, policy) -> bool:
+        return not policy.in_blocks   # the sliding window has no block
 
     @classmethod
     def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:

@@ -115,7 +115,8 @@ class DecodeConfig:
     policy: str = field(default="confidence", metadata={**NEW_KNOB, "help": (
         "the commit policy (MDLM, BD3LM, SetDLM; models/policies.py): which masked positions a step commits beyond "
         "the schedule's count, as name or name(param=value,...): confidence (tau from --threshold), kfloor(tau=), "
-        "topk(k=), margin(tau=), entropy(theta=), eb(gamma=,proxy=entropy|margin), factor(f=)")})
+        "topk(k=), margin(tau=), entropy(theta=), eb(gamma=,proxy=entropy|margin), factor(f=), "
+        "klass(tau=,kl=,steps=), dus(a=) (MDLM and BD3LM)")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0

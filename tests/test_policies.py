@@ -137,7 +137,7 @@ def test_a_bad_policy_says_what_is_wrong(kwargs, says):
 
 
 @pytest.mark.parametrize("tag", ["mdlm", "bd3lm-s4", "setdlm-smax8"])
-@pytest.mark.parametrize("spec", [s for s in SPECS if s != "confidence"])
+@pytest.mark.parametrize("spec", [s for s in SPECS if s != "confidence"] + ["klass(tau=0.3,kl=0.05,steps=1)"])
 def test_every_policy_decodes_alike_with_and_without_cache_and_per_row(tag, spec):
     """On the perfect model: cache on and off give the same tokens and forwards, and each row of a batch is decoded
     as if alone (the policy sees one row's candidates only)."""
@@ -274,3 +274,92 @@ def test_the_sweep_ends_by_saying_what_it_found(tmp_path):
     assert "2 of 3 decided" in text
     assert "holds -0.1 (= reference)" in text and "fails -0.2 [reference: inconclusive]" in text
     assert "not testable" in text and "cpu-oracle_kl.png" in text and "claims.md" in text
+
+
+def _dus_reference(size: int, a: int, masked: set[int], step: int) -> set[int]:
+    """DUS from its definition: step t = step + 1 commits the masked positions k = 1..size with
+    (k - 1) mod max(1, floor(size / a^t)) = 0 (0-based offsets here)."""
+    spacing = max(1, size // a ** (step + 1))
+    return {k for k in masked if k % spacing == 0}
+
+
+@pytest.mark.parametrize("size, a", [(8, 2), (16, 2), (9, 3), (4, 2), (6, 2)])
+def test_dilated_unmasking_commits_its_grid_step_by_step(size, a):
+    """DUS (a fixed order, no distribution read): each step of a block commits the definition's dilated grid of the
+    still-masked positions, whatever the scores, until the block is done in ceil(log_a size) steps."""
+    from models.policies import StepContext
+
+    policy = parse_policy(f"dus(a={a})")
+    masked, step = set(range(size)), 0
+    scores = torch.rand(1, size, generator=torch.Generator().manual_seed(size))   # never read
+    while masked:
+        candidate = torch.tensor([[k in masked for k in range(size)]])
+        got = policy.select(scores, candidate, 1, StepContext(torch.arange(size)[None], size, step))
+        chosen = set(got[0].nonzero().flatten().tolist())
+        assert chosen == _dus_reference(size, a, masked, step) and chosen
+        masked -= chosen
+        step += 1
+    assert step <= math.ceil(math.log(size, a) - 1e-9)   # R = ceil(log_a B) at most (fewer when B is no power)
+
+
+def test_dilated_unmasking_decodes_blocks_and_chunks_not_windows():
+    """DUS in BD3LM's blocks (S = 4: 2 steps a block) and MDLM's chunks (8: 3 steps a chunk) on the perfect model:
+    forwards as the grid says, each row as if alone, cache on = off, teacher forcing allowed (it reads no value);
+    SetDLM's sliding window has no block: refused in one line, and a grid leaves it out."""
+    from models.paradigm import Grid
+
+    # BD3LM: the first row's span fills 4 blocks (2 steps each); the second's (prompt of 2) starts at offset 2 of
+    # its first block and ends at offset 1 of a fifth (2 steps each too): 10. MDLM: two chunks of 8, 3 steps each.
+    for tag, extra, forwards in (("bd3lm-s4", {}, [8, 10]), ("mdlm", {"chunk_size": 8}, [6, 6])):
+        model, tok = models.open_model(f"perfect:hmm-strong:{tag}")
+        prompts = [[tok.bos_id, 3, 1, 4], [tok.bos_id, 15]]
+        d = DecodeConfig(policy="dus", stop_at_eos=False, **extra)
+        out = model.generate(prompts, 16, d)
+        assert [g.nfe for g in out] == forwards and all(len(g.tokens) == 16 for g in out)
+        assert [g.tokens for g in out] == [model.generate([p], 16, d)[0].tokens for p in prompts]
+        if tag == "bd3lm-s4":
+            assert [g.tokens for g in model.generate(prompts, 16, d.replace(use_cache=False))] == [g.tokens for g in out]
+        sampled = d.replace(greedy=False, confidence="sampled", seed=2)
+        own = model.generate(prompts, 16, sampled)
+        again = model.generate(prompts, 16, sampled, forced=[g.tokens for g in own])
+        assert [g.log_q for g in again] == pytest.approx([g.log_q for g in own], abs=1e-5)
+    setdlm, tok = models.open_model("perfect:hmm-strong:setdlm-smax8")
+    with pytest.raises(ValueError, match="SetDLM decodes a sliding window"):
+        setdlm.generate([[tok.bos_id, 1]], 4, DecodeConfig(policy="dus"))
+    grid = Grid(thresholds=(None,), policies=("dus", "margin(tau=0.3)"))
+    assert [d.policy for d in type(setdlm).decode_grid(setdlm.config, grid)] == ["confidence", "margin(tau=0.3)"]
+
+
+def test_klass_commits_the_confident_and_stable_as_its_definition_says():
+    """KLASS on a hand-made sequence of distributions over 6 positions (some drifting, some settling), fed step by
+    step through the token chooser, which keeps each position's last distribution: every step's commits equal a
+    plain re-implementation (conf > tau and KL(p_t || p_t-1) < kl at each of the last `steps` steps; else the
+    most confident fill the count)."""
+    from models.decoding import TokenChooser
+
+    spec = "klass(tau=0.5,kl=0.02,steps=2)"
+    policy = parse_policy(spec)
+    g = torch.Generator().manual_seed(0)
+    M, V, T = 6, 5, 7
+    target = torch.randn(M, V, generator=g) * 3
+    chooser = TokenChooser(DecodeConfig(policy=spec), V, torch.zeros(1, M, dtype=torch.long),
+                           torch.zeros(1, M, dtype=torch.bool), torch.device("cpu"))
+    prev, count, kinds = [None] * M, [0] * M, set()
+    for t in range(T):
+        drift = torch.randn(M, V, generator=g) * torch.tensor([2.0, 0.01, 0.01, 1.0, 0.0, 0.3])[:, None] / (t + 1)
+        logits = (target + drift)[None]
+        p = logits.softmax(-1)[0].tolist()
+        candidate = torch.tensor([[True, True, True, t % 2 == 0, True, True]])
+        tokens, scores = chooser(logits, torch.arange(M)[None])
+        got = set(policy.select(scores, candidate, 1)[0].nonzero().flatten().tolist())
+        for i in range(M):   # the reference's stability count
+            kl = math.inf if prev[i] is None else sum(a * math.log(a / b) for a, b in zip(p[i], prev[i]) if a > 0)
+            count[i] = count[i] + 1 if kl < policy.kl else 0
+            prev[i] = p[i]
+        idx = [i for i in range(M) if candidate[0, i]]
+        conf = [max(q) for q in p]
+        qualify = {i for i in idx if conf[i] > policy.tau and count[i] >= policy.steps}
+        want = qualify if qualify else {max(idx, key=lambda i: (conf[i], -i))}
+        assert got == want, (t, got, want)
+        kinds.add(len(qualify) > 1 if qualify else "fallback")
+    assert kinds == {"fallback", True}   # steps that fell back to the most confident, and that committed several
