@@ -33,7 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .rows import commit_policy
+from .claims import Results, envelope, frontier_area
+from .paths import replacing
+from .rows import commit_policy, series_of
 
 AUP_ALPHA = 3.0
 AUP_Y_MAX = 100.0
@@ -58,7 +60,7 @@ def aup(points: list[tuple[float, float]]) -> float:
     return total
 
 
-def _policy_cells(results, model_cells: list[dict]) -> dict[str, list[dict]]:
+def _policy_cells(model_cells: list[dict]) -> dict[str, list[dict]]:
     """The cells of one model grouped by policy name; the one-token-per-forward cell joins every group."""
     groups: dict[str, list[dict]] = {}
     one = [c for c in model_cells if commit_policy(c).one_per_step and commit_policy(c).name == "confidence"]
@@ -75,8 +77,6 @@ def _policy_cells(results, model_cells: list[dict]) -> dict[str, list[dict]]:
 def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
     """One row per (model, paradigm series, policy) of the oracle_kl cells: points, frontier area against the
     confidence rule with its bootstrap interval, AUP of the forward and reverse KL."""
-    from .claims import Results, frontier_area
-
     by_run: dict[str, dict] = {}
     for row in runs:
         if row.get("task") == TASK:
@@ -91,11 +91,9 @@ def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
         models.setdefault(key, []).append(cell)
     out = []
     for (model_id, paradigm, _, _), cells in models.items():
-        groups = _policy_cells(results, cells)
+        groups = _policy_cells(cells)
         if len(groups) < 2 or "confidence" not in groups:
             continue
-        from .rows import series_of
-
         series = series_of({**cells[0], "policy": None})
         reference = groups["confidence"]
         for name, group in groups.items():
@@ -137,8 +135,6 @@ def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -
     the perfect model right. `runs_df`: the report's rows (harness.report.load_runs)."""
     import matplotlib.pyplot as plt
 
-    from .claims import envelope
-
     if table.empty:
         return []
     written = []
@@ -168,8 +164,6 @@ def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -
         axes[0].set_ylabel("forward KL(oracle || decoder), nats/token")
         path = plots / f"{preset}-policies-{paradigm}.png"
         fig.tight_layout()
-        from .paths import replacing
-
         with replacing(path) as tmp:
             fig.savefig(tmp, dpi=110)
         plt.close(fig)

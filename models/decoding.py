@@ -13,7 +13,6 @@ that the per-step decode loops stay cheap.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -373,7 +372,6 @@ class TokenChooser:
             else:
                 out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
         return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
-
 
     def _stable(self, probs: torch.Tensor, cols: torch.Tensor | None) -> torch.Tensor:
         """[B, M] for each row's canvas column: how many consecutive steps, this one included, its distribution

@@ -39,7 +39,6 @@ from typing import ClassVar
 import torch
 
 POLICIES: dict[str, type["CommitPolicy"]] = {}
-SCORES = ("confidence", "margin", "entropy", "stable")
 
 
 class PolicyError(ValueError):
