@@ -299,7 +299,7 @@ def external_model(spec: str, paradigm: str | None = None, length: int | None = 
     if kind == "pretrained":   # its config.json or GGUF metadata, no weights (loading is a pre-flight step)
         from models.pretrained import describe_pretrained
 
-        config = models.resolve_config(describe_pretrained(spec, paradigm or "ar", length, block_size))
+        config = models.resolve_config(describe_pretrained(spec, paradigm, length, block_size))
         return External(spec, config, paradigm, length, block_size)
     model, _ = models.open_model(spec, paradigm, "cpu", length=length, block_size=block_size)   # perfect: no weights
     return External(spec, model.config, paradigm, length, block_size)

@@ -9,6 +9,7 @@ shapes come from models/llama_layout.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 from . import jsonio
 from .backbones.llama import LlamaArch
 from .checkpoint import number_field, shard_files, whole_field
+from .dllm import family_of
 from .llama_layout import MAX_DEFAULT_LENGTH, PretrainedError, Source
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -138,11 +140,17 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
     cfg = jsonio.read_object(cfg_path, PretrainedError, "a model config")
     if "schema_version" in cfg and "model" in cfg:
         raise PretrainedError(f"{src.path} is a checkpoint of this project: load it with models.load")
-    src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(cfg, str(cfg_path))
+    family = src.family = family_of(cfg, str(cfg_path))   # a diffusion LM's declaration (models/dllm.py), or None
+    base_cfg = cfg if family is None else family.base_config(cfg, str(cfg_path))
+    src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(base_cfg, str(cfg_path))
+    if family is not None:
+        src.arch = dataclasses.replace(src.arch, shift_logits=family.shift_logits)
+        src.block_size = family.trained_block_size(cfg, str(cfg_path))
     check_window(window, context_length(src, length), str(cfg_path))
     if metadata_only:
         return
-    src.tensors = {k.removeprefix("model."): v for k, v in read_safetensors(src.path).items()}
+    rename = (lambda name: name) if family is None else family.tensor_name
+    src.tensors = {rename(k.removeprefix("model.")): v for k, v in read_safetensors(src.path).items()}
     tok_path = src.path / "tokenizer.json"
     if not tok_path.is_file():
         raise PretrainedError(f"{src.path}: no tokenizer.json")
@@ -167,6 +175,9 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
             token = src.backend.id_to_token(ids) if isinstance(ids, int) else None
         return token
 
+    if family is not None:
+        mask_name = _token_string(tcfg.get("mask_token")) or _token_string(special.get("mask_token"))
+        src.mask = family.mask_id(cfg, src.backend.get_vocab(with_added_tokens=True), mask_name, str(cfg_path))
     src.roles = {"bos": role("bos_token", "bos_token_id"), "eos": role("eos_token", "eos_token_id"),
                  "pad": role("pad_token", "pad_token_id"), "unk": role("unk_token", "unk_token_id")}
     src.control = [t.content for t in src.backend.get_added_tokens_decoder().values() if t.special]

@@ -42,6 +42,9 @@ class Source:
     control: list[str] = field(default_factory=list)                 # special tokens of the tokenizer
     chat_template: str = ""
     add_bos: bool = False
+    family: object = None          # models.dllm.DiffusionFamily of a diffusion LM, None for an AR LM
+    block_size: int | None = None  # a block-causal family's trained block size
+    mask: tuple[str, int] | None = None   # a diffusion family's (mask token, id), by its rule
 
 
 # (our backbone's name, transformers' names without "model." (concatenated in this order where there are several),

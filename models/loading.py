@@ -116,5 +116,5 @@ def open_model(spec: str | Path, paradigm: str | None = None, device: str | torc
         return model, tokenizer
     from .pretrained import load_pretrained
 
-    return load_pretrained(spec, paradigm=paradigm or "ar", device=device, dtype=dtype, length=length,
+    return load_pretrained(spec, paradigm=paradigm, device=device, dtype=dtype, length=length,
                            block_size=block_size, max_block_size=max_block_size)

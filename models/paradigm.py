@@ -33,6 +33,7 @@ from torch import nn
 
 from .backbones.attention import KVCache
 from .decoding import Canvas, StepLog, StopFlag, WholeStepState
+from .dllm_samplers import family_generate, is_family_sampler
 from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
 from .official_sampler import official_numerics
 from .policies import CommitPolicy, parse_policy
@@ -194,6 +195,13 @@ class ParadigmModel(nn.Module):
         defaults = {f.name: f.default for f in dataclasses.fields(DecodeConfig)}
         inert = set(defaults) - cls.knobs - SAMPLING_KNOBS
         decode = decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
+        if is_family_sampler(decode.sampler):   # a diffusion family's own sampler: its options are in its spec
+            own = sorted(k for k in defaults if k not in ("sampler", "seed", "stop_at_eos", "compile")
+                         and getattr(decode, k) != defaults[k])
+            if own:
+                raise ValueError(f"sampler={decode.sampler} decodes with its own options (models/dllm_samplers.py); "
+                                 f"leave {', '.join(own)} at the default or use sampler harness")
+            return decode.replace(compile="off")
         if decode.sampler != "harness" and decode.policy != "confidence":
             raise ValueError(f"the official samplers commit by the confidence rule; policy={decode.policy} needs "
                              f"sampler harness")
@@ -423,6 +431,10 @@ class ParadigmModel(nn.Module):
         drawing them (Generation.log_q is then log q_dec of the targets; see models.decoding.TokenChooser).
         `probe`: record the first forward's predictive distributions (Generation.first_step)."""
         decode = self.resolve_decode(decode, self.config)
+        if is_family_sampler(decode.sampler):
+            if forced is not None or probe:
+                raise ValueError(f"sampler={decode.sampler} draws its own tokens: no teacher forcing or probes")
+            return family_generate(self, prompts, max_new_tokens, decode)
         with Timer(self.device) as timer:
             canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
             canvas.check_fits(self.config.length)
@@ -437,6 +449,9 @@ class ParadigmModel(nn.Module):
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
                decode: DecodeConfig = DecodeConfig(), forced: Sequence[int] | None = None) -> Generation:
         decode = self.resolve_decode(decode, self.config)
+        if is_family_sampler(decode.sampler):
+            raise ValueError(f"sampler={decode.sampler} generates after a prompt; it does not infill (use sampler "
+                             f"harness)")
         with Timer(self.device) as timer:
             canvas = Canvas.for_infill(prefix, n_masked, suffix, self.mask_id, self.device)
             canvas.check_fits(self.config.length)

@@ -167,7 +167,7 @@ def check_vocab(tokenizer_size: int, vocab_rows: int, where: str) -> None:
                               f"{vocab_rows} rows (tokenizer and weights do not belong together)")
 
 
-def describe_pretrained(spec: str | Path, paradigm: str = "ar", length: int | None = None,
+def describe_pretrained(spec: str | Path, paradigm: str | None = None, length: int | None = None,
                         block_size: int | None = None, max_block_size: int | None = None):
     """The ModelConfig that `load_pretrained` would build, read from config.json or the GGUF metadata alone: no
     tensor is read or dequantized and no tokenizer is built (what a sweep plans with). Its vocabulary is the
@@ -176,12 +176,29 @@ def describe_pretrained(spec: str | Path, paradigm: str = "ar", length: int | No
 
     src = resolve(spec, metadata_only=True)   # a hub id: its config.json only, no weights
     (read_gguf if src.kind == "gguf" else read_hf)(src, length, metadata_only=True)
+    paradigm, block_size = _paradigm(src, paradigm, block_size)
     return ModelConfig(paradigm=paradigm, vocab_size=src.vocab_rows, length=context_length(src, length),
                        backbone=BackboneSpec("llama", src.arch, source=src.spec), block_size=block_size,
                        max_block_size=max_block_size)
 
 
-def load_pretrained(spec: str | Path, paradigm: str = "ar", device: str | torch.device = "cpu",
+def _paradigm(src: Source, paradigm: str | None, block_size: int | None) -> tuple[str, int | None]:
+    """(paradigm, block size) a checkpoint loads as: AR for an AR LM unless asked otherwise; a diffusion family's own
+    paradigm (its attention pattern) and trained block size, which a block-causal family may change."""
+    family = src.family
+    if family is None:
+        return paradigm or "ar", block_size
+    if paradigm not in (None, family.paradigm):
+        raise PretrainedError(f"{src.spec}: {family.title} is a diffusion LM with "
+                              f"{'block-causal' if family.block_causal else 'bidirectional'} attention: it loads as "
+                              f"{family.paradigm}, not {paradigm}")
+    if not family.block_causal and block_size is not None:
+        raise PretrainedError(f"{src.spec}: {family.title} attends bidirectionally and has no block size "
+                              f"(its sampler's blocks are a decoding setting: sampler={family.name}(...))")
+    return family.paradigm, block_size if block_size is not None else src.block_size
+
+
+def load_pretrained(spec: str | Path, paradigm: str | None = None, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32, length: int | None = None, block_size: int | None = None,
                     max_block_size: int | None = None):
     """(ParadigmModel in eval mode, Tokenizer) of a pretrained checkpoint; see the module docstring.
@@ -192,6 +209,7 @@ def load_pretrained(spec: str | Path, paradigm: str = "ar", device: str | torch.
 
     src = resolve(spec)
     (read_gguf if src.kind == "gguf" else read_hf)(src, length)
+    paradigm, block_size = _paradigm(src, paradigm, block_size)
     L = context_length(src, length)
     where = str(src.path)
     tensors, arch = src.tensors, src.arch
@@ -212,7 +230,16 @@ def load_pretrained(spec: str | Path, paradigm: str = "ar", device: str | torch.
     if roles["eos"] is None:
         raise PretrainedError(f"{where}: the tokenizer names no eos (or bos) token")
     roles["pad"] = roles["pad"] or roles["eos"]
-    mask, mask_id, how = choose_mask(src.backend, roles, src.control, src.chat_template, rows)
+    if src.mask is not None:   # a diffusion family's own mask token (models/dllm.py)
+        (mask, mask_id), how = src.mask, "family"
+        if not 0 <= mask_id < rows:
+            raise PretrainedError(f"{where}: the mask id {mask_id} is not a row of the {rows}-row embedding")
+        if src.backend.id_to_token(mask_id) is None:
+            src.backend.add_special_tokens([mask])   # a mask id past the tokenizer (padded rows): named there
+            if src.backend.token_to_id(mask) != mask_id:
+                raise PretrainedError(f"{where}: the mask id {mask_id} has no token in the tokenizer")
+    else:
+        mask, mask_id, how = choose_mask(src.backend, roles, src.control, src.chat_template, rows)
     if how in ("padded-row", "added-row"):
         if how == "added-row":
             rows += 1

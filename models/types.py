@@ -20,6 +20,7 @@ import torch
 
 from .backbones import BackboneSpec
 from .fields import check_fields
+from .dllm_samplers import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
 from .policies import CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
 
@@ -90,7 +91,8 @@ class DecodeConfig:
         "kuleshov-group/setdlms sampler, backbone call for call: separate prompt prefill, its step schedule and "
         "stop-rule timing, MDLM's full-length mask padding, the legacy DiT's bf16 autocast; each paradigm "
         "module lists the differences); official_unfused: BD3LM with the official fused_block_cache=false "
-        "(one extra forward per block to write it to the cache)")})
+        "(one extra forward per block to write it to the cache)); or a diffusion family's own sampler with its "
+        "options, llada(...), dream(...), sdar(...), fastdllm_v2(...) (models/dllm_samplers.py)")})
     confidence: str = field(default="sampled", metadata={**NEW_KNOB, "help": (
         "how a sampled token's confidence is scored when positions compete for a commit (MDLM, BD3LM, SetDLM): "
         "sampled (the probability of the value just sampled there, the official rule; it favours lucky draws, so "
@@ -140,8 +142,14 @@ class DecodeConfig:
             problems.append(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty}")
         if self.commit_order not in COMMIT_ORDERS:
             problems.append(f"commit_order must be one of {COMMIT_ORDERS}, got {self.commit_order!r}")
-        if self.sampler not in SAMPLERS:
-            problems.append(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if is_family_sampler(self.sampler):   # a diffusion family's own sampler, spelled canonically (run ids)
+            try:
+                object.__setattr__(self, "sampler", parse_sampler(self.sampler).spec())
+            except SamplerError as e:
+                problems.append(str(e))
+        elif self.sampler not in SAMPLERS:
+            problems.append(f"sampler must be one of {SAMPLERS} or a family sampler "
+                            f"({', '.join(f'{name}(...)' for name in FAMILY_SAMPLERS)}), got {self.sampler!r}")
         if self.confidence not in CONFIDENCES:
             problems.append(f"confidence must be one of {CONFIDENCES}, got {self.confidence!r}")
         if self.compile not in COMPILE_MODES:

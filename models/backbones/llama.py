@@ -23,7 +23,7 @@ harness/bench_smollm2.py measures it against transformers' generate on the same 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +48,10 @@ class LlamaArch:
     o_bias: bool = False             # Llama/Qwen3 attention_bias=true: a bias on the output projection too
     tie_embeddings: bool = True
     dropout: float = 0.0
+    # output i of a forward predicts input position i + 1 of the same forward, output 0 its own position (Dream;
+    # Fast-dLLM v2 within the block it runs; llama.cpp's `diffusion.shift_logits`; models/dllm.py). Left out of every
+    # config hash at its default, so the option changes no run id.
+    shift_logits: bool = field(default=False, metadata={"hash_default": False})
 
     def __post_init__(self) -> None:
         if self.n_heads % self.n_kv_heads:
@@ -206,12 +210,25 @@ class LlamaBackbone(Backbone):
             out[..., self.mask_id] = float("-inf")
         return out
 
-    def forward(self, input_ids, position_ids, attn_mask=None, is_causal=False, cache=None, keep=None, closed=None):
+    def forward(self, input_ids, position_ids, attn_mask=None, is_causal=False, cache=None, keep=None, closed=None,
+                shift: bool | None = None):
+        """Backbone.forward; `shift` (default: the architecture's shift_logits) moves each output row to the next
+        position (the family samplers of models/dllm_samplers.py ask for raw rows and shift as their references do)."""
         if cache is not None:
             cache.reserve(input_ids.shape[1])
+        shift = self.arch.shift_logits if shift is None else shift
+        start = 0
+        if shift and keep is not None:   # the kept rows' outputs come from the row before each
+            start, stop, step = keep.indices(input_ids.shape[1])
+            if step != 1:
+                raise ValueError("a shifted backbone keeps contiguous rows only")
+            keep = slice(max(start - 1, 0), stop)
         x = self.embed(input_ids)
         rope = self.rotary.tables(position_ids, x.dtype)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x = block(x, rope, attn_mask, is_causal, cache, i, keep if i == last else None, closed)
-        return self.norm(x)
+        x = self.norm(x)
+        if shift:   # row j <- row j - 1 of this forward; the first row of the forward keeps its own
+            x = torch.cat([x[:, :1], x[:, :-1]], dim=1) if start == 0 else x[:, :-1]
+        return x
