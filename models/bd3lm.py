@@ -56,6 +56,7 @@ import torch
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
 from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned
+from .dllm_samplers import is_family_sampler
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
@@ -71,6 +72,16 @@ def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Te
     top = torch.cat([q == k, k < q], dim=1)                                # noisy queries
     bottom = torch.cat([torch.zeros_like(q == k), k <= q], dim=1)          # clean queries
     return torch.cat([top, bottom], dim=0)
+
+
+def check_unshifted(config: ModelConfig) -> None:
+    """ValueError for a block-causal model whose logits are shifted within each forward (Fast-dLLM v2): the first
+    position of its blocks is predicted by the previous block's completing forward (its sampler's bonus token), which
+    neither our block decoder nor the two-stream bound makes."""
+    if getattr(config.backbone.arch, "shift_logits", False):
+        raise ValueError("a block-causal model with shifted logits (Fast-dLLM v2) decodes with its own sampler only, "
+                         "sampler=fastdllm_v2(...): its blocks start with the previous block's bonus token, which the "
+                         "BD3LM decoder and likelihood bound do not make")
 
 
 class BD3LMModel(MDLMModel):
@@ -96,6 +107,8 @@ class BD3LMModel(MDLMModel):
     @classmethod
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         decode = super().resolve_decode(decode, config)
+        if not is_family_sampler(decode.sampler):
+            check_unshifted(config)
         if decode.decode_block is None:
             decode = decode.replace(decode_block=config.block_size)
         if decode.decode_block > config.length or config.length % decode.decode_block:
@@ -153,6 +166,7 @@ class BD3LMModel(MDLMModel):
         return self._mask_cache[1]
 
     def _hidden(self, batch: Batch, xt: torch.Tensor) -> torch.Tensor:
+        check_unshifted(self.config)
         x0 = batch.input_ids
         B, L = x0.shape
         pos = torch.arange(L, device=x0.device).expand(B, L)

@@ -162,7 +162,8 @@ FAMILIES: list[DiffusionFamily] = [
 # diffusion families recognised but not run (mixture-of-experts blocks): model_type or architecture -> title
 UNSUPPORTED = {"lladamoe": "LLaDA-MoE", "llada_moe": "LLaDA-MoE", "LLaDAMoEModelLM": "LLaDA-MoE",
                "llada2_moe": "LLaDA2", "LLaDA2MoeModelLM": "LLaDA2", "sdar_moe": "SDAR-MoE",
-               "SDARMoeForCausalLM": "SDAR-MoE", "rnd1": "RND1", "RND1ForCausalLM": "RND1"}
+               "SDARMoeForCausalLM": "SDAR-MoE", "rnd1": "RND1", "RND1ForCausalLM": "RND1",
+               "llada-moe": "LLaDA-MoE"}   # (llama.cpp's GGUF architecture name)
 
 
 def family_of(cfg: dict, where: str = "config.json") -> DiffusionFamily | None:

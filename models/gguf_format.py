@@ -9,6 +9,7 @@ from models/llama_layout.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -17,10 +18,13 @@ import torch
 
 from .backbones.llama import LlamaArch
 from .checkpoint import check_memory, whole_field
+from .dllm import FAMILIES, UNSUPPORTED, family_of_gguf
 from .hf_format import check_window, context_length
 from .llama_layout import GGUF_LAYER_NAMES, GGUF_TOP_NAMES, MAX_DEFAULT_LENGTH, PretrainedError, Source, hf_shapes
 
 GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")          # llama.cpp writes Mistral models as "llama"
+# diffusion LMs llama.cpp converts (models/dllm.py's gguf_arch: LLaDA "llada", Dream "dream") are read too, with
+# llama.cpp's diffusion metadata: diffusion.shift_logits and tokenizer.ggml.mask_token_id
 
 
 def _gguf():
@@ -84,9 +88,14 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
     except Exception as e:
         raise PretrainedError(f"{where}: not a readable GGUF file ({e})") from None
     arch_name = _field(reader, "general.architecture")
-    if arch_name not in GGUF_ARCHITECTURES:
+    family = src.family = family_of_gguf(arch_name)
+    if arch_name in UNSUPPORTED:
+        raise PretrainedError(f"{where}: {UNSUPPORTED[arch_name]} ({arch_name}) is a mixture-of-experts diffusion LM, "
+                              f"which is not supported")
+    if arch_name not in GGUF_ARCHITECTURES and family is None:
         raise PretrainedError(f"{where}: unsupported GGUF architecture {arch_name!r}; supported: "
-                              f"{', '.join(GGUF_ARCHITECTURES)} (Mistral files are 'llama')")
+                              f"{', '.join(GGUF_ARCHITECTURES + tuple(f.gguf_arch for f in FAMILIES if f.gguf_arch))} "
+                              f"(Mistral files are 'llama')")
 
     def meta(key, default=None, required=True):
         value = _field(reader, f"{arch_name}.{key}", default)
@@ -123,6 +132,12 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
             tie_embeddings="output.weight" not in names)
     except (TypeError, ValueError) as e:
         raise PretrainedError(f"{where}: {e}") from None
+    if family is not None:
+        shift = _field(reader, "diffusion.shift_logits", family.shift_logits)
+        if not isinstance(shift, bool):
+            raise PretrainedError(f"{where}: diffusion.shift_logits must be true or false, got {shift!r}")
+        src.arch = dataclasses.replace(src.arch, shift_logits=shift)
+        src.block_size = family.trained_block_size({}, where)
     src.max_positions = whole("context_length", MAX_DEFAULT_LENGTH)
     check_window(int(window) if window else None, context_length(src, length), where)
     tokens = reader.fields.get("tokenizer.ggml.tokens")
@@ -132,7 +147,7 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
         return
 
     ok = dequantizable_types()
-    permute = arch_name == "llama"
+    permute = arch_name == "llama" or (family is not None and family.gguf_permuted)
     block = re.compile(r"blk\.(\d+)\.(.+)")
     # every header checked against what the metadata implies before any tensor is dequantized (a size bomb: a
     # sparse file whose output.weight header says (2^27, 32) would otherwise ask for 16 GiB)
@@ -207,6 +222,12 @@ def _gguf_tokenizer(src: Source, reader, arch_name: str) -> None:
     src.chat_template = _field(reader, "tokenizer.chat_template") or ""
     add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
     src.add_bos = bool(add_bos) if add_bos is not None else model == "llama"
+    if src.family is not None:   # llama.cpp's diffusion metadata names the mask token
+        mask_id = _field(reader, "tokenizer.ggml.mask_token_id")
+        if mask_id is None or not 0 <= int(mask_id) < len(tokens):
+            raise PretrainedError(f"{where}: a {src.family.title} GGUF needs tokenizer.ggml.mask_token_id (a token id), "
+                                  f"got {mask_id!r}")
+        src.mask = (tokens[int(mask_id)], int(mask_id))
 
 
 def _byte_level_bpe(tokens: list[str], merges: list[str], types: list[int], pre: str | None):

@@ -302,3 +302,93 @@ def test_plans_read_the_family_from_config_alone():
         config = describe_pretrained(FIXTURES / case)
         assert config.paradigm == dllm.family_of(json.loads((FIXTURES / case / "config.json").read_text())).paradigm
     assert describe_pretrained(FIXTURES / "fastdllm_v2_bd8").block_size == 8
+
+
+# -- GGUF: llama.cpp's diffusion metadata -------------------------------------------------------------------------
+GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def write_gguf(case: str, path: Path, arch: str, metadata: dict) -> Path:
+    """The fixture as llama.cpp's converter writes its family: standard tensor names, Q/K rows permuted for LLaDA (as
+    for llama), the diffusion metadata given; the fixture's vocabulary (in id order, padded) as a byte-level token list."""
+    import gguf
+    import numpy as np
+
+    model, tok = load(case)
+    a = model.config.backbone.arch
+    from models.llama_layout import hf_state
+    state = hf_state(model.backbone.state_dict(), a)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(a.n_layers)
+    w.add_context_length(256)
+    w.add_embedding_length(a.d_model)
+    w.add_feed_forward_length(a.intermediate_size)
+    w.add_head_count(a.n_heads)
+    w.add_head_count_kv(a.n_kv_heads)
+    w.add_layer_norm_rms_eps(a.rms_eps)
+    w.add_rope_freq_base(a.rope_theta)
+    w.add_rope_dimension_count(a.head_dim)
+    vocab = tok.backend.get_vocab(with_added_tokens=True)
+    names = {i: t for t, i in vocab.items()}
+    tokens = [names.get(i, f"<pad{i}>") for i in range(model.config.vocab_size)]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t.startswith(("<|", "|<")) else 1 for t in tokens])
+    w.add_eos_token_id(tok.eos_id)
+    for key, value in metadata.items():
+        (w.add_bool if isinstance(value, bool) else w.add_uint32)(key, value)
+    top = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    for name, t in state.items():
+        if name in top:
+            gname = top[name]
+        else:
+            layer, rest = name.removeprefix("layers.").split(".", 1)
+            part, kind = rest.rsplit(".", 1)
+            gname = f"blk.{layer}.{GGUF_LAYER[part]}.{kind}"
+        x = t.detach().numpy().astype(np.float32)
+        if arch == "llada" and (".attn_q." in gname or ".attn_k." in gname):   # convert_hf_to_gguf's permute
+            heads = a.n_heads if ".attn_q." in gname else a.n_kv_heads
+            x = x.reshape(heads, 2, x.shape[0] // heads // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+        w.add_tensor(gname, x)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("case,arch", [("llada_mha", "llada"), ("dream_gqa", "dream")])
+def test_a_gguf_of_a_family_reads_its_diffusion_metadata(case, arch, tmp_path):
+    pytest.importorskip("gguf")
+    hf_model, _ = load(case)
+    mask = hf_model.mask_id
+    path = write_gguf(case, tmp_path / f"{case}.gguf", arch,
+                      {"diffusion.shift_logits": hf_model.config.backbone.arch.shift_logits,
+                       "tokenizer.ggml.mask_token_id": mask})
+    model, tok = models.open_model(path)
+    assert model.paradigm == "mdlm" and model.mask_id == mask
+    assert model.config.backbone.arch.shift_logits == hf_model.config.backbone.arch.shift_logits
+    ids = torch.tensor(golden(case)["probes"]["bidir"]["input_ids"])
+    pos = torch.arange(ids.shape[1])[None]
+    assert torch.allclose(model.backbone(ids, pos), hf_model.backbone(ids, pos), atol=1e-6)
+    g = next(iter(golden(case)["generations"].values()))
+    sampler = "llada(steps=8,block_length=4)" if arch == "llada" else "dream(steps=8,alg=entropy)"
+    out = model.generate(g["prompt_ids"], 8, DecodeConfig(sampler=sampler, stop_at_eos=False))[0]
+    assert out.tokens == expected_ids(g, mask)[:8]
+    write_gguf(case, tmp_path / "nomask.gguf", arch, {})
+    with pytest.raises(PretrainedError, match="needs tokenizer.ggml.mask_token_id"):
+        models.open_model(tmp_path / "nomask.gguf")
+
+
+def test_fast_dllm_v2_decodes_and_scores_with_its_own_sampler_only():
+    from models.types import Batch
+    model, _ = load("fastdllm_v2_bd8")
+    with pytest.raises(ValueError, match="bonus token"):
+        model.generate([[101, 50, 32]], 8, DecodeConfig())
+    with pytest.raises(ValueError, match="bonus token"):
+        model.nll(Batch(torch.tensor([[101, 50, 32, 98, 36, 74, 111, 1]])))
+    out = model.generate([[101, 50, 32]], 8, DecodeConfig(sampler="fastdllm_v2(small_block_size=4,threshold=0.9)"))
+    assert 0 < len(out[0].tokens) <= 8
