@@ -20,6 +20,7 @@ from pathlib import Path
 import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
+from models.dllm_samplers import is_family_sampler
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
@@ -166,8 +167,10 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
             s_max, budget = get_paradigm(cfg.paradigm).derived_sizes(cfg)
             if task.decode_kind == "none":
                 grid = [DecodeConfig()]
-            else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every point
-                narrows = decode is not None and any(k not in GRID_WIDE_KNOBS for k in decode)
+            else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every
+                # point, but for a diffusion family's own sampler (its options are the setting: models/dllm_samplers.py)
+                narrows = decode is not None and (any(k not in GRID_WIDE_KNOBS for k in decode)
+                                                  or is_family_sampler(decode.get("sampler", "")))
                 grid = [DecodeConfig()] if narrows else preset.decode_grid(cfg, spec)
                 grid = [resolve_decode(cfg, d.replace(**spec.decode).replace(**(decode or {})), task) for d in grid]
             for d in grid:

@@ -107,8 +107,9 @@ class BD3LMModel(MDLMModel):
     @classmethod
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         decode = super().resolve_decode(decode, config)
-        if not is_family_sampler(decode.sampler):
-            check_unshifted(config)
+        if is_family_sampler(decode.sampler):   # its options hold its blocks (models/dllm_samplers.py)
+            return decode
+        check_unshifted(config)
         if decode.decode_block is None:
             decode = decode.replace(decode_block=config.block_size)
         if decode.decode_block > config.length or config.length % decode.decode_block:

@@ -246,6 +246,8 @@ class ParadigmModel(nn.Module):
     def setting(cls, row: dict) -> str:
         """What varies along a series (the threshold or the policy's parameters, and step budgets)."""
         parts = []
+        if is_family_sampler(row.get("sampler") or ""):   # a diffusion family's own sampler: its spec is the setting
+            return row["sampler"]
         if isinstance(row.get("policy"), str) and row["policy"] != "confidence":
             parts.append(row["policy"])
         elif "threshold" in cls.knobs:

@@ -343,3 +343,21 @@ def test_auto_precision_of_a_pretrained_lm_is_its_stored_dtype(tmp_path, auto_pr
     assert adapter.decoding_precision("auto", tmp_path, "official", "cpu") == "fp32"
     assert adapter.decoding_precision("auto", tmp_path, "checkpoint", "cpu") == auto_precision
     assert adapter.decoding_precision("fp32", tmp_path, "pretrained", "cpu") == "fp32"        # explicit wins
+
+
+def test_a_diffusion_family_through_lm_eval_with_its_own_sampler():
+    """A real-dLLM fixture (../shared/fixtures/dllm) as `--model harness`: it loads as its family's paradigm and
+    generate_until runs its own sampler from model_args (options written with : and ;)."""
+    folder = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "dllm" / "llada_mha"
+    if not folder.is_dir():
+        pytest.skip("needs ../shared/fixtures/dllm")
+    kwargs = {"until": [], "max_gen_toks": 8}
+    model = get_model("harness").create_from_arg_obj({"checkpoint": str(folder),
+                                                      "sampler": "llada(steps:8;block_length:4)"})
+    assert model.paradigm == "mdlm" and model.decode.sampler == "llada(block_length=4,steps=8)"
+    ours = get_model("mdlm").create_from_arg_obj({"checkpoint": str(folder)})
+    theirs, = model.generate_until([instance("generate_until", "a b c", kwargs)])
+    mine, = ours.generate_until([instance("generate_until", "a b c", kwargs)])
+    assert isinstance(theirs, str) and isinstance(mine, str)
+    with pytest.raises(adapter.ModelArgsError, match="decodes LLaDA|not mdlm|SDAR"):
+        get_model("harness").create_from_arg_obj({"checkpoint": str(folder), "sampler": "sdar"})
