@@ -23,6 +23,9 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   shapes and compiled (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through
   torch.compile's reduce-overhead) on every learned kind: tokens/s of each, compile seconds, rows whose tokens
   equal the sliced step's, and how many graphs inductor declined to capture.
+* dllm_shapes: the published diffusion LMs (LLaDA-8B, Dream-7B, SDAR-1.7B/4B/8B, TraDo, Fast_dLLM_v2 7B/1.5B) built
+  on the meta device from their configs' sizes: parameters, weights in the bench dtype, KV cache per 1k tokens, whether
+  the weights fit this GPU (models/dllm.py; their loaders and samplers are checked on CPU by tests/test_dllm.py).
 * train_compiled (last): every paradigm on the gpt kind trained eager and with the backbone's training forward
   through torch.compile (harness.train --compile on; `auto` compiles on CUDA), from the same weights on the same
   batches and draws: tokens/s of each, compile seconds, the largest loss difference of the two runs.
@@ -392,6 +395,28 @@ def bench_train_compiled(z: Sizes, device: torch.device, deadline: float) -> lis
     return rows
 
 
+def bench_dllm_shapes(device: torch.device, dtype: torch.dtype) -> list[dict]:
+    """The published diffusion LMs (models/dllm.py) at their real shapes, built on the meta device from their configs'
+    sizes (models/assets/dllm_configs.json; nothing downloaded or allocated): parameters, weights in the bench dtype,
+    KV cache per 1k tokens (block-causal families; MDLM keeps none), and whether the weights fit this device."""
+    from models.dllm import FAMILIES
+    from models.pretrained import published_sizes
+
+    room = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    rows = []
+    for family in FAMILIES:
+        for hub_id in family.hub_ids:
+            sizes = published_sizes(hub_id)
+            weights = sizes["params"] * torch.finfo(dtype).bits // 8
+            rows.append({"family": family.name, "hub_id": hub_id, "paradigm": sizes["paradigm"],
+                         "block_size": sizes["block_size"], "params_b": round(sizes["params"] / 1e9, 2),
+                         "weights_gb": round(weights / 1e9, 1),
+                         "kv_mb_per_1k_tokens": round(sizes["kv_bytes_per_token"] * 1024 / 1e6, 1)
+                         if sizes["paradigm"] != "mdlm" else None,
+                         "fits": None if room is None else weights < 0.9 * room})
+    return rows
+
+
 def table(rows: list[dict], cols: list[str]) -> str:
     rows = [r for r in rows if all(c in r for c in cols[:2])]
     lines = ["  ".join(f"{c:>14}" for c in cols)]
@@ -406,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on CPU")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for checking the code paths)")
     ap.add_argument("--out", default="results/bench/gpu.json")
-    ap.add_argument("--sections", default="paradigms,vs_hf,train,steps,train_compiled")
+    ap.add_argument("--sections", default="paradigms,vs_hf,train,steps,train_compiled,dllm_shapes")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: harness.bench_gpu needs a CUDA GPU and none is available here (torch "
@@ -439,7 +464,8 @@ def _run(args, device: torch.device) -> int:
                 "steps": lambda: bench_steps(z, device, dtype, deadline),
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
                 "train": lambda: bench_train(z, device, deadline),
-                "train_compiled": lambda: bench_train_compiled(z, device, deadline)}
+                "train_compiled": lambda: bench_train_compiled(z, device, deadline),
+                "dllm_shapes": lambda: bench_dllm_shapes(device, dtype)}
     columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
                "steps": ["kind", "paradigm", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup",
                          "compile_s",
@@ -447,7 +473,9 @@ def _run(args, device: torch.device) -> int:
                "vs_hf": ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "speedup", "token_agreement"],
                "train": ["kind", "paradigm", "first_loss", "last_loss", "decreased", "tokens_per_s"],
                "train_compiled": ["kind", "paradigm", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup",
-                                  "compile_s", "max_loss_diff", "error"]}
+                                  "compile_s", "max_loss_diff", "error"],
+               "dllm_shapes": ["family", "hub_id", "paradigm", "block_size", "params_b", "weights_gb",
+                               "kv_mb_per_1k_tokens", "fits"]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     names = args.sections.split(",")

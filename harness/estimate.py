@@ -28,6 +28,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
+from models.pretrained import published_sizes
 from tasks import TASKS, get_task
 
 from .configs import RunCell, TrainConfig
@@ -149,7 +150,9 @@ def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: st
         train_seconds[cfg.model_id] = step_time[key] * cfg.steps
     configs = {t.model_id: model_config_of(t) for t in plan.train}
     for model_id, external in plan.external.items():
-        if hasattr(external.config, "to_dict"):   # a paper checkpoint planned offline has a shape only: not probed
+        # a paper checkpoint planned offline has a shape only, and a published diffusion LM is planned from its
+        # config's sizes (not downloaded yet, billions of parameters): neither is probed
+        if hasattr(external.config, "to_dict") and published_sizes(str(external.spec)) is None:
             configs[model_id] = external.config.to_dict()
     eval_time: dict[tuple, tuple[float, float]] = {}
     eval_seconds = 0.0
@@ -188,6 +191,12 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
 
             downloads[model_id] = paper_download_bytes(external.spec)
             note = f", ~{downloads[model_id] / 1e9:.1f} GB download, when its first cell runs"
+        elif (sizes := published_sizes(str(external.spec))) is not None:   # a published diffusion LM (models/dllm.py)
+            downloads[model_id] = sizes["download_bytes"]
+            note = (f", {sizes['params'] / 1e9:.2f}B parameters: ~{sizes['download_bytes'] / 1e9:.1f} GB download "
+                    f"when its first cell runs, ~{sizes['download_bytes'] / 1e9:.1f} GB of weights in bf16 "
+                    f"(fp32: twice)" + (f", KV cache {sizes['kv_bytes_per_token'] / 1e3:.0f} kB per token in bf16"
+                                        if sizes["paradigm"] != "mdlm" else ""))
         if not hasattr(external.config, "to_dict"):
             note += ", not in the estimate"
         lines.append(f"  evaluate {model_id}: {external.spec} ({external.config.paradigm}, L={external.config.length}"

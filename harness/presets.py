@@ -394,7 +394,31 @@ _PAPER_PRESETS = (
            (TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),)),
 )
 
-PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRESETS)}
+# The diffusion LMs the field evaluates (models/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
+# own published sampler (models/dllm_samplers.py) at the settings of its authors' evaluation: LLaDA semi-AR blocks of
+# 32 with one step per token (as Fast-dLLM evaluates it), Dream's entropy order with one step per token, SDAR/TraDo
+# blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over
+# blocks of 32 and sub-blocks of 8 (its chat setting). bf16, as the weights are published. For GPUs; `--plan` works
+# offline (the published configs' sizes ship in models/assets/dllm_configs.json); running downloads the checkpoint.
+# `--sampler harness` decodes the same model with our decoders and commit policies. Never run in CI.
+def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
+    return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
+                  block_sizes=(), grid=Grid(thresholds=(None,)), warmup=5, external=((hub_id, {}),), precision="bf16",
+                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": 256, "source": "hf"}, {"sampler": sampler}),))
+
+
+_DLLM_PRESETS = (
+    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", "llada(steps=256,block_length=32)",
+          "LLaDA-8B-Instruct on GSM8K with LLaDA's generate(): blocks of 32, one step per token"),
+    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", "dream(steps=256,alg=entropy)",
+          "Dream-v0-Instruct-7B on GSM8K with diffusion_generate: entropy order, one step per token"),
+    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
+          "SDAR-8B-Chat on GSM8K with block_diffusion_generate: blocks of 4 in 4 steps, dynamic threshold 0.9"),
+    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", "fastdllm_v2(threshold=0.9)",
+          "Fast_dLLM_v2_7B on GSM8K with its generate(): blocks of 32, sub-blocks of 8, threshold 0.9"),
+)
+
+PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRESETS, *_DLLM_PRESETS)}
 
 
 def get_preset(name: str) -> Preset:

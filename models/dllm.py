@@ -23,8 +23,11 @@ in the test file alone). MoE families (LLaDA-MoE, LLaDA2, SDAR-MoE, RND1) are re
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from .llama_layout import PretrainedError
 
@@ -186,6 +189,19 @@ def family_of(cfg: dict, where: str = "config.json") -> DiffusionFamily | None:
     return None
 
 
+def published_config(hub_id: str) -> dict | None:
+    """The sizes of a published checkpoint's config.json (models/assets/dllm_configs.json: its hub ids are those the
+    families declare), for planning offline and `harness.bench gpu`'s shapes; None for any other spec."""
+    configs = _published_configs()
+    return dict(configs[hub_id]) if hub_id in configs else None
+
+
+@functools.lru_cache(maxsize=1)
+def _published_configs() -> dict[str, dict]:
+    text = (Path(__file__).parent / "assets" / "dllm_configs.json").read_text()
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
 def family_of_gguf(arch_name: str) -> DiffusionFamily | None:
     for family in FAMILIES:
         if family.gguf_arch == arch_name:
@@ -200,4 +216,5 @@ def family_named(name: str) -> DiffusionFamily:
     raise ValueError(f"unknown diffusion family {name!r}; known: {', '.join(f.name for f in FAMILIES)}")
 
 
-__all__ = ["DiffusionFamily", "FAMILIES", "UNSUPPORTED", "family_named", "family_of", "family_of_gguf"]
+__all__ = ["DiffusionFamily", "FAMILIES", "UNSUPPORTED", "family_named", "family_of", "family_of_gguf",
+           "published_config"]

@@ -133,6 +133,17 @@ def _token_string(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def read_hf_config(src: Source, cfg: dict, where: str, length: int | None) -> None:
+    """Fill `src`'s architecture, sizes and diffusion family (models/dllm.py) from a transformers config."""
+    family = src.family = family_of(cfg, where)   # a diffusion LM's declaration, or None
+    base_cfg = cfg if family is None else family.base_config(cfg, where)
+    src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(base_cfg, where)
+    if family is not None:
+        src.arch = dataclasses.replace(src.arch, shift_logits=family.shift_logits)
+        src.block_size = family.trained_block_size(cfg, where)
+    check_window(window, context_length(src, length), where)
+
+
 def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> None:
     """Fill `src` from a Hugging Face folder: the architecture from config.json, then (unless `metadata_only`) the
     tensors and the tokenizer."""
@@ -140,13 +151,8 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
     cfg = jsonio.read_object(cfg_path, PretrainedError, "a model config")
     if "schema_version" in cfg and "model" in cfg:
         raise PretrainedError(f"{src.path} is a checkpoint of this project: load it with models.load")
-    family = src.family = family_of(cfg, str(cfg_path))   # a diffusion LM's declaration (models/dllm.py), or None
-    base_cfg = cfg if family is None else family.base_config(cfg, str(cfg_path))
-    src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(base_cfg, str(cfg_path))
-    if family is not None:
-        src.arch = dataclasses.replace(src.arch, shift_logits=family.shift_logits)
-        src.block_size = family.trained_block_size(cfg, str(cfg_path))
-    check_window(window, context_length(src, length), str(cfg_path))
+    read_hf_config(src, cfg, str(cfg_path), length)
+    family = src.family
     if metadata_only:
         return
     rename = (lambda name: name) if family is None else family.tensor_name

@@ -55,7 +55,8 @@ from . import jsonio
 from .backbones import BackboneSpec
 from .checkpoint import assemble
 from .gguf_format import read_gguf
-from .hf_format import context_length, read_hf
+from .dllm import published_config
+from .hf_format import context_length, read_hf, read_hf_config
 from .llama_layout import PretrainedError, Source, backbone_state
 from .tokenizers import Tokenizer
 
@@ -174,12 +175,34 @@ def describe_pretrained(spec: str | Path, paradigm: str | None = None, length: i
     file's (a mask row that loading may add is not counted) and its mask id the last row."""
     from .types import ModelConfig
 
-    src = resolve(spec, metadata_only=True)   # a hub id: its config.json only, no weights
-    (read_gguf if src.kind == "gguf" else read_hf)(src, length, metadata_only=True)
+    published = published_config(str(spec)) if not Path(str(spec)).expanduser().exists() else None
+    if published is not None:   # a published diffusion LM: its config's sizes ship with the harness (no download)
+        src = Source(str(spec), "hf", Path(str(spec)))
+        read_hf_config(src, published, f"{spec} (published config.json)", length)
+    else:
+        src = resolve(spec, metadata_only=True)   # a hub id: its config.json only, no weights
+        (read_gguf if src.kind == "gguf" else read_hf)(src, length, metadata_only=True)
     paradigm, block_size = _paradigm(src, paradigm, block_size)
     return ModelConfig(paradigm=paradigm, vocab_size=src.vocab_rows, length=context_length(src, length),
                        backbone=BackboneSpec("llama", src.arch, source=src.spec), block_size=block_size,
                        max_block_size=max_block_size)
+
+
+def published_sizes(spec: str) -> dict | None:
+    """A published diffusion LM's sizes from its config alone (models/assets/dllm_configs.json), its model built on the
+    meta device (nothing allocated or downloaded): parameters, download bytes (bf16 safetensors, a tied head stored
+    once) and KV-cache bytes per token in bf16; None for any other spec."""
+    from .paradigm import get_paradigm
+
+    if published_config(spec) is None:
+        return None
+    config = describe_pretrained(spec)
+    with torch.device("meta"):
+        model = get_paradigm(config.paradigm)(config)
+    params = sum(p.numel() for p in model.parameters())
+    a = config.backbone.arch
+    return {"params": params, "download_bytes": 2 * params, "kv_bytes_per_token": 2 * 2 * a.n_layers * a.n_kv_heads
+            * a.head_dim, "paradigm": config.paradigm, "block_size": config.block_size, "length": config.length}
 
 
 def _paradigm(src: Source, paradigm: str | None, block_size: int | None) -> tuple[str, int | None]:

@@ -392,3 +392,20 @@ def test_fast_dllm_v2_decodes_and_scores_with_its_own_sampler_only():
         model.nll(Batch(torch.tensor([[101, 50, 32, 98, 36, 74, 111, 1]])))
     out = model.generate([[101, 50, 32]], 8, DecodeConfig(sampler="fastdllm_v2(small_block_size=4,threshold=0.9)"))
     assert 0 < len(out[0].tokens) <= 8
+
+
+def test_every_published_checkpoint_plans_offline_at_its_published_size():
+    """The configs' sizes that ship (models/assets/dllm_configs.json) cover every declared hub id, resolve to their
+    family and give the parameter counts their model cards state (billions)."""
+    from models.pretrained import published_sizes
+    stated = {"GSAI-ML/LLaDA-8B-Instruct": 8.02, "Dream-org/Dream-v0-Instruct-7B": 7.62, "JetLM/SDAR-1.7B-Chat": 1.72,
+              "JetLM/SDAR-4B-Chat": 4.02, "JetLM/SDAR-8B-Chat": 8.19, "Efficient-Large-Model/Fast_dLLM_v2_7B": 7.62,
+              "Efficient-Large-Model/Fast_dLLM_v2_1.5B": 1.54}
+    for family in dllm.FAMILIES:
+        for hub_id in family.hub_ids:
+            assert dllm.family_of(dllm.published_config(hub_id)) is family, hub_id
+            sizes = published_sizes(hub_id)
+            assert sizes["paradigm"] == family.paradigm
+            if hub_id in stated:
+                assert abs(sizes["params"] / 1e9 - stated[hub_id]) < 0.01, hub_id
+    assert dllm.published_config("someone/else") is None
