@@ -2,7 +2,8 @@
 backbone does not implement: rope scaling, sliding windows shorter than the context, other activations, MLP
 biases, unknown model types), its safetensors weights (one file or shards named by an index, each a plain file in
 the folder) and its tokenizer.json with the roles of tokenizer_config.json / special_tokens_map.json. Names and
-shapes come from models/llama_layout.py.
+shapes come from models/llama_layout.py. A diffusion LM's config (LLaDA, Dream, SDAR, Fast-dLLM v2) is first mapped
+onto its base's by its family's declaration (models/dllm.py: field and tensor renames, shift, block size, mask id).
 
     python -c "from models.hf_format import arch_from_hf_config; print(arch_from_hf_config({'model_type': 'llama', 'hidden_size': 64, 'num_attention_heads': 4, 'num_hidden_layers': 2, 'intermediate_size': 128, 'vocab_size': 100}))"
 """

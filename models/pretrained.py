@@ -1,4 +1,5 @@
-"""Real pretrained causal LMs (Llama, Mistral, Qwen2, Qwen3, SmolLM2) loaded into the "llama" backbone kind.
+"""Real pretrained LMs (Llama, Mistral, Qwen2, Qwen3, SmolLM2; the diffusion LMs of models/dllm.py) loaded into the
+"llama" backbone kind.
 
 `load_pretrained(spec)` reads a checkpoint that was trained elsewhere and returns a ParadigmModel of
 this project (any paradigm; the diffusion ones start from the AR weights) and its Tokenizer:
@@ -26,7 +27,8 @@ transformers' GGUF loader does), and builds the tokenizer from tokenizer.json or
 metadata. The result's `config.backbone` is BackboneSpec("llama", LlamaArch(...), source=spec), so
 `models.save(model, dir, tok)` / `models.load(dir)` round-trip it bit for bit.
 
-The mask token (needed by the diffusion paradigms; AR suppresses its logit like every paradigm,
+A diffusion LM (LLaDA, Dream, SDAR / TraDo, Fast-dLLM v2: models/dllm.py) loads as its family's paradigm, with its
+family's shift, block size and mask token. For every other LM, the mask token (needed by the diffusion paradigms; AR suppresses its logit like every paradigm,
 see Backbone.logits) is chosen by `choose_mask`, in this order:
   1. a token of the tokenizer that is named as a mask token (<mask>, <|mask|>, [MASK], ...);
   2. a reserved/unused special token (<|reserved_special_token_0|>, <unused0>, ...);
