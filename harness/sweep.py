@@ -20,7 +20,7 @@ from pathlib import Path
 import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
-from models.dllm_samplers import is_family_sampler
+from models.dllm import is_family_sampler
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM

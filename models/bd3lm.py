@@ -56,7 +56,7 @@ import torch
 from .backbones import ClosedStream, KVCache
 from .backbones.attention import StepCache
 from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned
-from .dllm_samplers import is_family_sampler
+from .dllm import is_family_sampler
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid

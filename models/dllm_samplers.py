@@ -24,162 +24,16 @@ forward (NFE); each row is decoded on its own, as the references decode batch 1.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from .backbones.attention import StepCache
-
-
-class SamplerError(ValueError):
-    """A family sampler spec that cannot be run (one line naming the option)."""
-
-
-# -- the options of each sampler ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SamplerOptions:
-    family: ClassVar[str]
-
-    def problems(self) -> list[str]:
-        return []
-
-    def spec(self) -> str:
-        """Canonical spelling: the options away from their defaults, sorted (a run id's part)."""
-        changed = [f"{f.name}={getattr(self, f.name):g}" if isinstance(getattr(self, f.name), float)
-                   else f"{f.name}={getattr(self, f.name)}" for f in sorted(dataclasses.fields(self), key=lambda f: f.name)
-                   if getattr(self, f.name) != f.default]
-        return self.family + (f"({','.join(changed)})" if changed else "")
-
-
-@dataclass(frozen=True)
-class LLaDAOptions(SamplerOptions):
-    family = "llada"
-    steps: int = field(default=128, metadata={"help": "denoising steps for the whole generation (a multiple of the "
-                                                      "number of blocks)"})
-    block_length: int | None = field(default=None, metadata={"help": "semi-autoregressive block (default: the whole "
-                                                                      "generation; the LLaDA README uses 32)"})
-    temperature: float = field(default=0.0, metadata={"help": "Gumbel-max temperature (0: argmax)"})
-    remasking: str = field(default="low_confidence", metadata={"help": "low_confidence or random"})
-
-    def problems(self):
-        return ([f"remasking must be low_confidence or random, got {self.remasking!r}"]
-                if self.remasking not in ("low_confidence", "random") else [])
-
-
-@dataclass(frozen=True)
-class DreamOptions(SamplerOptions):
-    family = "dream"
-    steps: int = field(default=512, metadata={"help": "denoising steps"})
-    alg: str = field(default="origin", metadata={"help": "origin (random positions), maskgit_plus (max p), "
-                                                         "topk_margin (p1 - p2) or entropy (negative entropy)"})
-    alg_temp: float = field(default=0.0, metadata={"help": "0: the top-k confident positions; > 0: positions drawn "
-                                                           "from softmax(confidence / alg_temp)"})
-    eps: float = field(default=1e-3, metadata={"help": "the last timestep of linspace(1, eps, steps + 1)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus filter (None: off)"})
-    top_k: int | None = field(default=None, metadata={"help": "top-k filter (None: off)"})
-
-    def problems(self):
-        return ([f"alg must be origin, maskgit_plus, topk_margin or entropy, got {self.alg!r}"]
-                if self.alg not in ("origin", "maskgit_plus", "topk_margin", "entropy") else [])
-
-
-@dataclass(frozen=True)
-class SDAROptions(SamplerOptions):
-    family = "sdar"
-    block_length: int | None = field(default=None, metadata={"help": "block size (default: the model's)"})
-    denoising_steps: int | None = field(default=None, metadata={"help": "steps per block (default: the block size)"})
-    temperature: float = field(default=1.0, metadata={"help": "token temperature (the sampler always draws: "
-                                                              "top_k=1 is its greedy)"})
-    top_k: int = field(default=0, metadata={"help": "top-k filter (0: off)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus filter (1: off)"})
-    remasking: str = field(default="low_confidence_dynamic", metadata={"help": (
-        "low_confidence_dynamic (every masked position above threshold when at least the step's count are, else "
-        "the count most confident), low_confidence_static (the count most confident) or sequential")})
-    threshold: float = field(default=0.85, metadata={"help": "confidence threshold of low_confidence_dynamic"})
-
-    def problems(self):
-        return ([f"remasking must be low_confidence_dynamic, low_confidence_static or sequential, got "
-                 f"{self.remasking!r}"] if self.remasking not in ("low_confidence_dynamic", "low_confidence_static",
-                                                                   "sequential") else [])
-
-
-@dataclass(frozen=True)
-class FastDLLMv2Options(SamplerOptions):
-    family = "fastdllm_v2"
-    block_size: int | None = field(default=None, metadata={"help": "block size (default: the model's bd_size)"})
-    small_block_size: int = field(default=8, metadata={"help": "sub-block decoded left to right within a block"})
-    threshold: float = field(default=1.0, metadata={"help": "commit every masked position with p > threshold, plus "
-                                                            "the most probable one (1: one token per step)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float = field(default=0.95, metadata={"help": "nucleus filter when temperature > 0"})
-    use_block_cache: bool = field(default=False, metadata={"help": (
-        "reuse the block's own keys/values across its sub-blocks: a sub-block whose first position is decoded runs "
-        "alone, its keys/values replacing the block's (approximate, as published)")})
-
-
-OPTIONS: dict[str, type[SamplerOptions]] = {cls.family: cls for cls in
-                                            (LLaDAOptions, DreamOptions, SDAROptions, FastDLLMv2Options)}
-
-
-def is_family_sampler(spec: str) -> bool:
-    return str(spec).replace(" ", "").partition("(")[0] in OPTIONS
-
-
-def parse_sampler(spec: str) -> SamplerOptions:
-    """The options of a spec `family` or `family(option=value,...)`; SamplerError for anything else."""
-    text = str(spec).replace(" ", "")
-    name, _, rest = text.partition("(")
-    if name not in OPTIONS:
-        raise SamplerError(f"unknown family sampler {name!r}; known: {', '.join(OPTIONS)}")
-    cls = OPTIONS[name]
-    if rest and not rest.endswith(")"):
-        raise SamplerError(f"sampler {spec!r}: options go in parentheses, {name}(option=value,...)")
-    kinds = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
-    for item in filter(None, rest[:-1].replace(";", ",").replace(":", "=").split(",") if rest else []):
-        key, eq, value = item.partition("=")
-        if key not in kinds:
-            raise SamplerError(f"sampler {name}: unknown option {key!r}; valid: {', '.join(kinds)}")
-        if not eq or key in values:
-            raise SamplerError(f"sampler {name}: option {key!r} needs exactly one value ({key}=...)")
-        kind = str(kinds[key].type)
-        try:
-            if value.lower() == "none" and "None" in kind:
-                values[key] = None
-            elif kind.startswith("bool"):
-                if value.lower() not in ("true", "false"):
-                    raise ValueError(value)
-                values[key] = value.lower() == "true"
-            elif kind.startswith("int"):
-                values[key] = int(value)
-            elif kind.startswith("float"):
-                values[key] = float(value)
-            else:
-                values[key] = value
-        except ValueError:
-            raise SamplerError(f"sampler {name}: {key} must be {'true or false' if kind.startswith('bool') else 'a number'}"
-                               f", got {value!r}") from None
-        number = values[key]
-        if isinstance(number, (int, float)) and not isinstance(number, bool) and (not math.isfinite(number) or number < 0):
-            raise SamplerError(f"sampler {name}: {key} must be a finite number >= 0, got {value!r}")
-    options = cls(**values)
-    for key in ("steps", "block_length", "denoising_steps", "block_size", "small_block_size"):
-        if getattr(options, key, None) == 0:
-            raise SamplerError(f"sampler {name}: {key} must be >= 1")
-    problems = options.problems()
-    if problems:
-        raise SamplerError(f"sampler {name}: {'; '.join(problems)}")
-    return options
-
-
-def describe_samplers() -> str:
-    return "\n".join(f"{name}: " + "; ".join(f"{f.name} (default {f.default}): {f.metadata.get('help', '')}"
-                                            for f in dataclasses.fields(cls)) for name, cls in OPTIONS.items())
+from .dllm import (DreamOptions, FastDLLMv2Options, LLaDAOptions, SamplerError, SamplerOptions, SDAROptions,  # noqa: F401
+                   describe_samplers, family_named, parse_sampler)
 
 
 # -- the backbone as the references call it ---------------------------------------------------------------------
@@ -534,9 +388,7 @@ def family_generate(model, prompts, max_new_tokens: int, decode) -> list:
     """ParadigmModel.generate with DecodeConfig(sampler="<family>(...)"): one Generation per prompt, its tokens cut by
     the token-counting rule after the first max_new_tokens, NFE the sampler's model calls and tokens_per_step what each of its steps committed (the
     forwards that write a finished block to the cache commit nothing and are not steps)."""
-    import time
-
-    from .types import Generation, count_generated_tokens
+    from .types import Generation, count_generated_tokens   # (models.types imports models.dllm, not this module)
 
     options = parse_sampler(decode.sampler)
     start = time.perf_counter()
@@ -558,8 +410,6 @@ SAMPLERS: dict[str, Callable] = {"llada": llada, "dream": dream, "sdar": sdar, "
 def check_applies(options: SamplerOptions, model) -> None:
     """SamplerError unless the family sampler can drive `model` (a llama-kind backbone of its family's paradigm; the
     logits are shifted as the model declares, so Dream's sampler runs on LLaDA's weights unshifted)."""
-    from .dllm import family_named   # (models.types imports this module; models/dllm.py reaches models.types)
-
     family = family_named(options.family)
     if model.paradigm != family.paradigm or model.config.backbone.kind != "llama":
         raise SamplerError(f"sampler {options.family} decodes {family.title}-style {family.paradigm} models on a llama "
@@ -586,5 +436,4 @@ def generate_rows(model, prompts, max_new_tokens: int, options: SamplerOptions, 
     return out
 
 
-__all__ = ["Call", "OPTIONS", "Runner", "SamplerError", "SamplerOptions", "check_applies", "describe_samplers",
-           "family_generate", "generate_rows", "is_family_sampler", "parse_sampler"]
+__all__ = ["Call", "Runner", "SAMPLERS", "check_applies", "family_generate", "generate_rows"]

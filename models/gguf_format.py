@@ -19,7 +19,7 @@ import torch
 from .backbones.llama import LlamaArch
 from .checkpoint import check_memory, whole_field
 from .dllm import FAMILIES, UNSUPPORTED, family_of_gguf
-from .hf_format import check_window, context_length
+from .hf_format import check_window, context_length, family_errors
 from .llama_layout import GGUF_LAYER_NAMES, GGUF_TOP_NAMES, MAX_DEFAULT_LENGTH, PretrainedError, Source, hf_shapes
 
 GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")          # llama.cpp writes Mistral models as "llama"
@@ -137,7 +137,8 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
         if not isinstance(shift, bool):
             raise PretrainedError(f"{where}: diffusion.shift_logits must be true or false, got {shift!r}")
         src.arch = dataclasses.replace(src.arch, shift_logits=shift)
-        src.block_size = family.trained_block_size({}, where)
+        with family_errors():
+            src.block_size = family.trained_block_size({}, where)
     src.max_positions = whole("context_length", MAX_DEFAULT_LENGTH)
     check_window(int(window) if window else None, context_length(src, length), where)
     tokens = reader.fields.get("tokenizer.ggml.tokens")

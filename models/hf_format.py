@@ -10,6 +10,7 @@ onto its base's by its family's declaration (models/dllm.py: field and tensor re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from . import jsonio
 from .backbones.llama import LlamaArch
 from .checkpoint import number_field, shard_files, whole_field
-from .dllm import family_of
+from .dllm import FamilyError, family_of
 from .llama_layout import MAX_DEFAULT_LENGTH, PretrainedError, Source
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -136,13 +137,24 @@ def _token_string(value) -> str | None:
 
 def read_hf_config(src: Source, cfg: dict, where: str, length: int | None) -> None:
     """Fill `src`'s architecture, sizes and diffusion family (models/dllm.py) from a transformers config."""
-    family = src.family = family_of(cfg, where)   # a diffusion LM's declaration, or None
-    base_cfg = cfg if family is None else family.base_config(cfg, where)
+    with family_errors():
+        family = src.family = family_of(cfg, where)   # a diffusion LM's declaration, or None
+        base_cfg = cfg if family is None else family.base_config(cfg, where)
     src.arch, src.vocab_rows, src.max_positions, window = arch_from_hf_config(base_cfg, where)
     if family is not None:
         src.arch = dataclasses.replace(src.arch, shift_logits=family.shift_logits)
-        src.block_size = family.trained_block_size(cfg, where)
+        with family_errors():
+            src.block_size = family.trained_block_size(cfg, where)
     check_window(window, context_length(src, length), where)
+
+
+@contextlib.contextmanager
+def family_errors():
+    """A diffusion family's refusal (models.dllm.FamilyError) as the loaders' PretrainedError."""
+    try:
+        yield
+    except FamilyError as e:
+        raise PretrainedError(str(e)) from None
 
 
 def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> None:
@@ -184,7 +196,8 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
 
     if family is not None:
         mask_name = _token_string(tcfg.get("mask_token")) or _token_string(special.get("mask_token"))
-        src.mask = family.mask_id(cfg, src.backend.get_vocab(with_added_tokens=True), mask_name, str(cfg_path))
+        with family_errors():
+            src.mask = family.mask_id(cfg, src.backend.get_vocab(with_added_tokens=True), mask_name, str(cfg_path))
     src.roles = {"bos": role("bos_token", "bos_token_id"), "eos": role("eos_token", "eos_token_id"),
                  "pad": role("pad_token", "pad_token_id"), "unk": role("unk_token", "unk_token_id")}
     src.control = [t.content for t in src.backend.get_added_tokens_decoder().values() if t.special]

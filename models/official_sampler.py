@@ -34,8 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import TokenChooser
-from .dllm import family_named
-from .dllm_samplers import is_family_sampler, parse_sampler
+from .dllm import family_named, is_family_sampler, parse_sampler
 from .types import DecodeConfig
 
 HARNESS = "harness"

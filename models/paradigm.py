@@ -33,7 +33,8 @@ from torch import nn
 
 from .backbones.attention import KVCache
 from .decoding import Canvas, StepLog, StopFlag, WholeStepState
-from .dllm_samplers import family_generate, is_family_sampler
+from .dllm import is_family_sampler
+from .dllm_samplers import family_generate
 from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
 from .official_sampler import official_numerics
 from .policies import CommitPolicy, parse_policy

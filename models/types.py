@@ -20,7 +20,7 @@ import torch
 
 from .backbones import BackboneSpec
 from .fields import check_fields
-from .dllm_samplers import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
+from .dllm import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
 from .policies import CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
 
