@@ -17,7 +17,7 @@ of the checkpoint is executed. Its own sampler is reproduced in models/dllm_samp
 
 The options of each family's own sampler are declared here too (`SamplerOptions` subclasses, validated and spelled
 canonically by `parse_sampler`, so that models.types can check a DecodeConfig without importing the samplers); this
-module imports nothing of the project.
+module imports nothing of the project but models/fields.py.
 
 A new family is one `DiffusionFamily(...)` in FAMILIES (tests/test_dllm.py::test_a_family_is_one_declaration adds one
 in the test file alone). MoE families (LLaDA-MoE, LLaDA2, SDAR-MoE, RND1) are recognised and refused in one line.
@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
+
+from .fields import split_call
 
 
 
@@ -325,21 +327,13 @@ def is_family_sampler(spec: str) -> bool:
 
 def parse_sampler(spec: str) -> SamplerOptions:
     """The options of a spec `family` or `family(option=value,...)`; SamplerError for anything else."""
-    text = str(spec).replace(" ", "")
-    name, _, rest = text.partition("(")
-    if name not in OPTIONS:
-        raise SamplerError(f"unknown family sampler {name!r}; known: {', '.join(OPTIONS)}")
+    name, pairs = split_call(spec, OPTIONS, "family sampler", SamplerError)
     cls = OPTIONS[name]
-    if rest and not rest.endswith(")"):
-        raise SamplerError(f"sampler {spec!r}: options go in parentheses, {name}(option=value,...)")
     kinds = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
-    for item in filter(None, rest[:-1].replace(";", ",").replace(":", "=").split(",") if rest else []):
-        key, eq, value = item.partition("=")
+    for key, value in pairs:
         if key not in kinds:
             raise SamplerError(f"sampler {name}: unknown option {key!r}; valid: {', '.join(kinds)}")
-        if not eq or key in values:
-            raise SamplerError(f"sampler {name}: option {key!r} needs exactly one value ({key}=...)")
         kind = str(kinds[key].type)
         try:
             if value.lower() == "none" and "None" in kind:

@@ -1,6 +1,6 @@
 """Type and range checks of a config read from a file (a checkpoint's config.json, an architecture), shared by
 models/types.py and models/backbones: whole numbers in [low, MAX_FIELD], finite numbers, booleans and strings as
-the dataclass annotates them.
+the dataclass annotates them; and the one grammar of a `name(key=value,...)` spec (commit policies, family samplers).
 
     python -c "from models.fields import MAX_FIELD; print(MAX_FIELD)"
 """
@@ -33,3 +33,22 @@ def check_fields(cls, d: dict, low: int = 0) -> None:
             raise ValueError(f"{f.name} must be true or false, got {str(value)[:40]!r}")
         if base == "str" and not isinstance(value, str):
             raise ValueError(f"{f.name} must be a string, got {str(value)[:40]!r}")
+
+
+def split_call(spec: str, known, what: str, error: type[ValueError]) -> tuple[str, list[tuple[str, str]]]:
+    """A spec `name` or `name(key=value,...)` as (name, [(key, value text)]): spaces ignored, `:` and `;` accepted for
+    `=` and `,` (lm-eval's model_args split on , and =). `error` names `what` for a name not in `known`, a spec
+    without its closing parenthesis, and a key without a value or given twice."""
+    text = str(spec).replace(" ", "")
+    name, _, rest = text.partition("(")
+    if name not in known:
+        raise error(f"unknown {what} {name!r}; valid: {', '.join(known)}")
+    if rest and not rest.endswith(")"):
+        raise error(f"{what} spec {spec!r}: parameters go in parentheses, {name}(param=value,...)")
+    pairs: list[tuple[str, str]] = []
+    for item in filter(None, rest[:-1].replace(";", ",").replace(":", "=").split(",") if rest else []):
+        key, eq, value = item.partition("=")
+        if not eq or key in dict(pairs):
+            raise error(f"{what} {name}: parameter {key!r} needs exactly one value ({key}=...)")
+        pairs.append((key, value))
+    return name, pairs

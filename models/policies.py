@@ -38,6 +38,8 @@ from typing import ClassVar
 
 import torch
 
+from .fields import split_call
+
 POLICIES: dict[str, type["CommitPolicy"]] = {}
 
 
@@ -382,20 +384,9 @@ def _parse_value(cls: type[CommitPolicy], name: str, text: str):
 def parse_policy(spec: str, threshold: float | None = None) -> CommitPolicy:
     """The policy of a spec `name` or `name(param=value, ...)` (spaces ignored); `threshold` is the confidence
     policy's tau when the spec gives none (DecodeConfig.threshold). PolicyError for anything else."""
-    text = str(spec).replace(" ", "")
-    name, _, rest = text.partition("(")
-    if name not in POLICIES:
-        raise PolicyError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    name, pairs = split_call(spec, POLICIES, "policy", PolicyError)
     cls = POLICIES[name]
-    if rest and not rest.endswith(")"):
-        raise PolicyError(f"policy spec {spec!r}: parameters go in parentheses, {name}(param=value,...)")
-    values = {}
-    inner = rest[:-1].replace(";", ",").replace(":", "=") if rest else ""   # lm-eval's model_args split on , and =
-    for item in filter(None, inner.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or key in values:
-            raise PolicyError(f"policy {name}: parameter {key!r} needs exactly one value ({key}=...)")
-        values[key] = _parse_value(cls, key, value)
+    values = {key: _parse_value(cls, key, value) for key, value in pairs}
     if name == "confidence" and threshold is not None:
         if "tau" in values:
             raise PolicyError("confidence: give tau once, as the threshold or as confidence(tau=...)")

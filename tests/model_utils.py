@@ -64,3 +64,22 @@ def random_prompts(n: int, seed: int, low: int = 2, min_len: int = 1, max_len: i
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=g).tolist()
     return [torch.randint(low, VOCAB - 1, (k,), generator=g).tolist() for k in lengths]
+
+
+def gguf_writer(path, arch: str, n_layers: int, context: int, d_model: int, ffn: int, heads: int, kv_heads: int,
+                rms_eps: float, rope_theta: float, head_dim: int):
+    """A gguf.GGUFWriter for a llama-family file with the architecture metadata llama.cpp writes (tokenizer and
+    tensors are the caller's)."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(n_layers)
+    w.add_context_length(context)
+    w.add_embedding_length(d_model)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_theta)
+    w.add_rope_dimension_count(head_dim)
+    return w

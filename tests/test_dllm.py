@@ -20,6 +20,8 @@ from models import dllm_samplers as S
 from models.llama_layout import PretrainedError
 from models.types import DecodeConfig
 
+from model_utils import gguf_writer
+
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "dllm"
 CASES = ("llada_mha", "dream_gqa", "sdar_b4", "fastdllm_v2_bd8")
 pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="needs ../shared/fixtures/dllm")
@@ -313,23 +315,14 @@ GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
 def write_gguf(case: str, path: Path, arch: str, metadata: dict) -> Path:
     """The fixture as llama.cpp's converter writes its family: standard tensor names, Q/K rows permuted for LLaDA (as
     for llama), the diffusion metadata given; the fixture's vocabulary (in id order, padded) as a byte-level token list."""
-    import gguf
     import numpy as np
 
     model, tok = load(case)
     a = model.config.backbone.arch
     from models.llama_layout import hf_state
     state = hf_state(model.backbone.state_dict(), a)
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(a.n_layers)
-    w.add_context_length(256)
-    w.add_embedding_length(a.d_model)
-    w.add_feed_forward_length(a.intermediate_size)
-    w.add_head_count(a.n_heads)
-    w.add_head_count_kv(a.n_kv_heads)
-    w.add_layer_norm_rms_eps(a.rms_eps)
-    w.add_rope_freq_base(a.rope_theta)
-    w.add_rope_dimension_count(a.head_dim)
+    w = gguf_writer(path, arch, a.n_layers, 256, a.d_model, a.intermediate_size, a.n_heads, a.n_kv_heads, a.rms_eps,
+                    a.rope_theta, a.head_dim)
     vocab = tok.backend.get_vocab(with_added_tokens=True)
     names = {i: t for t, i in vocab.items()}
     tokens = [names.get(i, f"<pad{i}>") for i in range(model.config.vocab_size)]

@@ -17,6 +17,8 @@ from models import DecodeConfig
 from models.gguf_format import reverse_permute
 from models.pretrained import PretrainedError, load_pretrained
 
+from model_utils import gguf_writer
+
 transformers = pytest.importorskip("transformers")
 V = 96                       # tokenizer size of the tiny checkpoints
 NO_STOP = DecodeConfig(stop_at_eos=False)
@@ -320,16 +322,9 @@ def write_gguf(path, hf=None, cfg=None, quant_tensor: str | None = None) -> None
     import gguf
 
     cfg = cfg or hf.config
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w = gguf_writer(path, "llama", cfg.num_hidden_layers, cfg.max_position_embeddings, cfg.hidden_size,
+                    cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps,
+                    cfg.rope_parameters["rope_theta"], cfg.hidden_size // cfg.num_attention_heads)
     w.add_tokenizer_model("gpt2")
     w.add_token_list(BYTE_TOKENS)
     w.add_token_types([3, 3, 3] + [1] * (V - 3))
