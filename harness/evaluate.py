@@ -23,6 +23,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
+from models.decoding import TeacherForcingError
 from models.tokenizers import Tokenizer
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
@@ -117,8 +118,11 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
     for key, index in groups.items():
         if key[0] == "gen":
             forced = [list(requests[i].forced) for i in index] if key[3] else None
-            gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]),
-                                  forced, probe=key[4])
+            try:
+                gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]),
+                                      forced, probe=key[4])
+            except TeacherForcingError:   # no q_dec to score targets with: those requests stay unanswered (None)
+                continue
         else:
             r: InfillRequest = requests[index[0]]
             gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]

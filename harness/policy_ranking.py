@@ -113,8 +113,43 @@ def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def markdown(table: pd.DataFrame) -> str:
-    """tables/policies.md: the ranking, perfect model first, each model's policies by AUP."""
+def one_sided(runs: list[dict]) -> pd.DataFrame:
+    """The oracle_kl cells without an exact KL (a greedy decoder, or a commit set that depends on sampled values:
+    tasks/oracle.py OracleKL): per cell its one-sided oracle NLL beside the sample entropy, which together say whether
+    a low NLL came from collapsing onto modes."""
+    cells: dict[str, dict] = {}
+    for row in runs:
+        if row.get("task") == TASK:
+            cells.setdefault(row["run_id"], {**row, "metrics": {}})["metrics"][row["metric"]] = row["value"]
+    out = []
+    for cell in cells.values():
+        metrics = cell["metrics"]
+        if "forward_kl" in metrics or "oracle_nll" not in metrics:
+            continue
+        decode = cell.get("decode") or {}
+        out.append({"model": series_of({**cell, "policy": None}), "setting": commit_policy(cell).spec(),
+                    "why": "greedy (q_dec a point mass)" if decode.get("greedy", True) else
+                    f"value-dependent (confidence={decode.get('confidence')})",
+                    "tokens/forward": cell["tokens_per_forward"], "oracle NLL": metrics["oracle_nll"],
+                    "sample entropy": metrics.get("sample_entropy"), "reference": bool(cell.get("reference"))})
+    return pd.DataFrame(out)
+
+
+def markdown(table: pd.DataFrame, apart: pd.DataFrame | None = None) -> str:
+    """tables/policies.md: the ranking, perfect model first, each model's policies by AUP; then the settings without
+    an exact KL (`one_sided`), if any."""
+    text = _ranking_markdown(table)
+    if apart is not None and not apart.empty:
+        text += ("\n" if text else "") + (
+            "Settings without an exact KL (the decoder's q_dec cannot be computed, so neither KL can): the one-sided "
+            "oracle NLL of its samples (lower is not better on its own: a decoder that collapses onto modes lowers "
+            "it) beside the pooled entropy of its symbols.\n\n"
+            + apart.sort_values(["reference", "model", "tokens/forward"], ascending=[False, True, True])
+            .drop(columns="reference").to_markdown(index=False, floatfmt=".4g") + "\n")
+    return text
+
+
+def _ranking_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return ""
     shown = table.assign(**{"forward-KL frontier area vs confidence [95% CI]": [

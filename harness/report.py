@@ -818,10 +818,11 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).")
         _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.")
         ranked = policy_ranking.ranking(preset_dir, checked_rows(preset_dir / "runs.jsonl"))
-        if not ranked.empty:
+        apart = policy_ranking.one_sided(checked_rows(preset_dir / "runs.jsonl"))
+        if not ranked.empty or not apart.empty:
             tables.mkdir(parents=True, exist_ok=True)
             with replacing(tables / "policies.md") as tmp:
-                tmp.write_text(policy_ranking.markdown(ranked))
+                tmp.write_text(policy_ranking.markdown(ranked, apart))
             written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
         summary, details = claims_tables(preset_dir)
         if not summary.empty:

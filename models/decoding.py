@@ -268,6 +268,12 @@ def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Gene
     return g
 
 
+class TeacherForcingError(ValueError):
+    """Teacher forcing asked of a decoder whose q_dec cannot be computed (greedy, or a commit set that depends on
+    sampled values): harness.evaluate then leaves the forced request unanswered (tasks/oracle.py OracleKL reports
+    the one-sided metrics only)."""
+
+
 class TokenChooser:
     """Processes logits (repetition penalty, temperature, nucleus) and picks tokens with confidences.
 
@@ -295,7 +301,7 @@ class TokenChooser:
         self.policy = decode.commit_policy()
         exact = not decode.greedy and (ordered or self.policy.value_independent(False, decode.confidence))
         if forced is not None and not exact:
-            raise ValueError("teacher forcing scores q_dec, which needs sampling (greedy=False) with a value-independent "
+            raise TeacherForcingError("teacher forcing scores q_dec, which needs sampling (greedy=False) with a value-independent "
                              f"commit order (confidence='max_prob', a policy that does not read the sampled token's "
                              f"probability, or AR); policy {self.policy.spec()} with confidence={decode.confidence!r}")
         self.forced = forced

@@ -232,7 +232,10 @@ class OracleKL(OracleGen):
         penalises incoherent samples (an invalid word costs INVALID_NLL, as in oracle_gen);
       * oracle_nll and gap of y, as in oracle_gen (one-sided: they reward mode-seeking).
     Each is an unbiased one-draw estimate per example (means over examples estimate the KLs); tokens per
-    forward come from the decode call. The cell must sample with confidence="max_prob" (TaskError otherwise).
+    forward come from the decode call. A decoder with no computable q_dec (greedy: a point mass; or a commit set that
+    depends on sampled values: confidence="sampled", models/policies.py value_independent) gets no KL rows, only
+    the one-sided oracle_nll, gap, valid and the pooled sample_entropy of oracle_gen; the policy table lists such
+    settings apart (harness/policy_ranking.py: `one_sided`).
     """
     name = "oracle_kl"
     extra_plots = ("reverse_kl", "gap")
@@ -268,8 +271,7 @@ class OracleKL(OracleGen):
         row = super().score(example, outputs, judge)
         decoded, forced = output(outputs, "decode", TextOutput), output(outputs, "forced", TextOutput)
         if decoded is None or forced is None or decoded.log_q is None or forced.log_q is None:
-            raise TaskError(f"task {self.name} needs the decoder's log q: decode by sampling (greedy false) with "
-                            "confidence max_prob")
+            return row   # no exact q_dec: the one-sided metrics only (see the class docstring)
         n = self.max_new_tokens
         row["forward_kl"] = (example.fields["target_log_p"] - forced.log_q) / n
         row["reverse_kl"] = decoded.log_q / n + row["oracle_nll"]

@@ -474,3 +474,27 @@ def test_a_bad_language_says_which_parameter(name, says):
         get_task("oracle_kl", language=name)
     with pytest.raises(ValueError, match=re.escape(says)):
         get_tokenizer(f"oracle:{name}", f"oracle:{name}")
+
+
+def test_a_decoder_without_q_dec_gets_the_one_sided_metrics_and_is_listed_apart(tmp_path):
+    """oracle_kl with a value-dependent commit set (confidence="sampled": the draw decides which positions commit) has
+    no computable q_dec: its rows hold the one-sided oracle NLL and the sample entropy, no KL, and the policy table
+    lists it apart from the ranking; the same setting with max_prob gets both KLs."""
+    import tasks.oracle_language.perfect  # noqa: F401
+    from harness.policy_ranking import markdown, one_sided, ranking
+    from harness.presets import get_preset
+    from harness.store import read_jsonl
+    from harness.launchers import execute
+    from harness.sweep import plan_checkpoint
+
+    for confidence in ("sampled", "max_prob"):
+        plan = plan_checkpoint(get_preset("cpu"), "perfect:hmm-strong:bd3lm-s4", "oracle_kl", limit=6,
+                               decode={"threshold": 0.3, "confidence": confidence})
+        execute(plan, str(tmp_path), "cpu", progress=False)
+    rows = read_jsonl(tmp_path / "cpu" / "runs.jsonl")
+    by_confidence = {c: {r["metric"] for r in rows if r["decode"]["confidence"] == c} for c in ("sampled", "max_prob")}
+    assert {"oracle_nll", "sample_entropy"} <= by_confidence["sampled"] and "forward_kl" not in by_confidence["sampled"]
+    assert {"forward_kl", "reverse_kl", "oracle_nll"} <= by_confidence["max_prob"]
+    apart = one_sided(rows)
+    assert len(apart) == 1 and apart.iloc[0]["why"].startswith("value-dependent")
+    assert "Settings without an exact KL" in markdown(ranking(tmp_path / "cpu", rows), apart)
