@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("spec", help="smollm2, a .gguf file, a Hugging Face directory or a hub id")
     ap.add_argument("prompt", nargs="?", default="The capital of France is")
     ap.add_argument("--new-tokens", type=int, default=24)
-    ap.add_argument("--paradigm", default="ar")
+    ap.add_argument("--paradigm", default=None, help="default: ar, or a diffusion family's own paradigm")
     ap.add_argument("--block-size", type=int, default=None)
     ap.add_argument("--length", type=int, default=None)
     args = ap.parse_args(argv)
