@@ -78,7 +78,7 @@ class ARModel(ParadigmModel):
         s.ids.index_copy_(1, col, torch.where(active[:, None], tokens, s.ids.index_select(1, col)))
         chooser.mark(tokens, active[:, None])
         s.record(active, active.long())
-        s.put(done=s.done | (active & (tokens[:, 0] == s.eos)), n=col)
+        s.put(done=s.done | (active & (tokens[:, 0] == s.eos)) if s.checks_eos() else s.done, n=col)
         return s.done.all()
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

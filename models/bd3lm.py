@@ -197,10 +197,11 @@ class BD3LMModel(MDLMModel):
             # first block's first forward: same keys, one NFE less)
             state.write_pending(step, state.pend_valid, state.active & state.pend_valid.any(dim=1))
 
-        def forward(s: _BlockState, inp_cols: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+        def forward(s: _BlockState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
             """The host's forward: [what is pending, as wide as it is] + [the block], cached (sliced or at fixed
             shapes) or recomputing the context; the block's logits."""
-            h = step(s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, s.pend_cols.shape[1])
+            h = step(inp, s.pos.gather(1, inp_cols), new_valid, s.pend_cols.shape[1])
             return h if fixed else self.backbone.logits(h[:, h.shape[1] - S:])   # a fixed step returns logits
 
         while True:
@@ -226,16 +227,18 @@ class BD3LMModel(MDLMModel):
 
     def _advance(self, s: "_BlockState", forward, chooser) -> torch.Tensor:
         """THE decode step (models/steps.py), eager or whole: the block's candidates, the forced count (k_n of spec
-        §3.3 per row, or the official schedule's), `forward(s, input columns, their validity)` of [what is pending]
-        + [the block], the chooser's tokens and scores, the commit policy's selection, the commits and the step's
-        log, the block that advances when complete, the EOS stop rule (checked when a block completes: every
-        position before its end is decoded) and what is pending next (the block, where it completed). Returns
-        whether no row is active (the stop flag)."""
+        §3.3 per row, or the official schedule's), `forward(s, input columns, their tokens, their validity)` of
+        [what is pending] + [the block], the chooser's tokens and scores, the commit policy's selection, the commits
+        and the step's log, the block that advances when complete, the EOS stop rule (checked when a block
+        completes: every position before its end is decoded) and what is pending next (the block, where it
+        completed). Returns whether no row is active (the stop flag)."""
         S = s.S
         blk_cols = (s.pad + s.block * S)[:, None] + s.arange_s
         blk_valid = blk_cols < s.canvas_len
         blk_cols = torch.where(blk_valid, blk_cols, s.scratch)
-        blk_ids = s.ids.gather(1, blk_cols)
+        inp_cols = torch.cat([s.pend_cols, blk_cols], dim=1)
+        inp = s.ids.gather(1, inp_cols)
+        blk_ids = inp[:, inp.shape[1] - S:]
         candidate = (blk_ids == self.mask_id) & s.span.gather(1, blk_cols) & s.active[:, None]
         forced, context = 1, ()
         if s.steps_in_block is not None:   # per row; with steps >= masks it is 1
@@ -249,7 +252,7 @@ class BD3LMModel(MDLMModel):
             if s.policy.in_blocks:   # where each candidate sits in its block (DUS)
                 context = (StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block),)
             s.put(masks_in_block=masks_in_block, steps_in_block=steps_in_block + 1)
-        logits = forward(s, torch.cat([s.pend_cols, blk_cols], dim=1), torch.cat([s.pend_valid, blk_valid], dim=1))
+        logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, blk_valid], dim=1))
         tokens, scores = chooser(logits, blk_cols)
         chosen = s.policy.select(scores, candidate, forced, *context)
         s.ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
@@ -257,9 +260,11 @@ class BD3LMModel(MDLMModel):
         s.record(s.active, chosen.sum(dim=1))
         completed = s.active & ~(candidate & ~chosen).any(dim=1)
         block = s.block + completed.long()
-        eos_at = torch.where(chosen & (tokens == s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
-        eos_at = torch.minimum(s.eos_at, eos_at)
-        finished = completed & (((s.pad + block * S) >= s.span_end) | (eos_at < s.scratch))
+        finished, eos_at = completed & ((s.pad + block * S) >= s.span_end), s.eos_at
+        if s.checks_eos():   # checked when a block completes
+            eos_at = torch.where(chosen & (tokens == s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
+            eos_at = torch.minimum(s.eos_at, eos_at)
+            finished = finished | (completed & (eos_at < s.scratch))
         s.put(block=block, eos_at=eos_at, active=s.active & ~finished, new_block=completed, pend_cols=blk_cols,
               pend_valid=blk_valid & completed[:, None])
         return ~s.active.any()
@@ -272,13 +277,13 @@ class BD3LMModel(MDLMModel):
         slots from the pointer, which stays. With one commit per step that is S - 1 steps of every S:
         models.steps.run_whole_steps runs it where the host reads the state after every step anyway (a CPU:
         _BlockState.light); the same tokens."""
-        def forward(s: _BlockState, inp_cols: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+        def forward(s: _BlockState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
             S = s.S
             if light:
-                inp_cols, new_valid = inp_cols[:, S:], new_valid[:, S:]
+                inp_cols, inp, new_valid = inp_cols[:, S:], inp[:, S:], new_valid[:, S:]
             slots = s.n + torch.arange(inp_cols.shape[1], device=inp_cols.device)
-            logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots,
-                                      valid, not light)
+            logits = self._fixed_step(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, not light)
             if not light:
                 valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache
                 s.n.add_(S * s.pend_valid.any().long())

@@ -152,7 +152,7 @@ class StepLog:
         THE forward-counting rule: a forward counts for a row iff that row was still being decoded in it (it had a
         position to decode, or a pending block to write), never because another row of the batch was; a step a
         row sits out is kept as NOT_DECODED, so each row's tokens per step are its own forwards only."""
-        self.nfe.add_(active.long())
+        self.nfe.add_(active)
         self.per_step.index_copy_(0, self.step_no, torch.where(active, committed, NOT_DECODED)[None])
         self.step_no.add_(1)
 

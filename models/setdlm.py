@@ -258,11 +258,12 @@ class SetDLMModel(ParadigmModel):
         else:
             step = _UncachedSetStep(self.backbone, ids, pos, state.pend_cols, state.pend_valid)
 
-        def forward(s: _SetState, inp_cols: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+        def forward(s: _SetState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
             """The host's forward: [the accepted tokens, as many as there are] + [the window's masks, as many as
             there are], cached (sliced or at fixed shapes) or recomputing the accepted ones; the window's logits."""
             Tp = s.pend_cols.shape[1]
-            h = step(s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, Tp)
+            h = step(inp, s.pos.gather(1, inp_cols), new_valid, Tp)
             return h if fixed else self.backbone.logits(h[:, h.shape[1] - (inp_cols.shape[1] - Tp):])
 
         n_next = int(state.candidate.sum(dim=1).max())
@@ -290,16 +291,17 @@ class SetDLMModel(ParadigmModel):
         return state.finish(canvas)
 
     def _advance(self, s: "_SetState", forward, chooser) -> torch.Tensor:
-        """THE decode step (models/steps.py), eager or whole: `forward(s, input columns, their validity)` of [the
-        tokens accepted at the last step] + [the window's masks] (nobody's keys), the chooser's tokens and scores,
-        the commit policy's selection (at least one a step), the commits and the step's log, the leftmost mask, the
-        stop rule (an EOS with no mask before it ends the row), the tokens accepted (in commit order: position, or
-        the first-hitting key) and the window that slides. Returns whether no row has a mask left to decode (the
-        stop flag)."""
-        W = s.arange_w.shape[0]
-        window_ids = s.ids.gather(1, s.win_cols)
-        logits = forward(s, torch.cat([s.pend_cols, s.win_cols], dim=1),
-                         torch.cat([s.pend_valid, torch.zeros_like(s.candidate)], dim=1))
+        """THE decode step (models/steps.py), eager or whole: `forward(s, input columns, their tokens, their
+        validity)` of [the tokens accepted at the last step] + [the window's masks] (nobody's keys), the chooser's
+        tokens and scores, the commit policy's selection (at least one a step), the commits and the step's log, the
+        leftmost mask, the stop rule (an EOS with no mask before it ends the row), the tokens accepted (in commit
+        order: position, or the first-hitting key) and the window that slides. Returns whether no row has a mask
+        left to decode (the stop flag)."""
+        W, Tw = s.arange_w.shape[0], s.win_cols.shape[1]
+        inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
+        inp = s.ids.gather(1, inp_cols)
+        window_ids = inp[:, inp.shape[1] - Tw:]
+        logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, s.no_keys[:, :Tw]], dim=1))
         tokens, scores = chooser(logits, s.win_cols)
         chosen = s.policy.select(scores, s.candidate, 1)
         s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
@@ -310,11 +312,12 @@ class SetDLMModel(ParadigmModel):
         # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
         first = torch.where(s.candidate & ~chosen, s.win_cols, (s.first + W).clamp(max=s.scratch)[:, None])
         first = first.min(dim=1).values
-        eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # eos -1: never
-        eos_at = torch.minimum(s.eos_at, eos_at)
-        active = s.active & (remaining > 0)
-        if s.check_stop:
-            active = active & (eos_at >= first)
+        active, eos_at = s.active & (remaining > 0), s.eos_at
+        if s.checks_eos():
+            eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # -1: never
+            eos_at = torch.minimum(s.eos_at, eos_at)
+            if s.check_stop:
+                active = active & (eos_at >= first)
         if s.policy.one_per_step:   # exactly one accepted token per decoded row: no sorting needed
             pend_cols, pend_valid = the_one_accepted(s.win_cols, chosen, n_chosen)
         else:
@@ -337,11 +340,11 @@ class SetDLMModel(ParadigmModel):
         """The whole step's forward (models.steps.whole_step): [P accepted slots] + [W window slots] (_fixed_step;
         P = 1 for a policy that accepts exactly one token a step, else W) at the slots from the slot pointer, which
         then passes the accepted tokens (they are in the cache now)."""
-        def forward(s: _SetState, inp_cols: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+        def forward(s: _SetState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
             P = s.pend_cols.shape[1]
             slots = s.n + torch.arange(inp_cols.shape[1], device=inp_cols.device)
-            logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots,
-                                      valid, accepted=P)
+            logits = self._fixed_step(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, accepted=P)
             valid.index_copy_(1, slots[:P], s.pend_valid)
             s.n.add_(s.pend_valid.sum(dim=1).max())
             return logits
@@ -404,6 +407,7 @@ class _SetState(steps.StepState):
         self.active = self.remaining > 0
         self.check_stop = True
         self.arange_w = torch.arange(W, device=device)
+        self.no_keys = torch.zeros(B, W, dtype=torch.bool, device=device)   # the window's masks are nobody's keys
         self.win_cols, self.candidate = model._window(self)
 
     def widths(self) -> dict[str, int]:

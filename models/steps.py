@@ -97,7 +97,7 @@ class StepState(StepLog):
 
     CANVAS: ClassVar[tuple[str, ...]] = ("ids", "pos", "span")   # [B, C (+ 1)], padded with zeros
     COLUMNS: ClassVar[tuple[str, ...]] = ()                       # hold canvas columns (C, the scratch: none)
-    HOST = frozenset({"C"})   # attributes only the host reads (they vary per decode: not part of the layout)
+    HOST = frozenset({"C", "stops"})   # attributes only the host reads (not part of the layout)
     fixed = False
 
     def __init__(self, canvas: Canvas, policy: CommitPolicy, eos_id: int | None, max_steps: int):
@@ -107,11 +107,17 @@ class StepState(StepLog):
         self.C = self.scratch = C   # the eager canvas's scratch column: C (Canvas.with_scratch_column)
         self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as a fixed step reads it
         self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
+        self.stops = eos_id is not None
         self.policy = policy
 
     def widths(self) -> dict[str, int]:
         """The fixed widths (dimension 1) of the tensors whose width the eager loop varies."""
         return {}
+
+    def checks_eos(self) -> bool:
+        """Whether the transition runs the EOS stop rule: always at fixed shapes (one compiled step serves decodes
+        with and without it: an EOS of -1 stops no row), in the eager loop only where an EOS can stop a row."""
+        return self.fixed or self.stops
 
     def put(self, **values: torch.Tensor) -> None:
         """The transition's writes: in place at fixed shapes, else the new tensors themselves."""
