@@ -18,9 +18,9 @@ engine takes the model as an argument; it never imports models/paradigm.py.
 
 MDLM shares the engine's parts that are not about a cache (the step log with its counting rule, the greedy scores,
 the commit policies) but keeps its eager loop: it has no cache, so its step is the bidirectional forward of the whole
-canvas, whose arithmetic dominates a step (the loop around it is a sixth of a batch-1 step at the cpu preset's
-size, and torch.compile of that forward gains under 1.15x: README, "Decode-step overhead"), and a fixed-shape step
-would be one graph per canvas length, with no cache bucket to share.
+canvas, whose arithmetic dominates a step (at the cpu preset's size the loop around it is 10-15% of a step, and
+torch.compile of that forward gains 1.07-1.14x: README, "Decode-step overhead"), and a fixed-shape step would be one
+graph per canvas length, with no cache bucket to share.
 
     python -m harness.bench steps      # eager against compiled whole steps, per paradigm, with compile seconds
 """
