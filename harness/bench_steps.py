@@ -29,6 +29,7 @@ Two parts:
 from __future__ import annotations
 
 import collections
+import functools
 import statistics
 import time
 from unittest import mock
@@ -38,8 +39,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import models
 from models import DecodeConfig
-from models.decoding import StopFlag
-from models.paradigm import prepare_torch_compile
+from models import steps
+from models.steps import StopFlag, prepare_torch_compile
 
 from .bench_models import cold_compile_caches, cpu_model, prompts, table
 
@@ -62,13 +63,10 @@ PUBLISHED = ("owt:ar", "owt:mdlm", "owt:bd3lm-s4", "owt:setdlm-smax8", "gsm8k:ar
 NEW_TOKENS = 128
 
 
-WHOLE_STEPS = ("_whole_step", "_whole_step_no_pending")   # a paradigm's whole steps (BD3LM's lighter one too)
-
-
 class OpCounter(TorchDispatchMode):
     """Counts every aten op dispatched inside the block, and how many of them ran inside `model`'s backbone
-    forward; `kernels` leaves out views (VIEW_OPS). With a model that has whole decode steps (`_whole_step`), it
-    also counts the whole-step calls and, outside them, the kernels and the backbone forwards: what a decode
+    forward; `kernels` leaves out views (VIEW_OPS). With a model that has whole decode steps (models.steps.whole_step:
+    its transition on its fixed forward), it also counts the whole-step calls and, outside them, the kernels and the backbone forwards: what a decode
     launches with each whole step captured as one CUDA graph."""
 
     def __init__(self, model=None):
@@ -106,17 +104,18 @@ class OpCounter(TorchDispatchMode):
                 finally:
                     self._in_forward -= 1
             backbone.forward = counted
-            for name in WHOLE_STEPS:
-                if hasattr(self.model, name):   # the instance's: ParadigmModel.step_function reads it
-                    setattr(self.model, name, self._counted_whole(getattr(self.model, name)))
+            # steps.step_function reads the engine's whole step when a decode starts: every whole step (the light
+            # one too) is a call of it
+            self._whole = mock.patch.object(steps, "whole_step", self._counted_whole(steps.whole_step))
+            self._whole.start()
         return super().__enter__()
 
     def _counted_whole(self, whole):
-        def counted_whole(*a):
+        def counted_whole(*a, **k):
             self._in_whole += 1
             self.whole_calls += 1
             try:
-                return whole(*a)
+                return whole(*a, **k)
             finally:
                 self._in_whole -= 1
         return counted_whole
@@ -124,8 +123,7 @@ class OpCounter(TorchDispatchMode):
     def __exit__(self, *exc):
         if self.model is not None:
             self.model.backbone.forward = self._forward
-            for name in WHOLE_STEPS:
-                self.model.__dict__.pop(name, None)
+            self._whole.stop()
         return super().__exit__(*exc)
 
 
@@ -158,10 +156,9 @@ def compile_backbone(model) -> None:
 
 def dynamo_whole_steps(model) -> None:
     """Make `model`'s compile=on whole steps go through torch.compile (inductor's C++ wrapper), as on CUDA, instead
-    of the CPU's ahead-of-time library (ParadigmModel.step_function: the compiled step it keeps on the model)."""
-    prepare_torch_compile()
-    model.__dict__.setdefault("_compiled_steps", {})["_whole_step"] = torch.compile(
-        model._whole_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
+    of the CPU's ahead-of-time library (models.steps.step_function: the compiled step it keeps on the model)."""
+    model.__dict__.setdefault("_compiled_steps", {})["whole"] = steps.dynamo_step(
+        model, functools.partial(steps.whole_step, model, light=False))
 
 
 def bench_cpu(repeats: int) -> list[dict]:

@@ -31,7 +31,7 @@ import torch
 
 import models
 from models import Batch
-from models.paradigm import prepare_torch_compile
+from models.steps import prepare_torch_compile
 from models.tokenizers import Tokenizer
 
 from .cache import checkpoint_dir, is_cached, train_state_dir

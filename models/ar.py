@@ -2,10 +2,11 @@
 
 Decoding prefills the (left-padded) prompts in one causal forward that also yields the first
 token, then runs one single-token forward per step, appending its K/V to the preallocated cache.
-NFE = number of generated positions (DecodeConfig.compile fixed / on: the same step at fixed shapes, the cache
-written at a tensor slot and attended whole under a mask, so it compiles once; with greedy choice each step after
-the prefill is a whole step, `_whole_step`: the forward, the token choice and the stop flag in place on device
-state). Infilling sees only the prefix
+NFE = number of generated positions. Every step is one transition (`_advance`, models/steps.py) on the decoding
+state (`_ARState`, from step 0): the forward, the token choice, the commit and the stop flag. DecodeConfig.compile
+fixed / on: the same forward at fixed shapes, the cache written at a tensor slot and attended whole under a mask, so
+it compiles once; with greedy choice each step after the prefill is a whole step (the same transition on that
+forward, compiled). Infilling sees only the prefix
 (the documented AR baseline: it generates exactly n_masked tokens and never sees the suffix).
 
 DecodeConfig(sampler="official") reproduces the official AR sampler (kuleshov-group/setdlms, src/denoiser/ar.py).
@@ -30,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from .backbones.attention import StepCache
-from .decoding import Canvas, StepLog, WholeStepState, greedy_choice
+from . import steps
+from .decoding import Canvas
 from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
@@ -57,22 +59,26 @@ class ARModel(ParadigmModel):
         h = self.backbone(tokens, positions, attn_mask=valid[:, None, None, :], cache=StepCache(k, v, slots))
         return self.backbone.logits(h)
 
-    def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
-                    s: WholeStepState) -> torch.Tensor:
-        """One whole greedy decode step at fixed shapes, in place on the device state `s` (ParadigmModel.
-        whole_step_applies): the token at canvas column `s.n` enters cache slot s.n (a generated, real token) and
-        predicts column s.n + 1 for the rows not `s.done`; a row is done once it commits `s.eos`. Returns whether
-        every row is done (the stop flag)."""
-        slot = s.n
-        valid.index_fill_(1, slot, True)
-        logits = self._fixed_step(k, v, s.ids.index_select(1, slot), s.pos.index_select(1, slot), slot, valid)
-        tokens = greedy_choice(logits)[0][:, 0]
+    def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "_ARState",
+                       light: bool = False):
+        """The whole step's forward (models.steps.whole_step): the token at canvas column `s.n` (a generated, real
+        token: its cache slot s.n becomes valid) enters slot s.n and predicts column s.n + 1."""
+        def forward(s: _ARState) -> torch.Tensor:
+            valid.index_fill_(1, s.n, True)
+            return self._fixed_step(k, v, s.ids.index_select(1, s.n), s.pos.index_select(1, s.n), s.n, valid)
+        return forward
+
+    def _advance(self, s: "_ARState", forward, chooser) -> torch.Tensor:
+        """THE decode step (models/steps.py), eager or whole: `forward(s)` predicts column s.n + 1, `chooser` picks
+        its token, which the rows not done commit; a row is done once it commits EOS. Returns whether every row is
+        done (the stop flag)."""
+        col = s.n + 1
+        tokens, _ = chooser(forward(s), col.expand(s.done.shape[0], 1))
         active = ~s.done
-        col = slot + 1
-        s.ids.index_copy_(1, col, torch.where(active, tokens, s.ids.index_select(1, col)[:, 0])[:, None])
-        s.log(active, active.long())
-        s.done.logical_or_(active & (tokens == s.eos))
-        s.n.add_(1)
+        s.ids.index_copy_(1, col, torch.where(active[:, None], tokens, s.ids.index_select(1, col)))
+        chooser.mark(tokens, active[:, None])
+        s.record(active, active.long())
+        s.put(done=s.done | (active & (tokens[:, 0] == s.eos)) if s.checks_eos() else s.done, n=col)
         return s.done.all()
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,22 +129,20 @@ class ARModel(ParadigmModel):
         device = ids.device
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, ar=True,
                                                     ordered=True, forced=canvas.forced))
-        log = StepLog(B, N, device)
-        done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
+        state = _ARState(canvas, decode, self.eos_id if stop else None, P)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
-        whole = self.whole_step_applies(decode, canvas)   # after the prefill, every step runs whole
-        fixed_parts = self.fixed_step(decode, B, C, whole)
-        fixed = fixed_parts is not None
-        cache, step_fn = fixed_parts or (self.backbone.new_cache(B, C) if decode.use_cache else None, None)
+        run = steps.decode_steps(self, decode, canvas, 1)   # whole: every step after the prefill
+        whole, fixed, step_fn = run.whole, run.fixed, run.step_fn
+        cache = run.cache if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
         if fixed and not whole:   # the slot indices and the step's [B, 1] inputs, preallocated (written in place)
             slots = torch.arange(cache.capacity, device=device)
             step_ids, step_pos = ids.new_zeros(B, 1), pos.new_zeros(B, 1)   # strides (1, 1) whatever C is
-        col_of_step = (P + torch.arange(N, device=device)).expand(B, N)   # the canvas column each step predicts
 
-        for step in range(N):
-            col = P + step  # canvas column being predicted
+        def forward(s: _ARState) -> torch.Tensor:
+            """The host's forward of step `step`, which predicts column `col`: the prefill, a cached step (sliced or
+            at fixed shapes) or the reference path without a cache."""
             if cache is None:  # reference path: recompute the whole prefix every step
                 mask = None
                 if padded:
@@ -160,27 +164,37 @@ class ARModel(ParadigmModel):
                 step_pos.copy_(pos[:, col - 1:col])   # and recompile the step
                 step_logits = step_fn(cache.k, cache.v, step_ids, step_pos, slots[col - 1:col], cache.valid)
                 cache.length += 1
+                return step_logits
             else:
                 mask = None
                 if padded:
                     mask = torch.cat([cache.history_mask(), real[:, col - 1:col]], dim=1)[:, None, None, :]
                 h = self.backbone(ids[:, col - 1:col], pos[:, col - 1:col], attn_mask=mask, cache=cache)
                 cache.commit(1)
-            if not (fixed and step > 0):
-                step_logits = logits(h[:, -1:])
-            tokens, _ = chooser(step_logits, col_of_step[:, step:step + 1])
-            active = ~done
-            ids[:, col] = torch.where(active, tokens[:, 0], ids[:, col])
-            chooser.mark(tokens, active[:, None])
-            log.record(active, active.long())
-            if stop:
-                done = done | (active & (tokens[:, 0] == self.eos_id))
-                if bool(done.all()):
-                    break
+            return logits(h[:, -1:])
+
+        for step in range(N):
+            col = P + step  # canvas column being predicted
+            done = self._advance(state, forward, chooser)
+            if stop and bool(done):
+                break
             if whole and step == 0:   # the prefill wrote slots [0, P); the next step's input is column P
                 if N > 1:
-                    state = WholeStepState(cache, canvas, ids, pos, span, self.eos_id if stop else None)
-                    state.done = done.clone()
-                    self.run_whole_steps(step_fn, cache, canvas, state, log, N - 1, width=1, advance=1)
+                    state = steps.run_whole_steps(self, step_fn, cache, state, N - 1, width=1, advance=1)
                 break
-        return log.result()
+        return state.finish(canvas)
+
+
+class _ARState(steps.StepState):
+    """AR's decoding state: the canvas (every step writes one real column: no scratch column), the rows done (EOS)
+    and `n`, the column of the next input (the last token committed; the prompt's last at step 0), which is also
+    the cache slot it enters."""
+
+    CANVAS = ("ids", "pos")
+
+    def __init__(self, canvas: Canvas, decode: DecodeConfig, eos_id: int | None, P: int):
+        B, C = canvas.ids.shape
+        super().__init__(canvas, decode.commit_policy(), eos_id, C - P)
+        self.ids, self.pos = canvas.ids, canvas.positions
+        self.done = torch.zeros(B, dtype=torch.bool, device=canvas.ids.device)
+        self.n = torch.full((1,), P - 1, dtype=torch.long, device=canvas.ids.device)

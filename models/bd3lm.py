@@ -11,13 +11,14 @@
   generation block. Every step is one forward of [the previous block, if it has just been
   completed (the "fused" cache write)] + [the S tokens of the current block], so completing a
   block costs no extra forward. Rows progress through their blocks independently, so batches
-  of prompts with different lengths work. The EOS stop rule is checked when a block completes. With
-  DecodeConfig.compile fixed / on, every forward after the prefill is [S pending slots] + [the block] at tensor
-  slots of the whole cache: the same shapes every step, so it compiles once per batch size and cache bucket. With
-  greedy choice, every step after the first is then a whole step (`_whole_step`: the forward, the forced count, the
-  commits, the block that advances and the stop flag, in place on device state; ParadigmModel.run_whole_steps).
-  Where the host reads the stop flag at once (a CPU), a step after one that completed no block feeds the block's
-  S rows alone (`_whole_step_no_pending`: a second graph).
+  of prompts with different lengths work. The EOS stop rule is checked when a block completes. Every step is one
+  transition (`_advance`, models/steps.py) on the decoding state (`_BlockState`, from step 0): the forward, the
+  forced count, the token choice, the commit policy's selection, the commits, the block that advances and the stop
+  flag. With DecodeConfig.compile fixed / on, every forward after the prefill is [S pending slots] + [the block]
+  at tensor slots of the whole cache: the same shapes every step, so it compiles once per batch size and cache
+  bucket. With greedy choice, every step after the first is then a whole step (the same transition on that
+  forward, compiled). Where the host reads the stop flag at once (a CPU), a step after one that completed no block
+  feeds the block's S rows alone (the light whole step: a second graph).
 * Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
   tokens inside the blocks it decodes, not later blocks. infill_context="all" (every clean block): every
   complete block of the input without a mask, prefix and suffix, is written to the cache with the first
@@ -53,14 +54,15 @@ from __future__ import annotations
 
 import torch
 
-from .backbones import ClosedStream, KVCache
+from . import steps
+from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned
+from .decoding import Canvas, left_aligned
 from .dllm import is_family_sampler
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
-from .policies import StepContext, select_commits
+from .policies import StepContext
 from .schedules import block_expected_budget, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
@@ -182,189 +184,127 @@ class BD3LMModel(MDLMModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        S = decode.decode_block
         policy = sampler_policy(decode, self.backbone.kind)
-        B, C = canvas.ids.shape
-        device = canvas.ids.device
-        ids, pos, span = canvas.with_scratch_column()
-        mask_id, eos_id = self.mask_id, self.eos_id
-        stop = stop_at_eos and eos_id is not None
-        cols = torch.arange(C, device=device)
-        arange_S = torch.arange(S, device=device)
-        pad = (~canvas.real).sum(dim=1)                  # left padding per row (column of position 0)
-
-        masked = canvas.span & (canvas.ids == mask_id)
-        first = torch.where(masked, cols, C).min(dim=1).values
-        block = pos.gather(1, first.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
-        if policy.official_schedule and bool(canvas.span[:, -1].all()):
-            # official generation decodes ceil(N / S) blocks from the block holding the first mask (the prompt's
-            # incomplete block counts), so an unaligned prompt gets fewer than N tokens; the rest stay masks
-            n_blocks = -(-masked.sum(dim=1) // S)
-            in_region = cols[None] < (pad + (block + n_blocks) * S)[:, None]
-            masked = masked & in_region
-            span = span.clone()
-            span[:, :C] &= in_region
-        span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask
-        active = first < C
-        eos_at = torch.full((B,), C, dtype=torch.long, device=device)
-
-        # step 0 pending: every complete block before the current one (the prompt prefill)
-        n_pre = torch.where(active, block * S, 0)
-        Tp = int(n_pre.max())
-        pend_cols = (pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
-        pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
-        context = canvas.real & ~canvas.span & (cols[None] < (pad + n_pre)[:, None])   # what the cache starts with
-        full_context = decode.infill_context == "all" and not bool(canvas.span[:, -1].any())
-        if full_context:   # infilling: every complete block without a mask, the suffix's too, is context
+        state = _BlockState(self, canvas, decode, policy, stop_at_eos and self.eos_id is not None)
+        S, (B, C), device = state.S, canvas.ids.shape, canvas.ids.device
+        ids, pos, cols = state.ids, state.pos, torch.arange(C, device=device)
+        n_pre = torch.where(state.active, state.block * S, 0)   # the prompt's complete blocks, pending at step 0
+        # what the cache starts with (the reference path's context)
+        context = canvas.real & ~canvas.span & (cols[None] < (state.pad + n_pre)[:, None])
+        if decode.infill_context == "all" and not bool(canvas.span[:, -1].any()):
+            # infilling: every complete block without a mask, the suffix's too, is context
             n_blocks = C // S   # (an infill canvas has no padding: column = position)
-            clean = (canvas.real & ~masked)[:, :n_blocks * S].view(B, n_blocks, S).all(dim=2)
+            clean = (canvas.real & ~(canvas.span & (canvas.ids == self.mask_id)))[:, :n_blocks * S]
             context = torch.zeros_like(context)
-            context[:, :n_blocks * S] = clean.repeat_interleave(S, dim=1)
+            context[:, :n_blocks * S] = clean.view(B, n_blocks, S).all(dim=2).repeat_interleave(S, dim=1)
             Tp = int(context.sum(dim=1).max())
             pend_cols, pend_valid = left_aligned(cols.expand(B, C), context)
-            pend_cols, pend_valid = pend_cols[:, :Tp], pend_valid[:, :Tp]
+            state.pend_cols, state.pend_valid = pend_cols[:, :Tp], pend_valid[:, :Tp]
 
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids,
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
-        max_masks = int(masked.sum(dim=1).max())
-        log = StepLog(B, (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1, device)   # + prefill, + commits
-        whole = self.whole_step_applies(decode, canvas)   # after the first step, every step runs whole
-        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, S), whole)
-        fixed = fixed_parts is not None
-        if fixed:
-            cache, step_fn = fixed_parts   # whole: the first step runs the fixed forward eagerly (one call)
-            step = _FixedBlockStep(self, cache, self._fixed_step if whole else step_fn, S)
-        elif decode.use_cache:
-            step = _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
-        else:
-            step = _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S)
-        forced, steps_in_block, masks_in_block = 1, None, None
-        in_blocks = decode.commit_policy().in_blocks   # a policy that reads the block's step number (DUS)
-        if decode.steps_per_block is not None or policy.official_schedule or in_blocks:
-            steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
-            masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
-        if policy.official_schedule:   # k_i of the official schedule over the block size S (not the masks left)
-            official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
-        if policy.prefill_apart and decode.use_cache and Tp > 0:
+        run = steps.decode_steps(self, decode, canvas, S)   # whole: every step after the first
+        fixed = run.fixed
+        step = (_FixedBlockStep(self, run.cache, run.first(self), S) if fixed else
+                _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
+                if decode.use_cache else _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S))
+        if policy.prefill_apart and decode.use_cache and state.pend_cols.shape[1] > 0:
             # the official prefill: the context's complete blocks, a forward of its own (ours writes them in the
             # first block's first forward: same keys, one NFE less)
-            step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, Tp)
-            log.record(active & pend_valid.any(dim=1), torch.zeros(B, dtype=torch.long, device=device))
-            pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
-        new_block = active
+            state.write_pending(step, state.pend_valid, state.active & state.pend_valid.any(dim=1))
+
+        def forward(s: _BlockState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
+            """The host's forward: [what is pending, as wide as it is] + [the block], cached (sliced or at fixed
+            shapes) or recomputing the context; the block's logits."""
+            h = step(inp, s.pos.gather(1, inp_cols), new_valid, s.pend_cols.shape[1])
+            return h if fixed else self.backbone.logits(h[:, h.shape[1] - S:])   # a fixed step returns logits
 
         while True:
-            blk_cols = (pad + block * S)[:, None] + arange_S
-            blk_valid = blk_cols < C
-            blk_cols = blk_cols.clamp(max=C)
-            all_cols = torch.cat([pend_cols, blk_cols], dim=1)
-            inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
-            Tp = pend_cols.shape[1]
-            blk_ids = inp[:, Tp:]
-            candidate = (blk_ids == mask_id) & span.gather(1, blk_cols) & active[:, None]
-            if steps_in_block is not None:  # k_n of spec §3.3 per row; with steps >= masks it is 1
-                n_masks = candidate.sum(dim=1)
-                masks_in_block = torch.where(new_block, n_masks, masks_in_block)
-                steps_in_block = torch.where(new_block, 0, steps_in_block)
-                if policy.official_schedule:
-                    forced = official_k[steps_in_block.clamp(max=len(official_k) - 1)].minimum(n_masks)
-                else:
-                    forced = self._forced(masks_in_block, steps_in_block, decode.steps_per_block).minimum(n_masks)
-                context = StepContext(arange_S.expand(B, S), S, steps_in_block) if in_blocks else None
-                steps_in_block = steps_in_block + 1
-            h = step(inp, inp_pos, torch.cat([pend_valid, blk_valid], dim=1), Tp)
-            logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - blk_cols.shape[1]:])   # fixed: logits
-            tokens, conf = chooser(logits, blk_cols)
-            chosen = chooser.policy.select(conf, candidate, forced, *((context,) if in_blocks else ()))
-            ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
-            chooser.mark(tokens, chosen)
-            log.record(active, chosen.sum(dim=1))
-
-            completed = active & ~(candidate & ~chosen).any(dim=1)
-            block = block + completed.long()
-            finished = completed & ((pad + block * S) >= span_end)
-            stopped = torch.zeros_like(completed)
-            if stop:  # checked when a block completes: every position before its end is decoded
-                eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), blk_cols, C).min(dim=1).values)
-                stopped = completed & (eos_at < C)
-                finished = finished | stopped
-            active = active & ~finished
-            new_block = completed
-            pend_cols, pend_valid = blk_cols, blk_valid & completed[:, None]
+            self._advance(state, forward, chooser)
+            completed = state.new_block
             if policy.blocks_apart:   # fused_block_cache=false: each completed block (the last too) in a forward
-                commit = completed & ~stopped
+                commit = completed & ~(state.eos_at < C)   # not the one that stopped its row
                 if bool(commit.any()):
-                    step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid & commit[:, None], pend_cols.shape[1])
-                    log.record(commit, torch.zeros(B, dtype=torch.long, device=device))
-                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
-            step.completed(completed, pad + block * S)
-            any_completed, any_active = torch.stack([completed.any(), active.any()]).tolist()
+                    state.write_pending(step, state.pend_valid & commit[:, None], commit)
+                state.drop_pending()
+            step.completed(completed, state.pad + state.block * S)
+            any_completed, any_active = torch.stack([completed.any(), state.active.any()]).tolist()
             if not any_active:
                 break
-            if not any_completed:
-                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
-            if whole:   # the other steps: whole, from this loop's state
-                state = _BlockStepState(self, cache, canvas, decode, stop, ids, pos, span, pad, block, span_end,
-                                        active, eos_at, new_block, steps_in_block, masks_in_block, pend_cols,
-                                        pend_valid)
-                self.run_whole_steps(step_fn, cache, canvas, state, log, log.per_step.shape[0] - log.steps,
-                                     width=2 * S, advance=S, light="_whole_step_no_pending")
-                return log.result()
-        canvas.ids.copy_(ids[:, :C])
-        return log.result()
+            if not any_completed:   # nothing pending: the next forward feeds the block alone
+                state.drop_pending()
+            if run.whole:   # the other steps: whole, from this loop's state
+                left = state.per_step.shape[0] - int(state.step_no)
+                state = steps.run_whole_steps(self, run.step_fn, run.cache, state, left, width=2 * S, advance=S,
+                                              light=True)
+                break
+        return state.finish(canvas)
 
-    def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
-                    s: "_BlockStepState") -> torch.Tensor:
-        """One whole greedy decode step at fixed shapes, in place on the device state `s` (_BlockStepState;
-        ParadigmModel.whole_step_applies): the forward of [S pending slots] + [the block] (_fixed_step), the forced
-        count and the commits, the cache's valid slots and slot pointer, the block that advances, the stop rule and
-        the step's log, as the eager loop of `_decode` does them. Returns whether no row is active (the stop flag)."""
-        return self._block_step(k, v, valid, s, pending=True)
-
-    def _whole_step_no_pending(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
-                               s: "_BlockStepState") -> torch.Tensor:
-        """`_whole_step` after a step that completed no block (every pending slot invalid): the forward of the
-        block's S rows alone, written at the S slots from the pointer, which stays. With one commit per step that is
-        S - 1 steps of every S: ParadigmModel.run_whole_steps runs it where the host reads the state after every step
-        anyway (a CPU: _BlockStepState.light); the same tokens."""
-        return self._block_step(k, v, valid, s, pending=False)
-
-    def _block_step(self, k, v, valid, s: "_BlockStepState", pending: bool) -> torch.Tensor:
-        S = s.pend_cols.shape[1]
+    def _advance(self, s: "_BlockState", forward, chooser) -> torch.Tensor:
+        """THE decode step (models/steps.py), eager or whole: the block's candidates, the forced count (k_n of spec
+        §3.3 per row, or the official schedule's), `forward(s, input columns, their tokens, their validity)` of
+        [what is pending] + [the block], the chooser's tokens and scores, the commit policy's selection, the commits
+        and the step's log, the block that advances when complete, the EOS stop rule (checked when a block
+        completes: every position before its end is decoded) and what is pending next (the block, where it
+        completed). Returns whether no row is active (the stop flag)."""
+        S = s.S
         blk_cols = (s.pad + s.block * S)[:, None] + s.arange_s
         blk_valid = blk_cols < s.canvas_len
         blk_cols = torch.where(blk_valid, blk_cols, s.scratch)
-        inp_cols = torch.cat([s.pend_cols, blk_cols], dim=1) if pending else blk_cols
-        blk_ids = s.ids.gather(1, blk_cols)
+        inp_cols = torch.cat([s.pend_cols, blk_cols], dim=1)
+        inp = s.ids.gather(1, inp_cols)
+        blk_ids = inp[:, inp.shape[1] - S:]
         candidate = (blk_ids == self.mask_id) & s.span.gather(1, blk_cols) & s.active[:, None]
-        forced = 1
-        if s.steps is not None:   # k_n of spec §3.3 per row
+        forced, context = 1, ()
+        if s.steps_in_block is not None:   # per row; with steps >= masks it is 1
             n_masks = candidate.sum(dim=1)
-            s.masks_in_block.copy_(torch.where(s.new_block, n_masks, s.masks_in_block))
-            s.steps_in_block.masked_fill_(s.new_block, 0)
-            forced = self._forced(s.masks_in_block, s.steps_in_block, s.steps).minimum(n_masks)
-            s.steps_in_block.add_(1)
-        slots = s.n + (s.arange_2s if pending else s.arange_s)
-        new_valid = torch.cat([s.pend_valid, blk_valid], dim=1) if pending else blk_valid
-        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots, valid,
-                                  pending)
-        if pending:
-            valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache now
-            s.n.add_(S * s.pend_valid.any().long())
-        tokens, conf = greedy_choice(logits)
-        chosen = select_commits(conf, candidate, forced, s.threshold)
+            masks_in_block = torch.where(s.new_block, n_masks, s.masks_in_block)
+            steps_in_block = torch.where(s.new_block, 0, s.steps_in_block)
+            if s.official_k is not None:
+                forced = s.official_k[steps_in_block.clamp(max=s.official_k.shape[0] - 1)].minimum(n_masks)
+            else:
+                forced = self._forced(masks_in_block, steps_in_block, s.steps).minimum(n_masks)
+            if s.policy.in_blocks:   # where each candidate sits in its block (DUS)
+                context = (StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block),)
+            s.put(masks_in_block=masks_in_block, steps_in_block=steps_in_block + 1)
+        logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, blk_valid], dim=1))
+        tokens, scores = chooser(logits, blk_cols)
+        chosen = s.policy.select(scores, candidate, forced, *context)
         s.ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
-        s.log(s.active, chosen.sum(dim=1))
+        chooser.mark(tokens, chosen)
+        s.record(s.active, chosen.sum(dim=1))
         completed = s.active & ~(candidate & ~chosen).any(dim=1)
-        s.block.add_(completed.long())
-        eos_at = torch.where(chosen & (tokens == s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
-        s.eos_at.copy_(torch.minimum(s.eos_at, eos_at))
-        finished = completed & (((s.pad + s.block * S) >= s.span_end) | (s.eos_at < s.scratch))
-        s.active.logical_and_(~finished)
-        s.new_block.copy_(completed)
-        s.pend_cols.copy_(blk_cols)
-        s.pend_valid.copy_(blk_valid & completed[:, None])
+        block = s.block + completed.long()
+        finished, eos_at = completed & ((s.pad + block * S) >= s.span_end), s.eos_at
+        if s.checks_eos():   # checked when a block completes
+            eos_at = torch.where(chosen & (tokens == s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
+            eos_at = torch.minimum(s.eos_at, eos_at)
+            finished = finished | (completed & (eos_at < s.scratch))
+        s.put(block=block, eos_at=eos_at, active=s.active & ~finished, new_block=completed, pend_cols=blk_cols,
+              pend_valid=blk_valid & completed[:, None])
         return ~s.active.any()
+
+    def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "_BlockState",
+                       light: bool = False):
+        """The whole step's forward (models.steps.whole_step): [S pending slots] + [the block] (_fixed_step) at the
+        2S slots from the slot pointer, which then passes the pending block if it is valid (it is in the cache now).
+        `light`: the last step completed no block (every pending slot invalid): the block's S rows alone, at the S
+        slots from the pointer, which stays. With one commit per step that is S - 1 steps of every S:
+        models.steps.run_whole_steps runs it where the host reads the state after every step anyway (a CPU:
+        _BlockState.light); the same tokens."""
+        def forward(s: _BlockState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
+            S = s.S
+            if light:
+                inp_cols, inp, new_valid = inp_cols[:, S:], inp[:, S:], new_valid[:, S:]
+            slots = s.n + torch.arange(inp_cols.shape[1], device=inp_cols.device)
+            logits = self._fixed_step(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, not light)
+            if not light:
+                valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache
+                s.n.add_(S * s.pend_valid.any().long())
+            return logits
+        return forward
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], inp: torch.Tensor, inp_pos: torch.Tensor,
                     new_valid: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor,
@@ -387,9 +327,9 @@ class BD3LMModel(MDLMModel):
         return self.backbone.logits(h)
 
     @staticmethod
-    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: int | torch.Tensor) -> torch.Tensor:
+    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
         """k_n of spec §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1);
-        `steps` T as an int (the eager loop) or a 0-d tensor (the whole step: one graph for every T)."""
+        `steps` T as a 0-d float64 tensor (one compiled step serves every T), None: T = m."""
         m = masks_in_block.double()
         T = m.clamp(min=1, max=steps)
         hi = torch.round((1 - step / T).clamp(min=0) * m)
@@ -397,26 +337,60 @@ class BD3LMModel(MDLMModel):
         return (hi - lo).long().clamp(min=1)
 
 
-class _BlockStepState(WholeStepState):
-    """BD3LM's whole-step state: the S pending columns (the block completed at the last step) and the per-row block
-    counters, from the eager loop after its first step."""
+class _BlockState(steps.StepState):
+    """BD3LM's decoding state: the canvas with its scratch column and, per row, its left padding (`pad`: the column
+    of position 0), current block, one past its last mask (`span_end`), whether it is active, its leftmost committed
+    EOS (`eos_at`), whether its block is new (`new_block`: the forced-count schedule restarts there), the schedule's
+    counters, and the columns pending for the cache (the block completed at the last step; at step 0 the prompt's
+    complete blocks)."""
 
-    def __init__(self, model, cache, canvas: Canvas, decode: DecodeConfig, stop: bool, ids, pos, span, pad, block,
-                 span_end, active, eos_at, new_block, steps_in_block, masks_in_block, pend_cols, pend_valid):
-        super().__init__(cache, canvas, ids, pos, span, model.eos_id if stop else None, decode.threshold)
-        S, device = decode.decode_block, ids.device
-        self.arange_s, self.arange_2s = torch.arange(S, device=device), torch.arange(2 * S, device=device)
-        self.pend_cols, self.pend_valid = self.cols(pend_cols, S), self.flags(pend_valid, S)
-        self.eos_at = self.cols(eos_at)
-        self.pad, self.block, self.span_end = pad.clone(), block.clone(), span_end.clone()
-        self.active, self.new_block = active.clone(), new_block.clone()
-        self.steps = None   # no steps_per_block: one forced commit per step
-        if decode.steps_per_block is not None:
-            self.steps = torch.full((), float(decode.steps_per_block), dtype=torch.float64, device=device)
-            self.steps_in_block, self.masks_in_block = steps_in_block.clone(), masks_in_block.clone()
+    COLUMNS = ("pend_cols", "eos_at")
+
+    def __init__(self, model: "BD3LMModel", canvas: Canvas, decode: DecodeConfig, policy, stop: bool):
+        S = self.S = decode.decode_block
+        ids, pos, span = canvas.with_scratch_column()
+        B, C = canvas.ids.shape
+        device = canvas.ids.device
+        cols = torch.arange(C, device=device)
+        self.pad = (~canvas.real).sum(dim=1)                  # left padding per row (column of position 0)
+        masked = canvas.span & (canvas.ids == model.mask_id)
+        first = torch.where(masked, cols, C).min(dim=1).values
+        self.block = pos.gather(1, first.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
+        if policy.official_schedule and bool(canvas.span[:, -1].all()):
+            # official generation decodes ceil(N / S) blocks from the block holding the first mask (the prompt's
+            # incomplete block counts), so an unaligned prompt gets fewer than N tokens; the rest stay masks
+            n_blocks = -(-masked.sum(dim=1) // S)
+            in_region = cols[None] < (self.pad + (self.block + n_blocks) * S)[:, None]
+            masked = masked & in_region
+            span = span.clone()
+            span[:, :C] &= in_region
+        max_masks = int(masked.sum(dim=1).max())
+        super().__init__(canvas, decode.commit_policy(), model.eos_id if stop else None,
+                         (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1)   # + prefill, + commits
+        self.ids, self.pos, self.span = ids, pos, span
+        self.span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask
+        self.active = self.new_block = first < C
+        self.eos_at = torch.full((B,), C, dtype=torch.long, device=device)
+        # pending at step 0: every complete block before the current one (the prompt prefill)
+        n_pre = torch.where(self.active, self.block * S, 0)
+        Tp = int(n_pre.max())
+        self.pend_cols = (self.pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
+        self.pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
+        self.arange_s = torch.arange(S, device=device)
+        self.steps_in_block = self.masks_in_block = self.steps = self.official_k = None   # one forced commit a step
+        if decode.steps_per_block is not None or policy.official_schedule or self.policy.in_blocks:
+            self.steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
+            self.masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
+            if decode.steps_per_block is not None:   # T as a tensor: one compiled step serves every T
+                self.steps = torch.full((), float(decode.steps_per_block), dtype=torch.float64, device=device)
+        if policy.official_schedule:   # k_i of the official schedule over the block size S (not the masks left)
+            self.official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
+
+    def widths(self) -> dict[str, int]:
+        return {"pend_cols": self.S, "pend_valid": self.S}
 
     def light(self) -> bool:
-        """Whether the next step may be `_whole_step_no_pending`: no row completed a block at the last one."""
+        """Whether the next whole step may be the light one: no row completed a block at the last step."""
         return not bool(self.pend_valid.any())
 
 
@@ -463,7 +437,7 @@ class _FixedBlockStep(_CachedBlockStep):
     def __init__(self, model, cache, step_fn, S: int):
         super().__init__(model.backbone, cache, S)
         self.step_fn, self.slots = step_fn, torch.arange(cache.capacity, device=model.device)
-        self.inputs = FixedStepInputs(cache.valid.shape[0], S, model.device)
+        self.inputs = steps.FixedStepInputs(cache.valid.shape[0], S, model.device)
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         S, cache = self.S, self.cache

@@ -138,12 +138,13 @@ NOT_DECODED = -1   # StepLog's entry for a step in which a row was not decoded (
 
 
 class StepLog:
-    """Per-row NFE and tokens-per-step bookkeeping for a decode loop, kept on the device."""
+    """Per-row NFE and tokens-per-step bookkeeping for a decode loop, kept on the device (the step counter too, so
+    that a compiled whole step keeps it: models.steps.StepState is one)."""
 
     def __init__(self, batch: int, max_steps: int, device: torch.device):
         self.nfe = torch.zeros(batch, dtype=torch.long, device=device)
         self.per_step = torch.zeros(max_steps, batch, dtype=torch.long, device=device)
-        self.steps = 0
+        self.step_no = torch.zeros(1, dtype=torch.long, device=device)
 
     def record(self, active: torch.Tensor, committed: torch.Tensor) -> None:
         """active [B] bool (row was decoded in this forward); committed [B] tokens it committed.
@@ -151,113 +152,12 @@ class StepLog:
         THE forward-counting rule: a forward counts for a row iff that row was still being decoded in it (it had a
         position to decode, or a pending block to write), never because another row of the batch was; a step a
         row sits out is kept as NOT_DECODED, so each row's tokens per step are its own forwards only."""
-        self.nfe += active
-        self.per_step[self.steps] = torch.where(active, committed, NOT_DECODED)
-        self.steps += 1
-
-    def extend(self, nfe: torch.Tensor, per_step: torch.Tensor) -> None:
-        """Steps that ran as whole steps, which kept their own counts: NFE [B] and committed tokens [steps, B]."""
-        n = per_step.shape[0]
-        self.nfe += nfe
-        self.per_step[self.steps:self.steps + n] = per_step
-        self.steps += n
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.nfe, self.per_step[:self.steps]
-
-
-class FixedStepInputs:
-    """The preallocated inputs of a fixed-shape step (BD3LM, SetDLM): [`width` slots of what enters the cache] +
-    [`width` slots of queries]. Each step writes its Tp entering and T - Tp query inputs into them in place, with
-    no allocation per step, and the rest is invalid: stale ids and positions there are never keys, and their rows
-    are never read."""
-
-    def __init__(self, batch: int, width: int, device: torch.device):
-        self.width = width
-        self.ids = torch.zeros(batch, 2 * width, dtype=torch.long, device=device)
-        self.pos = torch.zeros_like(self.ids)
-        self.valid = torch.zeros(batch, 2 * width, dtype=torch.bool, device=device)
-
-    def fill(self, inp: torch.Tensor, inp_pos: torch.Tensor, new_valid: torch.Tensor, Tp: int
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        W, Tq = self.width, inp.shape[1] - Tp
-        self.valid.zero_()
-        for buffer, x in ((self.ids, inp), (self.pos, inp_pos), (self.valid, new_valid)):
-            buffer[:, :Tp] = x[:, :Tp]
-            buffer[:, W:W + Tq] = x[:, Tp:]
-        return self.ids, self.pos, self.valid
-
-
-class WholeStepState:
-    """The device state of a paradigm's whole decode steps (ParadigmModel.run_whole_steps), all at fixed shapes:
-    canvas copies as wide as the cache, whose last column (`scratch`) stands for "no column" and takes clamped
-    gathers and scatters (the eager loops' column C); the slot pointer `n` (the first cache slot the next step
-    writes); the NFE and per-step commits of the steps it ran; the EOS id (-1: never stop) and the threshold (None:
-    2, above every confidence) as tensors, so that one graph serves every canvas length in a cache bucket. A
-    paradigm's subclass adds its loop's state, taken from the eager loop after its first step (`cols` maps that
-    loop's column C to `scratch`)."""
-
-    HOST = frozenset({"C"})   # attributes only the host reads (they vary per decode: not part of the layout)
-
-    def __init__(self, cache, canvas: Canvas, ids: torch.Tensor, pos: torch.Tensor, span: torch.Tensor,
-                 eos_id: int | None, threshold: float | None = None):
-        B, C = canvas.ids.shape
-        width, device = cache.capacity, canvas.ids.device
-        self.C, self.scratch = C, width - 1   # the scratch column is >= C: never a canvas column
-        self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as the steps read it
-        self.ids = torch.zeros(B, width, dtype=torch.long, device=device)
-        self.pos = torch.zeros_like(self.ids)
-        self.span = torch.zeros(B, width, dtype=torch.bool, device=device)
-        for mine, theirs in ((self.ids, ids), (self.pos, pos), (self.span, span)):
-            mine[:, :C] = theirs[:, :C]
-        self.n = torch.full((1,), cache.length, dtype=torch.long, device=device)
-        self.nfe = torch.zeros(B, dtype=torch.long, device=device)
-        self.per_step = torch.zeros(width, B, dtype=torch.long, device=device)
-        self.step_no = torch.zeros(1, dtype=torch.long, device=device)
-        self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
-        self.threshold = torch.full((), 2.0 if threshold is None else threshold, device=device)
-
-    def cols(self, cols: torch.Tensor, width: int | None = None) -> torch.Tensor:
-        """Columns of the eager loop (C: none) as this state's (scratch), right-padded with scratch to `width`."""
-        cols = torch.where(cols >= self.C, self.scratch, cols)
-        if width is None or cols.dim() == 1:
-            return cols
-        out = cols.new_full((cols.shape[0], width), self.scratch)
-        out[:, :cols.shape[1]] = cols
-        return out
-
-    @staticmethod
-    def flags(valid: torch.Tensor, width: int) -> torch.Tensor:
-        """[B, <= width] bool, right-padded with False to `width`."""
-        out = valid.new_zeros(valid.shape[0], width)
-        out[:, :valid.shape[1]] = valid
-        return out
-
-    def log(self, active: torch.Tensor, committed: torch.Tensor) -> None:
-        """Inside a whole step: StepLog.record on the device."""
-        self.nfe.add_(active.long())
+        self.nfe.add_(active)
         self.per_step.index_copy_(0, self.step_no, torch.where(active, committed, NOT_DECODED)[None])
         self.step_no.add_(1)
 
-    def layout(self) -> tuple:
-        """What a compiled step specialises on: the kind of state, its tensors' names, shapes and dtypes, and its
-        other attributes' values (host-only ones left out)."""
-        return (type(self).__name__, *sorted(
-            (name, tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else (name, v)
-            for name, v in vars(self).items() if name not in self.HOST))
-
-    def load(self, other: "WholeStepState") -> None:
-        """Take `other`'s values (the same layout) into this state's tensors, in place."""
-        for name, value in vars(other).items():
-            if isinstance(value, torch.Tensor):
-                getattr(self, name).copy_(value)
-            else:
-                setattr(self, name, value)
-
-    def finish(self, canvas: Canvas, log: StepLog) -> None:
-        """Back to the canvas and the log: the tokens decoded and the steps run."""
-        canvas.ids.copy_(self.ids[:, :self.C])
-        log.extend(self.nfe, self.per_step[:int(self.step_no)])
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.nfe, self.per_step[:int(self.step_no)]
 
 
 def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Generator | None:
@@ -335,11 +235,7 @@ class TokenChooser:
         if self.probe and self.first is None and cols is not None:
             self.first = (cols.clone(), torch.log_softmax(logits / (1.0 if d.greedy else d.temperature), dim=-1))
         if d.greedy:
-            if self.policy.needs == ("confidence",):
-                return greedy_choice(logits)
-            log_p = logits.log_softmax(-1)   # one pass serves the choice and every score
-            top, tokens = log_p.max(dim=-1)
-            return tokens, self._scores(log_p.exp(), top.exp(), log_p, cols)
+            return greedy_scores(logits, self.policy.needs, lambda probs: self._stable(probs, cols))
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -357,27 +253,9 @@ class TokenChooser:
         token_p = probs.gather(-1, tokens[..., None]).squeeze(-1)
         self._token_p = token_p
         conf = probs.max(dim=-1).values if d.confidence == "max_prob" else token_p
-        return tokens, conf if self.policy.needs == ("confidence",) else self._scores(probs, conf, None, cols)
-
-    def _scores(self, probs: torch.Tensor, conf: torch.Tensor, log_p: torch.Tensor | None = None,
-                cols: torch.Tensor | None = None) -> torch.Tensor:
-        """The scores the policy needs from the step's distributions probs [B, M, V] (log_p: their logs, when at
-        hand; cols [B, M]: the canvas columns, for `stable`): stacked on a last dimension in the order of `needs`
-        when there are several."""
-        out = []
-        for need in self.policy.needs:
-            if need == "confidence":
-                out.append(conf)
-            elif need == "margin":
-                top2 = probs.topk(2, dim=-1).values
-                out.append(top2[..., 0] - top2[..., 1])
-            elif need == "stable":
-                out.append(self._stable(probs, cols).float())
-            elif log_p is not None:   # entropy, nats
-                out.append(-(probs * log_p).nan_to_num().sum(dim=-1))
-            else:
-                out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
-        return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
+        if self.policy.needs == ("confidence",):
+            return tokens, conf
+        return tokens, policy_scores(self.policy.needs, probs, conf, None, lambda p: self._stable(p, cols))
 
     def _stable(self, probs: torch.Tensor, cols: torch.Tensor | None) -> torch.Tensor:
         """[B, M] for each row's canvas column: how many consecutive steps, this one included, its distribution
@@ -401,43 +279,43 @@ class TokenChooser:
         return stable
 
 
+def policy_scores(needs: tuple[str, ...], probs: torch.Tensor, conf: torch.Tensor, log_p: torch.Tensor | None = None,
+                  stable=None) -> torch.Tensor:
+    """The scores a commit policy `needs` from the step's distributions probs [B, M, V] (conf: the confidence;
+    log_p: their logs, when at hand; stable: probs -> the `stable` count, which the chooser tracks): stacked on a
+    last dimension in the order of `needs` when there are several."""
+    out = []
+    for need in needs:
+        if need == "confidence":
+            out.append(conf)
+        elif need == "margin":
+            top2 = probs.topk(2, dim=-1).values
+            out.append(top2[..., 0] - top2[..., 1])
+        elif need == "stable":
+            out.append(stable(probs).float())
+        elif log_p is not None:   # entropy, nats
+            out.append(-(probs * log_p).nan_to_num().sum(dim=-1))
+        else:
+            out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
+    return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
+
+
+def greedy_scores(logits: torch.Tensor, needs: tuple[str, ...], stable=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 logits [..., V] -> (argmax tokens, the scores a policy `needs`, policy_scores): THE greedy choice of
+    TokenChooser and of the whole decode steps (models.steps.GreedyChoice)."""
+    if needs == ("confidence",):
+        return greedy_choice(logits)
+    log_p = logits.log_softmax(-1)   # one pass serves the choice and every score
+    top, tokens = log_p.max(dim=-1)
+    return tokens, policy_scores(needs, log_p.exp(), top.exp(), log_p, stable)
+
+
 def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [..., V] -> (argmax tokens, their probabilities in float32): confidence = p(argmax) =
-    exp(max logit - logsumexp), without a full softmax. TokenChooser's greedy path and the whole decode steps."""
+    exp(max logit - logsumexp), without a full softmax: greedy_scores for the confidence rule."""
     logits = logits.float()
     top, tokens = logits.max(dim=-1)
     return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))
-
-
-class StopFlag:
-    """The stop rule's flag (a device bool tensor that a step computes) as the host loop reads it. On a CPU the
-    flag is read at once. On CUDA (`late`) it is copied to pinned memory without blocking and read one step late,
-    after the next step is already queued: no step waits for the one before it to finish. The step run past the
-    stop has no active row, so it changes no token and counts no NFE; it only costs its time."""
-
-    LATE: bool | None = None   # None: late on CUDA only (tests set True to run the late path on a CPU)
-
-    def __init__(self, device: torch.device):
-        cuda = device.type == "cuda"
-        self.late = cuda if self.LATE is None else self.LATE
-        self.host = torch.zeros((), dtype=torch.bool, pin_memory=cuda)
-        self.copied = torch.cuda.Event() if cuda else None   # when the last copy has landed
-        self.posted = False
-
-    def read(self, flag: torch.Tensor) -> bool:
-        """Post this step's `flag`; True once a posted flag is known to be set (this step's, or the last one's)."""
-        if not self.late:
-            return bool(flag)
-        seen = False
-        if self.posted:   # the last step's flag: wait for its copy only (this step is queued behind it)
-            if self.copied is not None:
-                self.copied.synchronize()
-            seen = bool(self.host)
-        self.host.copy_(flag, non_blocking=True)
-        if self.copied is not None:
-            self.copied.record()
-        self.posted = True
-        return seen
 
 
 def eos_stop(ids: torch.Tensor, span: torch.Tensor, mask_id: int, eos_id: int) -> torch.Tensor:

@@ -1,23 +1,22 @@
 """A paradigm's whole decode step compiled ahead of time by AOTInductor: DecodeConfig(compile="on") on a CPU.
 
-A whole step (`ParadigmModel._whole_step`: forward, token choice, commits and stop flag, in place on device state)
-has fixed shapes, so it can be exported once (`torch.export`) and compiled to a shared library
+A whole step (models.steps.whole_step: a paradigm's transition, forward, token choice, commits and stop flag, in
+place on its state) has fixed shapes, so it can be exported once (`torch.export`) and compiled to a shared library
 (`torch._inductor.aoti_compile_and_package`) per step (BD3LM has a lighter second one) and state layout (paradigm,
-batch size, cache bucket, dtype). A call of that library goes straight to its C++ wrapper. A `torch.compile`d step
-instead pays dynamo's Python wrapper on every call (guard lookup, the AOT dispatcher's runtime wrappers), a quarter
-or more of a cpu-preset step at d=128.
+batch size, cache bucket, dtype, the commit policy's kind). A call of that library goes straight to its C++
+wrapper. A `torch.compile`d step instead pays dynamo's Python wrapper on every call (guard lookup, the AOT
+dispatcher's runtime wrappers), a quarter or more of a cpu-preset step at d=128.
 The weights are not baked into the library: they are handed to it by pointer at every decode
 (`load_constants(user_managed=True)`), so it always reads the model's current parameters.
 
 CUDA keeps `torch.compile(mode="reduce-overhead")`, which captures the same step as a CUDA graph
-(ParadigmModel.step_function).
+(models.steps.step_function).
 
     python -m harness.bench steps      # eager against compiled whole steps, per paradigm, with compile seconds
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import itertools
 import os
@@ -50,28 +49,26 @@ def match_held_cpu_isa() -> None:
 
 
 class _StepModule(nn.Module):
-    """`model.<name>(k, v, valid, state)` over flat tensor arguments, as torch.export takes them; the state's
+    """`step(model, k, v, valid, state)` over flat tensor arguments, as torch.export takes them; the state's
     non-tensor attributes are those of `template` (they are part of its layout, so fixed per library)."""
 
-    def __init__(self, model: nn.Module, name: str, template, n_layers: int, fields: list[str]):
+    def __init__(self, model: nn.Module, step: Callable, template, n_layers: int, fields: list[str]):
         super().__init__()
-        self.model, self.name, self.template, self.n_layers, self.fields = model, name, template, n_layers, fields
+        self.model, self.step, self.template, self.n_layers, self.fields = model, step, template, n_layers, fields
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         L = self.n_layers
-        state = copy.copy(self.template)
-        for field, value in zip(self.fields, args[2 * L + 1:]):
-            setattr(state, field, value)
-        return getattr(self.model, self.name)(list(args[:L]), list(args[L:2 * L]), args[2 * L], state)
+        state = self.template.with_tensors(dict(zip(self.fields, args[2 * L + 1:])))
+        return self.step(self.model, list(args[:L]), list(args[L:2 * L]), args[2 * L], state)
 
 
 class ExportedStep:
-    """The model's step `name` compiled ahead of time, one library per model class and config, state layout, and
-    shapes and dtypes of the cache and the weights (LIBRARIES); `bind` gives a decode's loop its step as a call
-    without arguments."""
+    """The whole step `step(model, k, v, valid, state)` compiled ahead of time for `model`, one library per model
+    class and config, step `name`, state layout, and shapes and dtypes of the cache and the weights (LIBRARIES);
+    `bind` gives a decode's loop its step as a call without arguments."""
 
-    def __init__(self, model: nn.Module, name: str = "_whole_step"):
-        self.model, self.name = model, name
+    def __init__(self, model: nn.Module, step: Callable, name: str):
+        self.model, self.step, self.name = model, step, name
 
     def constants(self) -> dict[str, torch.Tensor]:
         """The model's parameters and buffers under the names the exported program gives them."""
@@ -79,8 +76,8 @@ class ExportedStep:
                                     self.model.named_buffers(prefix="model")))
 
     def bind(self, cache, state) -> Callable[[], torch.Tensor]:
-        """The step on `cache` (KVCache: k, v, valid) and `state` (WholeStepState), compiled at the first decode of
-        its layout; each call runs one step in place and returns the stop flag."""
+        """The step on `cache` (KVCache: k, v, valid) and `state` (models.steps.StepState), compiled at the first
+        decode of its layout; each call runs one step in place and returns the stop flag."""
         fields = [name for name, value in vars(state).items() if isinstance(value, torch.Tensor)]
         args = (*cache.k, *cache.v, cache.valid, *(getattr(state, name) for name in fields))
         constants = self.constants()
@@ -101,7 +98,7 @@ class ExportedStep:
     def _compile(self, args: tuple, state, n_layers: int, fields: list[str]):
         t0 = time.perf_counter()
         match_held_cpu_isa()
-        module = _StepModule(self.model, self.name, state, n_layers, fields)
+        module = _StepModule(self.model, self.step, state, n_layers, fields)
         with warnings.catch_warnings(), tempfile.TemporaryDirectory() as folder:
             warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)   # torch's own
             with torch.inference_mode(False), torch.no_grad():   # export traces ordinary tensors, not inference ones

@@ -16,14 +16,14 @@ registers it: the CLI choices, the sweep grid, run ids, report labels, lm-eval's
 benchmark's model list all read `PARADIGMS`.
 
 Subclasses implement `loss`, `nll`, `n_scored` and `_decode(canvas, decode, stop_at_eos)`; this base
-turns `generate` and `infill` calls into canvases, times them and checks their inputs.
+turns `generate` and `infill` calls into canvases, times them and checks their inputs. A cached paradigm writes its
+decode step once, as one transition on its decoding state, which the step engine (models/steps.py) runs in the eager
+loop and, at fixed shapes, as compiled whole steps.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import time
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
@@ -31,39 +31,14 @@ from typing import ClassVar, Sequence
 import torch
 from torch import nn
 
-from .backbones.attention import KVCache
-from .decoding import Canvas, StepLog, StopFlag, WholeStepState
+from .decoding import Canvas
 from .dllm import is_family_sampler
 from .dllm_samplers import family_generate
-from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
 from .official_sampler import official_numerics
 from .policies import CommitPolicy, parse_policy
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
-STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
-STEP_GRAPH_LIMIT = 256   # compiled graphs a process may hold per step function (dynamo's recompile limit)
-
 PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definition order
-
-
-def compiled_step_graphs() -> tuple[int, float]:
-    """(graphs torch.compile and AOTInductor have compiled in this process, seconds they spent compiling them): the
-    decode steps' (DecodeConfig.compile on) and the training forwards' (harness.train --compile), the only code the
-    harness compiles."""
-    from torch._dynamo import utils
-
-    return (int(utils.counters["stats"]["unique_graphs"]) + COMPILED["graphs"],
-            utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
-
-
-def prepare_torch_compile(limit: int = STEP_GRAPH_LIMIT) -> None:
-    """What every torch.compile of the harness needs first: dynamo keeps `limit` graphs per compiled function (one
-    per batch size, cache bucket and model shape: a sweep's models share their paradigm's step function and their
-    kind's backbone forward), more than its default of 8, past which it would fall back to eager silently; and
-    inductor builds for the ISA torch is held to (match_held_cpu_isa)."""
-    for name in ("recompile_limit", "accumulated_recompile_limit"):
-        setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
-    match_held_cpu_isa()
 
 
 def get_paradigm(name: str) -> type["ParadigmModel"]:
@@ -269,139 +244,6 @@ class ParadigmModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.backbone.device
-
-    # -- fixed-shape decode steps (DecodeConfig.compile; a paradigm that reads the knob defines `_fixed_step`) ------
-    def step_cache(self, batch: int, capacity: int) -> KVCache:
-        """The cache of fixed-shape steps: `capacity` rounded up to a multiple of STEP_BUCKET (so that one compiled
-        step serves many canvas lengths), one per (batch, capacity, device, dtype) kept on the model: the same
-        tensors at every call (on CUDA marked static, so a captured graph replays on the addresses it recorded),
-        zeroed and emptied for each decode (a masked slot still meets a zero weight, and 0 * NaN would be NaN)."""
-        capacity = -(-capacity // STEP_BUCKET) * STEP_BUCKET
-        caches = self.__dict__.setdefault("_step_caches", {})
-        key = (batch, capacity, self.device, self.backbone.dtype)
-        cache = caches.get(key)
-        if cache is None:
-            cache = caches[key] = self.backbone.new_cache(batch, capacity, zeroed=True)
-            if self.device.type == "cuda":
-                for tensor in (*cache.k, *cache.v, cache.valid):
-                    torch._dynamo.mark_static_address(tensor)
-            return cache
-        for tensor in (*cache.k, *cache.v, cache.valid):
-            tensor.zero_()
-        cache.length = 0
-        return cache
-
-    def fixed_step(self, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False
-                   ) -> tuple[KVCache, object] | None:
-        """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None.
-        `whole`: the paradigm's whole step (`_whole_step`: forward, token choice, commits and the stop flag, in
-        place on device state) instead of the forward alone (`_fixed_step`)."""
-        mode = self.step_mode(decode)
-        if mode == "off":
-            return None
-        return self.step_cache(batch, capacity), self.step_function(mode, "_whole_step" if whole else "_fixed_step")
-
-    def kept_state(self, state: WholeStepState) -> WholeStepState:
-        """`state` in tensors kept on the model across decodes, one set per state layout (paradigm, batch size and
-        cache bucket; WholeStepState.layout), its values copied in: on CUDA they are marked static, so that a
-        captured graph, which mutates them, replays on the addresses it recorded (as `step_cache`)."""
-        kept = self.__dict__.setdefault("_step_states", {})
-        layout = state.layout()
-        if layout not in kept:
-            kept[layout] = state
-            if self.device.type == "cuda":
-                for value in vars(state).values():
-                    if isinstance(value, torch.Tensor):
-                        torch._dynamo.mark_static_address(value)
-            return state
-        kept[layout].load(state)
-        return kept[layout]
-
-    def whole_step_applies(self, decode: DecodeConfig, canvas: Canvas) -> bool:
-        """Whether a fixed-shape decode runs whole steps: greedy choice with nothing that keeps host-side or per-row
-        state between steps (no repetition penalty, teacher forcing or first-step probe), for a paradigm that has
-        one, committing by the confidence policy (the rule the whole steps compile). Other decodes run the fixed
-        forward inside the eager loop."""
-        return (hasattr(self, "_whole_step") and self.step_mode(decode) != "off" and decode.greedy
-                and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe
-                and decode.policy == "confidence")
-
-    def run_whole_steps(self, step_fn, cache: KVCache, canvas: Canvas, state: WholeStepState, log: StepLog,
-                        steps: int, width: int, advance: int, light: str | None = None) -> None:
-        """Run up to `steps` whole steps `step_fn(cache.k, cache.v, cache.valid, state)`, each writing `width` cache
-        slots from the device's slot pointer `state.n` and advancing it by at most `advance`, until the stop flag
-        they return is read set (StopFlag: at once on a CPU, one step late on CUDA); then hand the tokens and the
-        counts back to the canvas and `log`.
-
-        `light`: the name of a cheaper whole step of the paradigm (fewer rows, within `width` and `advance`) that
-        gives the same result where the state says so (`state.light()`, read on the host before each step). Only
-        where the loop reads the host every step anyway (the flag read at once) and the step is eager or compiled
-        ahead of time: under CUDA graphs every step is one replay of one graph.
-
-        The host keeps an upper bound of the pointer and reads the pointer itself only when the bound leaves less
-        than a step's slots, to compact the cache if the pointer does too (batches whose rows commit unevenly).
-        A step compiled ahead of time (ExportedStep) is bound to the cache and state once per decode. For a
-        torch.compile'd one, the calls after the first, which compiles or picks the graph, skip dynamo's guards:
-        every call of the loop passes the same objects at the same shapes."""
-        state = self.kept_state(state)
-        exported = isinstance(step_fn, ExportedStep)
-        dynamo = not exported and step_fn != self._whole_step   # torch.compile'd
-        cuda_graphs = dynamo and cache.valid.device.type == "cuda"
-        step = step_fn.bind(cache, state) if exported else functools.partial(step_fn, cache.k, cache.v, cache.valid,
-                                                                               state)
-        flag = StopFlag(cache.valid.device)
-        light_step = None
-        if light is not None and not flag.late and not dynamo:
-            light_fn = self.step_function("on" if exported else "fixed", light)
-            light_step = light_fn.bind(cache, state) if exported else functools.partial(light_fn, cache.k, cache.v,
-                                                                                          cache.valid, state)
-        bound = cache.length
-        with contextlib.ExitStack() as stack:
-            for i in range(steps):
-                if bound + width > cache.capacity:
-                    cache.length = bound = int(state.n)
-                    if bound + width > cache.capacity:
-                        cache.compact()   # in place: the bound step's tensors stay the cache's
-                        state.n.fill_(cache.length)
-                        bound = cache.length
-                if cuda_graphs:   # the last replay's outputs are dead (its flag is copied): replay on their memory
-                    torch.compiler.cudagraph_mark_step_begin()
-                finished = light_step() if light_step is not None and state.light() else step()
-                if i == 0 and dynamo:   # its guards passed once
-                    stack.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
-                bound += advance
-                if flag.read(finished):
-                    break
-        state.finish(canvas, log)
-
-    def step_mode(self, decode: DecodeConfig) -> str:
-        """DecodeConfig.compile on this model's device and backbone (off for a kind without fixed steps,
-        Backbone.fixed_steps): `auto` is `on` on CUDA (one graph replay per step instead of
-        hundreds of launches) and `off` on a CPU, where a cold compile costs more than a cpu-sweep cell's steps save
-        (python -m harness.bench steps: its compile s and speedup columns)."""
-        if not self.backbone.fixed_steps:   # a kind with no fixed-shape forward (the oracle's): the same tokens
-            return "off"
-        if decode.compile == "auto":
-            return "on" if self.device.type == "cuda" else "off"
-        return decode.compile
-
-    def step_function(self, mode: str, name: str = "_fixed_step"):
-        """The paradigm's step `name`, eager ("fixed") or compiled once per model ("on"): on a CPU a whole step is
-        compiled ahead of time by AOTInductor (models/exported_step.py: no Python between or around its kernels),
-        a fixed forward by inductor with its C++ wrapper; on CUDA either is a CUDA graph through
-        mode="reduce-overhead". Each compiles once per batch size and cache bucket."""
-        step = getattr(self, name)
-        if mode == "fixed":
-            return step
-        compiled = self.__dict__.setdefault("_compiled_steps", {})
-        if name not in compiled and name.startswith("_whole_step") and self.device.type == "cpu":
-            compiled[name] = ExportedStep(self, name)
-        if name not in compiled:
-            prepare_torch_compile()
-            how = ({"mode": "reduce-overhead"} if self.device.type == "cuda"   # CUDA graphs
-                   else {"options": {"cpp_wrapper": True}})                  # no Python between a step's kernels
-            compiled[name] = torch.compile(step, dynamic=False, fullgraph=True, **how)
-        return compiled[name]
 
     @property
     def mask_id(self) -> int:

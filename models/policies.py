@@ -5,7 +5,10 @@ it scores, how it accepts, its floor, its parameters (dataclass fields with help
 The paradigms call it and never know which rule it is: each step, the token chooser computes the scores the policy
 `needs` from the step's predictive distributions (models.decoding.TokenChooser), and `policy.select(scores,
 candidate, n_forced)` returns the commits. `n_forced` is the paradigm's count schedule (one token per step
-unless a step budget says more); every policy commits at least that many (its floor).
+unless a step budget says more); every policy commits at least that many (its floor). The call sits in each
+paradigm's one transition (models/steps.py), so the eager loop and the compiled whole steps run the same rule: in a
+whole step the greedy scores come from models.steps.GreedyChoice and the policy's float parameters are 0-d tensors
+(one compiled step serves every value); `select` must not read a tensor back to the host.
 
 Scores, per candidate position (p: the step's processed distribution there, after temperature and nucleus):
   confidence  c = p(x̂), the probability of the proposed token (or max p with DecodeConfig.confidence="max_prob")
@@ -61,7 +64,7 @@ def _top(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) ->
 
 def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.Tensor | int,
                    threshold: float | torch.Tensor | None) -> torch.Tensor:
-    """THE confidence rule (the Confidence policy; the compiled whole steps call it with tau as a tensor): the
+    """THE confidence rule (the Confidence policy; in a compiled whole step tau is a tensor, models.steps): the
     n_forced most confident candidates per row plus all with conf >= threshold.
 
     conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
@@ -205,8 +208,9 @@ class TopK(CommitPolicy):
         return self.k == 1
 
     def select(self, scores, candidate, n_forced, context=None):
-        n = torch.clamp(torch.as_tensor(n_forced, device=scores.device), min=self.k)
-        return _top(scores, candidate, n if n.dim() else int(n))
+        if isinstance(n_forced, int):   # no tensor to read back: a compiled whole step traces this too
+            return _top(scores, candidate, max(n_forced, self.k))
+        return _top(scores, candidate, torch.clamp(n_forced, min=self.k))
 
 
 @dataclass(frozen=True)

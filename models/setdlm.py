@@ -25,12 +25,13 @@ accepts the most confident mask plus every mask with confidence >= threshold. Th
 the first step's "accepted" set, so prefill costs no extra forward. Rows of a batch keep their
 own windows; rows stop on EOS (with no mask before it) or when their span is filled; leftover
 masks are removed. Infilling caches prefix and suffix (left to right) before the first step.
+Every step is one transition (`_advance`, models/steps.py) on the decoding state (`_SetState`, from step 0): the
+forward, the token choice, the commit policy's selection, the commits, the window that slides and the stop flag.
 With DecodeConfig.compile fixed / on, every step after the prefill feeds [W accepted slots] + [W window slots]
 (unused ones invalid) at tensor slots of the whole cache: the same shapes every step, so it compiles once. With
-greedy choice, every step after the first is then a whole step (`_whole_step`: the forward, the commits, the window
-that slides and the stop flag, in place on device state; ParadigmModel.run_whole_steps). Without a threshold a step
-accepts exactly one token, so the whole step feeds [1 accepted slot] + [W window slots]: 3/8 fewer rows at W = 4
-(a library of its own, beside the one that serves every threshold).
+greedy choice, every step after the first is then a whole step (the same transition on that forward, compiled).
+A policy that accepts exactly one token per step (the confidence rule without a threshold) has the whole step feed
+[1 accepted slot] + [W window slots]: 3/8 fewer rows at W = 4 (a library of its own).
 
 DecodeConfig(sampler="official") reproduces the official SetDLM.generate (src/denoiser/setdlm.py). How our
 default differs from it:
@@ -59,12 +60,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .backbones import ClosedStream, KVCache
+from . import steps
+from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, FixedStepInputs, StepLog, WholeStepState, greedy_choice, left_aligned
+from .decoding import Canvas, left_aligned
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
-from .policies import select_commits
 from .schedules import StaggeredSchedule, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
@@ -238,160 +239,116 @@ class SetDLMModel(ParadigmModel):
                           keep=slice(inp.shape[1] - W, None))
         return self.backbone.logits(h)
 
-    def _whole_step(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor,
-                    s: "_SetStepState") -> torch.Tensor:
-        """One whole greedy decode step at fixed shapes, in place on the device state `s` (_SetStepState;
-        ParadigmModel.whole_step_applies): the forward of [P accepted slots] + [W window slots] (_fixed_step; P = 1
-        without a threshold, which accepts exactly one token per step, else W), the commits, the cache's valid slots
-        and slot pointer, the window that slides, the stop rule and the step's log, as the eager loop of `_decode`
-        does them. Returns whether no row has a mask left to decode (the stop flag)."""
-        W, P = s.win_cols.shape[1], s.pend_cols.shape[1]
-        slots = s.n + s.arange_inputs
-        inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
-        new_valid = torch.cat([s.pend_valid, torch.zeros_like(s.candidate)], dim=1)
-        window_ids = s.ids.gather(1, s.win_cols)
-        logits = self._fixed_step(k, v, s.ids.gather(1, inp_cols), s.pos.gather(1, inp_cols), new_valid, slots, valid,
-                                  accepted=P)
-        valid.index_copy_(1, slots[:P], s.pend_valid)   # the accepted tokens are in the cache now
-        s.n.add_(s.pend_valid.sum(dim=1).max())
-        tokens, conf = greedy_choice(logits)
-        chosen = select_commits(conf, s.candidate, 1, s.threshold)
-        s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
-        n_chosen = chosen.sum(dim=1)
-        s.log(s.active, n_chosen)
-        s.remaining.sub_(n_chosen)
-        first = torch.where(s.candidate & ~chosen, s.win_cols, (s.first + W).clamp(max=s.scratch)[:, None]).min(dim=1)
-        s.first.copy_(first.values)
-        eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # eos -1: never
-        s.eos_at.copy_(torch.minimum(s.eos_at, eos_at))
-        s.active.logical_and_((s.remaining > 0) & (s.eos_at >= s.first))
-        if s.one_per_step:   # as the eager loop
-            pend_cols, pend_valid = the_one_accepted(s.win_cols, chosen, n_chosen)
-        else:
-            pend_cols, pend_valid = left_aligned(s.win_cols, chosen, s.key.gather(1, s.win_cols))
-        s.pend_cols.copy_(pend_cols)
-        s.pend_valid.copy_(pend_valid)
-        win_cols, candidate = s.window()
-        s.win_cols.copy_(win_cols)
-        s.candidate.copy_(candidate)
-        return ~candidate.any()
-
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        W = decode.window
-        policy = sampler_policy(decode, self.backbone.kind)
-        B, C = canvas.ids.shape
-        device = canvas.ids.device
-        ids, pos, span = canvas.with_scratch_column()
-        mask_id, eos_id = self.mask_id, self.eos_id
-        stop = stop_at_eos and eos_id is not None
-        cols = torch.arange(C, device=device)
-        arange_W = torch.arange(W, device=device)
-        no_keys = torch.zeros(B, W, dtype=torch.bool, device=device)  # window masks are nobody's keys
-
-        order_key = None
-        if decode.commit_order == "first_hitting":
-            L = self.config.length
-            generator = torch.Generator(device=device).manual_seed(decode.seed)
-            if policy.official_schedule and bool(canvas.span[:, -1].all()):
-                # setdlm_fht_cache_order: first-hitting times of the model's schedule (S_max = 2W, as the GSM8K
-                # harness sets it) for the N targets, indexed by target rank: target j takes schedule slot L - N + j
-                S_max = min(2 * W, L)
-                sched = StaggeredSchedule(L, min(self.config.block_size, S_max), S_max)
-                reveal = sched.sample_reveal_times(1, generator, device)
-                N = int(canvas.span[0].sum())
-                slot = (L - N + (cols - (C - N))).clamp(0, L - 1)
-                order_key = reveal[0, slot].expand(B, -1).clone()
-                order_key = torch.cat([order_key, order_key[:, -1:]], dim=1)   # the scratch column
-            else:
-                sched = StaggeredSchedule(L, min(W, L), min(2 * W, L))
-                # one draw over absolute positions, shared by every row: a row's order never depends on its batch
-                reveal = sched.sample_reveal_times(1, generator, device)
-                order_key = reveal.expand(B, -1).gather(1, pos.clamp(max=L - 1))
-
-        # step 0 "accepted" set: every visible token (prompt, or prefix + suffix), left to right
-        masked = canvas.span & (canvas.ids == mask_id)
-        visible = canvas.real & ~masked
-        n_vis = int(visible.sum(dim=1).max())
-        pend_cols, pend_valid = left_aligned(cols.expand(B, C), visible)
-        pend_cols, pend_valid = pend_cols[:, :n_vis], pend_valid[:, :n_vis]
-        first = torch.where(masked, cols, C).min(dim=1).values          # leftmost mask per row
-        remaining = masked.sum(dim=1)
-        eos_at = torch.full((B,), C, dtype=torch.long, device=device)   # leftmost committed EOS
-        active = remaining > 0
-
-        chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, device,
+        W, policy = decode.window, sampler_policy(decode, self.backbone.kind)
+        state = _SetState(self, canvas, decode, policy, stop_at_eos and self.eos_id is not None)
+        ids, pos, B = state.ids, state.pos, canvas.ids.shape[0]
+        visible = canvas.real & ~(canvas.span & (canvas.ids == self.mask_id))   # the prompt, or prefix + suffix
+        chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, ids.device,
                                                     forced=canvas.forced))
-        log = StepLog(B, int(remaining.max()) + 2, device)
-        whole = self.whole_step_applies(decode, canvas)   # after the first step, every step runs whole
-        fixed_parts = self.fixed_step(decode, B, KVCache.step_capacity(B, C, W), whole)
-        fixed = fixed_parts is not None
+        run = steps.decode_steps(self, decode, canvas, W)   # whole: every step after the first
+        fixed = run.fixed
         if fixed:
-            cache, step_fn = fixed_parts   # whole: the first step runs the fixed forward eagerly (one call)
-            step = _FixedSetStep(self, cache, self._fixed_step if whole else step_fn, W)
+            step = _FixedSetStep(self, run.cache, run.first(self), W)
         elif decode.use_cache:
-            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, C, W), keep_all=policy.all_rows)
-            if policy.prefill_apart and n_vis > 0:   # the official prefill: the prompt (causal), a forward of its own
-                step(ids.gather(1, pend_cols), pos.gather(1, pend_cols), pend_valid, n_vis)
-                log.record(active, torch.zeros(B, dtype=torch.long, device=device))
-                pend_cols, pend_valid = pend_cols[:, :0], pend_valid[:, :0]
+            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, state.C, W), keep_all=policy.all_rows)
+            if policy.prefill_apart and state.pend_cols.shape[1] > 0:   # the official prefill: the prompt (causal)
+                state.write_pending(step, state.pend_valid, state.active)
         else:
-            step = _UncachedSetStep(self.backbone, ids, pos, pend_cols, pend_valid)
+            step = _UncachedSetStep(self.backbone, ids, pos, state.pend_cols, state.pend_valid)
 
-        def window(first, active):
-            """The masked positions among the W starting at the leftmost mask, left-aligned per row."""
-            cols_w = (first[:, None] + arange_W).clamp(max=C)
-            is_mask = (ids.gather(1, cols_w) == mask_id) & span.gather(1, cols_w) & active[:, None]
-            cols_w, is_mask = left_aligned(cols_w, is_mask)
-            return cols_w, is_mask, is_mask.sum(dim=1)
+        def forward(s: _SetState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
+            """The host's forward: [the accepted tokens, as many as there are] + [the window's masks, as many as
+            there are], cached (sliced or at fixed shapes) or recomputing the accepted ones; the window's logits."""
+            Tp = s.pend_cols.shape[1]
+            h = step(inp, s.pos.gather(1, inp_cols), new_valid, Tp)
+            return h if fixed else self.backbone.logits(h[:, h.shape[1] - (inp_cols.shape[1] - Tp):])
 
-        win_cols, candidate, n_cand = window(first, active)
-        win_cols, candidate = win_cols[:, :int(n_cand.max())], candidate[:, :int(n_cand.max())]
+        n_next = int(state.candidate.sum(dim=1).max())
+        state.win_cols, state.candidate = state.win_cols[:, :n_next], state.candidate[:, :n_next]
         iteration = 0
         while True:
-            all_cols = torch.cat([pend_cols, win_cols], dim=1)
-            inp, inp_pos = ids.gather(1, all_cols), pos.gather(1, all_cols)
-            Tp, Tw = pend_cols.shape[1], win_cols.shape[1]
-            h = step(inp, inp_pos, torch.cat([pend_valid, no_keys[:, :Tw]], dim=1), Tp)
-            logits = h if fixed else self.backbone.logits(h[:, h.shape[1] - Tw:])   # a fixed step returns logits
-            tokens, conf = chooser(logits, win_cols)
-            chosen = chooser.policy.select(conf, candidate, 1)
-            ids.scatter_(1, win_cols, torch.where(chosen, tokens, inp[:, Tp:]))
-            chooser.mark(tokens, chosen)
-            n_chosen = chosen.sum(dim=1)
-            log.record(active, n_chosen)
-
-            remaining = remaining - n_chosen
-            # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
-            first = torch.where(candidate & ~chosen, win_cols, (first + W).clamp(max=C)[:, None]).min(dim=1).values
-            active = active & (remaining > 0)
-            if stop:  # an EOS with no mask before it ends the row (official: checked every W steps only)
-                eos_at = torch.minimum(eos_at, torch.where(chosen & (tokens == eos_id), win_cols, C).min(dim=1).values)
-                if policy.checks_stop(iteration):
-                    active = active & (eos_at >= first)
+            state.check_stop = policy.checks_stop(iteration)   # official: every W steps only
+            self._advance(state, forward, chooser)
             iteration += 1
-            if chooser.policy.one_per_step:  # exactly one accepted token per decoded row: no sorting needed
-                pend_cols, pend_valid = the_one_accepted(win_cols, chosen, n_chosen)
-                win_cols, candidate, n_cand = window(first, active)
-                n_next = int(n_cand.max())
+            if state.policy.one_per_step:   # exactly one accepted token per decoded row: nothing to slice
+                n_next = int(state.candidate.sum(dim=1).max())
             else:
-                key = None if order_key is None else order_key.gather(1, win_cols)
-                pend_cols, pend_valid = left_aligned(win_cols, chosen, key)
-                win_cols, candidate, n_cand = window(first, active)
-                n_max, n_next = torch.stack([n_chosen.max(), n_cand.max()]).tolist()
-                pend_cols, pend_valid = pend_cols[:, :n_max], pend_valid[:, :n_max]
+                n_max, n_next = torch.stack([state.pend_valid.sum(dim=1).max(),
+                                             state.candidate.sum(dim=1).max()]).tolist()
+                state.pend_cols, state.pend_valid = state.pend_cols[:, :n_max], state.pend_valid[:, :n_max]
             if n_next == 0:
                 break
-            win_cols, candidate = win_cols[:, :n_next], candidate[:, :n_next]
-            step.accepted(pend_cols, pend_valid)
-            if whole:   # the other steps: whole, from this loop's state
-                state = _SetStepState(self, cache, canvas, decode, stop, ids, pos, span, order_key, pend_cols,
-                                      pend_valid, win_cols, candidate, first, remaining, active, eos_at)
-                self.run_whole_steps(step_fn, cache, canvas, state, log, int(remaining.max()) + 1,
-                                     width=state.arange_inputs.numel(), advance=state.pend_cols.shape[1])
-                return log.result()
-        canvas.ids.copy_(ids[:, :C])
-        return log.result()
+            state.win_cols, state.candidate = state.win_cols[:, :n_next], state.candidate[:, :n_next]
+            step.accepted(state.pend_cols, state.pend_valid)
+            if run.whole:   # the other steps: whole, from this loop's state
+                P = state.widths()["pend_cols"]
+                state = steps.run_whole_steps(self, run.step_fn, run.cache, state, int(state.remaining.max()) + 1,
+                                              width=P + W, advance=P)
+                break
+        return state.finish(canvas)
+
+    def _advance(self, s: "_SetState", forward, chooser) -> torch.Tensor:
+        """THE decode step (models/steps.py), eager or whole: `forward(s, input columns, their tokens, their
+        validity)` of [the tokens accepted at the last step] + [the window's masks] (nobody's keys), the chooser's
+        tokens and scores, the commit policy's selection (at least one a step), the commits and the step's log, the
+        leftmost mask, the stop rule (an EOS with no mask before it ends the row), the tokens accepted (in commit
+        order: position, or the first-hitting key) and the window that slides. Returns whether no row has a mask
+        left to decode (the stop flag)."""
+        W, Tw = s.arange_w.shape[0], s.win_cols.shape[1]
+        inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
+        inp = s.ids.gather(1, inp_cols)
+        window_ids = inp[:, inp.shape[1] - Tw:]
+        logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, s.no_keys[:, :Tw]], dim=1))
+        tokens, scores = chooser(logits, s.win_cols)
+        chosen = s.policy.select(scores, s.candidate, 1)
+        s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
+        chooser.mark(tokens, chosen)
+        n_chosen = chosen.sum(dim=1)
+        s.record(s.active, n_chosen)
+        remaining = s.remaining - n_chosen
+        # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
+        first = torch.where(s.candidate & ~chosen, s.win_cols, (s.first + W).clamp(max=s.scratch)[:, None])
+        first = first.min(dim=1).values
+        active, eos_at = s.active & (remaining > 0), s.eos_at
+        if s.checks_eos():
+            eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # -1: never
+            eos_at = torch.minimum(s.eos_at, eos_at)
+            if s.check_stop:
+                active = active & (eos_at >= first)
+        if s.policy.one_per_step:   # exactly one accepted token per decoded row: no sorting needed
+            pend_cols, pend_valid = the_one_accepted(s.win_cols, chosen, n_chosen)
+        else:
+            key = None if s.key is None else s.key.gather(1, s.win_cols)
+            pend_cols, pend_valid = left_aligned(s.win_cols, chosen, key)
+        s.put(remaining=remaining, first=first, eos_at=eos_at, active=active, pend_cols=pend_cols,
+              pend_valid=pend_valid)
+        win_cols, candidate = self._window(s)
+        s.put(win_cols=win_cols, candidate=candidate)
+        return ~candidate.any()
+
+    def _window(self, s: "_SetState") -> tuple[torch.Tensor, torch.Tensor]:
+        """The masked columns among the W starting at the leftmost mask, left-aligned per row."""
+        cols = (s.first[:, None] + s.arange_w).clamp(max=s.scratch)
+        is_mask = (s.ids.gather(1, cols) == self.mask_id) & s.span.gather(1, cols) & s.active[:, None]
+        return left_aligned(cols, is_mask)
+
+    def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "_SetState",
+                       light: bool = False):
+        """The whole step's forward (models.steps.whole_step): [P accepted slots] + [W window slots] (_fixed_step;
+        P = 1 for a policy that accepts exactly one token a step, else W) at the slots from the slot pointer, which
+        then passes the accepted tokens (they are in the cache now)."""
+        def forward(s: _SetState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
+                    ) -> torch.Tensor:
+            P = s.pend_cols.shape[1]
+            slots = s.n + torch.arange(inp_cols.shape[1], device=inp_cols.device)
+            logits = self._fixed_step(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, accepted=P)
+            valid.index_copy_(1, slots[:P], s.pend_valid)
+            s.n.add_(s.pend_valid.sum(dim=1).max())
+            return logits
+        return forward
 
 
 def the_one_accepted(win_cols: torch.Tensor, chosen: torch.Tensor, n_chosen: torch.Tensor
@@ -401,35 +358,62 @@ def the_one_accepted(win_cols: torch.Tensor, chosen: torch.Tensor, n_chosen: tor
     return torch.where(chosen, win_cols, 0).sum(dim=1, keepdim=True), n_chosen[:, None] > 0
 
 
-class _SetStepState(WholeStepState):
-    """SetDLM's whole-step state: the accepted columns (one without a threshold, which accepts exactly one token
-    per step, else W) and the W window columns, the per-row counters and the commit-order key, from the eager loop
-    after its first step."""
+class _SetState(steps.StepState):
+    """SetDLM's decoding state: the canvas with its scratch column, the commit-order key (first hitting: the reveal
+    times; None: position order), the accepted columns (pending for the cache; at step 0 every visible token, left
+    to right), the window's columns and which of them are masks (`candidate`), and per row the leftmost mask
+    (`first`), the masks left, whether it is active and its leftmost committed EOS. `check_stop`: the stop rule is
+    checked after this step (the official sampler checks every W steps only)."""
 
-    def __init__(self, model, cache, canvas: Canvas, decode: DecodeConfig, stop: bool, ids, pos, span, order_key,
-                 pend_cols, pend_valid, win_cols, candidate, first, remaining, active, eos_at):
-        super().__init__(cache, canvas, ids, pos, span, model.eos_id if stop else None, decode.threshold)
-        B, W, width, device = ids.shape[0], decode.window, self.ids.shape[1], ids.device
-        self.mask_id = model.mask_id
-        # commit order "position": the column (left to right); first hitting: the reveal times (never read past
-        # the canvas: those columns are never chosen)
-        self.key = torch.arange(width, device=device).expand(B, width).clone()
-        if order_key is not None:
-            self.key = torch.zeros(B, width, dtype=order_key.dtype, device=device)
-            self.key[:, :self.C] = order_key[:, :self.C]
-        self.one_per_step = decode.commit_policy().one_per_step   # part of the layout: a library each way
-        P = 1 if self.one_per_step else W
-        self.arange_w, self.arange_inputs = torch.arange(W, device=device), torch.arange(P + W, device=device)
-        self.pend_cols, self.pend_valid = self.cols(pend_cols, P), self.flags(pend_valid, P)
-        self.win_cols, self.candidate = self.cols(win_cols, W), self.flags(candidate, W)
-        self.first, self.eos_at = self.cols(first), self.cols(eos_at)
-        self.remaining, self.active = remaining.clone(), active.clone()
+    CANVAS = ("ids", "pos", "span", "key")
+    COLUMNS = ("pend_cols", "win_cols", "first", "eos_at")
 
-    def window(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The masked columns among the W from the leftmost mask, left-aligned per row (the eager loop's window)."""
-        cols = (self.first[:, None] + self.arange_w).clamp(max=self.scratch)
-        is_mask = (self.ids.gather(1, cols) == self.mask_id) & self.span.gather(1, cols) & self.active[:, None]
-        return left_aligned(cols, is_mask)
+    def __init__(self, model: "SetDLMModel", canvas: Canvas, decode: DecodeConfig, policy, stop: bool):
+        W = decode.window
+        ids, pos, span = canvas.with_scratch_column()
+        B, C = canvas.ids.shape
+        device = canvas.ids.device
+        cols = torch.arange(C, device=device)
+        masked = canvas.span & (canvas.ids == model.mask_id)
+        self.remaining = masked.sum(dim=1)
+        super().__init__(canvas, decode.commit_policy(), model.eos_id if stop else None, int(self.remaining.max()) + 2)
+        self.ids, self.pos, self.span = ids, pos, span
+        self.key = None
+        if decode.commit_order == "first_hitting":
+            L = model.config.length
+            generator = torch.Generator(device=device).manual_seed(decode.seed)
+            if policy.official_schedule and bool(canvas.span[:, -1].all()):
+                # setdlm_fht_cache_order: first-hitting times of the model's schedule (S_max = 2W, as the GSM8K
+                # harness sets it) for the N targets, indexed by target rank: target j takes schedule slot L - N + j
+                S_max = min(2 * W, L)
+                sched = StaggeredSchedule(L, min(model.config.block_size, S_max), S_max)
+                reveal = sched.sample_reveal_times(1, generator, device)
+                N = int(canvas.span[0].sum())
+                slot = (L - N + (cols - (C - N))).clamp(0, L - 1)
+                key = reveal[0, slot].expand(B, -1).clone()
+                self.key = torch.cat([key, key[:, -1:]], dim=1)   # the scratch column
+            else:
+                sched = StaggeredSchedule(L, min(W, L), min(2 * W, L))
+                # one draw over absolute positions, shared by every row: a row's order never depends on its batch
+                reveal = sched.sample_reveal_times(1, generator, device)
+                self.key = reveal.expand(B, -1).gather(1, pos.clamp(max=L - 1))
+        # step 0's accepted set: every visible token (prompt, or prefix + suffix), left to right
+        visible = canvas.real & ~masked
+        n_vis = int(visible.sum(dim=1).max())
+        pend_cols, pend_valid = left_aligned(cols.expand(B, C), visible)
+        self.pend_cols, self.pend_valid = pend_cols[:, :n_vis], pend_valid[:, :n_vis]
+        self.first = torch.where(masked, cols, C).min(dim=1).values          # leftmost mask per row
+        self.eos_at = torch.full((B,), C, dtype=torch.long, device=device)   # leftmost committed EOS
+        self.active = self.remaining > 0
+        self.check_stop = True
+        self.arange_w = torch.arange(W, device=device)
+        self.no_keys = torch.zeros(B, W, dtype=torch.bool, device=device)   # the window's masks are nobody's keys
+        self.win_cols, self.candidate = model._window(self)
+
+    def widths(self) -> dict[str, int]:
+        W = self.arange_w.shape[0]
+        P = 1 if self.policy.one_per_step else W   # part of the layout: a library each way
+        return {"pend_cols": P, "pend_valid": P, "win_cols": W, "candidate": W}
 
 
 class _CachedSetStep:
@@ -471,7 +455,7 @@ class _FixedSetStep(_CachedSetStep):
         super().__init__(model.backbone, cache)
         self.W, self.step_fn = W, step_fn
         self.slots = torch.arange(cache.capacity, device=model.device)
-        self.inputs = FixedStepInputs(cache.valid.shape[0], W, model.device)
+        self.inputs = steps.FixedStepInputs(cache.valid.shape[0], W, model.device)
 
     def __call__(self, inp, inp_pos, new_valid, Tp):
         W, cache = self.W, self.cache

@@ -1,10 +1,10 @@
 """The compiled decode steps (DecodeConfig.compile="on") decode the same greedy tokens as the eager sliced step: the
-whole steps of greedy decoding (forward, token choice, commits and stop flag in one graph, compiled ahead of time by
-AOTInductor on a CPU) on every paradigm of the default kind (the other kinds of the invariant suite as slow tests),
-compiled once per batch size and cache bucket,
-and the fixed forward alone inside the eager loop (a repetition penalty keeps host-side state; torch.compile), on
-one kind (CPU; about 20 s of compiling per ahead-of-time library, 5 s per torch.compile graph). A library reads
-the model's current weights."""
+whole steps of greedy decoding (the paradigm's one transition, forward, token choice, the commit policy, commits and
+stop flag, in one graph, compiled ahead of time by AOTInductor on a CPU; the eager loop runs the same transition)
+on every paradigm of the default kind (the other kinds of the invariant suite as slow tests), compiled once per
+batch size and cache bucket, and the fixed forward alone inside the eager loop (a repetition penalty keeps host-side
+state; torch.compile), on one kind (CPU; about 20 s of compiling per ahead-of-time library, 5 s per torch.compile
+graph). A library reads the model's current weights."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 
 from models import DecodeConfig
 from models.backbones import llama
-from models.decoding import RANKED_ALIGN_MAX, StopFlag, left_aligned
-from models.paradigm import STEP_BUCKET, STEP_GRAPH_LIMIT, compiled_step_graphs
+from models.decoding import RANKED_ALIGN_MAX, left_aligned
+from models.steps import STEP_BUCKET, STEP_GRAPH_LIMIT, StopFlag, compiled_step_graphs
 import model_utils
 from model_utils import FIXED_STEPS, random_prompts, tiny
 
@@ -92,6 +92,23 @@ def test_setdlm_whole_steps_without_a_threshold_accept_into_one_slot():
     assert any(len(g.tokens) < n for g, n in generations), "some row must stop at EOS"
     assert all(set(g.tokens_per_step) <= {0, 1} for g, _ in generations)
     assert compiled_graphs(before) == 1
+
+
+def test_compiled_whole_steps_run_the_commit_policies_with_one_library_per_rule():
+    """A whole step runs the paradigm's one transition, so the commit policy's `select` too, compiled: another rule
+    (EB, whose parameter gamma is a tensor of the state) decodes the eager loop's tokens, NFE and commits per step,
+    and two values of gamma share one library (BD3LM's two: its light step too, the stop flag read at once); the
+    confidence rule with a threshold is another rule, with libraries of its own."""
+    torch._dynamo.reset()
+    before = compiled_graphs()
+    model = tiny("bd3lm", block_size=4)
+    calls = [(random_prompts(3, 0), 12)]
+    for spec in ("eb(gamma=0.5)", "eb(gamma=2)"):
+        generations = same_decodes(model, calls, DecodeConfig(policy=spec, stop_at_eos=False))
+        assert any(k > 1 for g, _ in generations for k in g.tokens_per_step), "the rule must commit in parallel"
+    assert compiled_graphs(before) == 2
+    same_decodes(model, calls, DecodeConfig(threshold=0.5, stop_at_eos=False))
+    assert compiled_graphs(before) == 4
 
 
 @pytest.mark.parametrize("paradigm", FIXED_STEPS)

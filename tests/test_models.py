@@ -11,8 +11,8 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
-from models.decoding import StopFlag
 from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
+from models.steps import StopFlag
 import model_utils
 from model_utils import EOS, FIXED_STEPS, LENGTH, VOCAB, LogitsRecorder, random_prompts, tiny
 
@@ -80,7 +80,7 @@ def test_fixed_shape_steps_same_tokens_and_logits(paradigm, threshold, batch):
         auto = model.generate(prompts, 12, DecodeConfig(compile="auto", threshold=threshold, stop_at_eos=False,
                                                         repetition_penalty=1.2))
         assert [g.tokens for g in auto] == [g.tokens for g in outs[0]]   # auto: off on a CPU
-        assert model.step_mode(DecodeConfig(compile="auto")) == "off"
+        assert models.steps.step_mode(model, DecodeConfig(compile="auto")) == "off"
         if paradigm == "setdlm":   # accepted tokens enter the cache in first-hitting order too
             order = DecodeConfig(threshold=threshold, stop_at_eos=False, commit_order="first_hitting")
             assert [g.tokens for g in model.generate(prompts, 12, order.replace(compile="fixed"))] == \
@@ -91,17 +91,16 @@ def test_fixed_shape_steps_same_tokens_and_logits(paradigm, threshold, batch):
 @pytest.mark.parametrize("threshold", [None, 0.5])
 @pytest.mark.parametrize("late", [False, True])
 def test_whole_steps_same_tokens_nfe_and_steps(paradigm, threshold, late, monkeypatch):
-    """Greedy decoding at fixed shapes runs whole steps after the first (the forward, the token choice, the commits
-    and the stop flag, in place on device state: ParadigmModel.whole_step_applies). Against the eager sliced loop:
+    """Greedy decoding at fixed shapes runs whole steps after the first (the paradigm's one transition, the forward,
+    the token choice, the commits and the stop flag, on its fixed forward in place on its state at fixed shapes:
+    models.steps.whole_steps_apply). Against the eager sliced loop, which runs the same transition:
     the same tokens, NFE and tokens per step, for one row and a padded batch whose rows stop at different steps
     (EOS set to tokens the model emits), with the stop flag read at once (CPU) or one step late (StopFlag: CUDA's
     way, here on a CPU)."""
     monkeypatch.setattr(StopFlag, "LATE", late)
     model = tiny(paradigm, block_size=4)
-    whole_calls = []
-    for name in ("_whole_step", "_whole_step_no_pending"):   # BD3LM's lighter step too
-        if hasattr(model, name):
-            monkeypatch.setattr(model, name, lambda *a, step=getattr(model, name): (whole_calls.append(1), step(*a))[1])
+    whole_calls, whole_step = [], models.steps.whole_step   # every whole step, BD3LM's lighter one too
+    monkeypatch.setattr(models.steps, "whole_step", lambda *a, **k: (whole_calls.append(1), whole_step(*a, **k))[1])
     prompts = random_prompts(3, 4)
     decodes = [DecodeConfig(threshold=threshold)]
     if paradigm == "bd3lm":   # the forced-count schedule of spec §3.3
@@ -130,7 +129,7 @@ def test_whole_steps_same_tokens_nfe_and_steps(paradigm, threshold, late, monkey
 @pytest.mark.parametrize("late", [False, True])
 def test_bd3lm_whole_steps_feed_the_block_alone_when_none_is_pending(late, monkeypatch):
     """With the stop flag read at once (a CPU), a BD3LM whole step after a step that completed no block feeds the
-    block's S rows, not S invalid pending slots + S (_whole_step_no_pending); with one commit per step that is every
+    block's S rows, not S invalid pending slots + S (the light whole step); with one commit per step that is every
     step but the first of each block. Read one step late (CUDA graphs), every whole step feeds 2S. The tokens, NFE
     and tokens per step are the eager loop's either way (also test_whole_steps_same_tokens_nfe_and_steps)."""
     monkeypatch.setattr(StopFlag, "LATE", late)
@@ -182,7 +181,7 @@ def test_cache_compaction_keeps_results(paradigm, compile, monkeypatch):
     prompts = random_prompts(4, 11)
     compactions, original_compact, original_new = [], KVCache.compact, model.backbone.new_cache
     monkeypatch.setattr(KVCache, "compact", lambda self: (compactions.append(1), original_compact(self))[1])
-    monkeypatch.setattr(models.paradigm, "STEP_BUCKET", 1)   # fixed steps: the cache as sized, not a bucket
+    monkeypatch.setattr(models.steps, "STEP_BUCKET", 1)   # fixed steps: the cache as sized, not a bucket
     tight = max(len(p) for p in prompts) + 36 + (8 if paradigm == "bd3lm" else 16)   # the batch-1 sizing
     tight_cache = lambda B, capacity, **kw: original_new(B, min(capacity, tight), **kw)
     # the first threshold at which these rows commit different amounts (which one depends on the random model)

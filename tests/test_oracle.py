@@ -307,10 +307,11 @@ def test_the_perfect_model_decodes_eagerly_whatever_compile_says(tag):
     """The oracle's backbone has no fixed-shape forward (exact numpy arithmetic; Backbone.fixed_steps): a sweep run
     with --compile on decodes its cells eagerly, with the same tokens, instead of failing."""
     from models import DecodeConfig
+    from models.steps import step_mode
 
     model, tok = _perfect(tag)
     prompts = [[tok.bos_id, 5, 6, 7], [tok.bos_id, 8]]
-    assert model.step_mode(DecodeConfig(compile="on")) == "off"
+    assert step_mode(model, DecodeConfig(compile="on")) == "off"
     on = model.generate(prompts, 6, DecodeConfig(compile="on", stop_at_eos=False))
     assert [g.tokens for g in on] == [g.tokens for g in model.generate(prompts, 6, DecodeConfig(stop_at_eos=False))]
 

@@ -171,16 +171,34 @@ def test_teacher_forcing_only_where_the_rule_is_value_independent():
             model.generate(prompts, 4, d, forced=[[1] * 4, [2] * 4])
 
 
-def test_the_official_samplers_and_whole_steps_keep_the_confidence_rule():
-    """The official samplers reproduce the published confidence rule: another policy with them is refused; compiled
-    whole steps (greedy, compile on) run the eager loop for another policy, with the same tokens as compile off."""
+def test_the_official_samplers_keep_the_confidence_rule_and_whole_steps_run_the_others(monkeypatch):
+    """The official samplers reproduce the published confidence rule: another policy with them is refused. Whole
+    steps (greedy, compile fixed: the paradigm's one transition at fixed shapes, models/steps.py) run every built-in
+    rule but KLASS, whose chooser tracks each position's distribution across steps (the eager loop keeps that), with
+    the tokens, NFE and tokens per step of compile off."""
+    from models import steps
+
     model = models.build("setdlm", vocab_size=40, length=32, n_layers=1, d_model=32, n_heads=2, block_size=4).eval()
     with pytest.raises(ValueError, match="official samplers commit by the confidence rule"):
         model.generate([[1, 2]], 4, DecodeConfig(policy="margin(tau=0.3)", sampler="official"))
-    d = DecodeConfig(policy="margin(tau=0.05)", stop_at_eos=False)
-    canvas_off = model.generate([[1, 2, 3]], 8, d)
-    fixed = model.generate([[1, 2, 3]], 8, d.replace(compile="fixed"))
-    assert [g.tokens for g in fixed] == [g.tokens for g in canvas_off]
+    whole_calls, whole_step = [], steps.whole_step
+    monkeypatch.setattr(steps, "whole_step", lambda *a, **k: (whole_calls.append(1), whole_step(*a, **k))[1])
+    specs = ("margin(tau=0.05)", "entropy(theta=2.5)", "eb(gamma=1.5)", "eb(gamma=1.5,proxy=margin)", "factor(f=3)",
+             "topk(k=2)", "kfloor(tau=0.1)", "dus", "klass(tau=0.1,kl=1)")
+    for paradigm in ("bd3lm", "setdlm"):
+        torch.manual_seed(0)
+        model = models.build(paradigm, vocab_size=40, length=32, n_layers=1, d_model=32, n_heads=2,
+                             block_size=4).eval()
+        for spec in specs:
+            d = DecodeConfig(policy=spec, stop_at_eos=False)
+            if not type(model).decodes_with(d.commit_policy()):   # DUS: no block in SetDLM's window
+                continue
+            off = model.generate([[1, 2, 3], [4]], 9, d)
+            whole_calls.clear()
+            fixed = model.generate([[1, 2, 3], [4]], 9, d.replace(compile="fixed"))
+            assert [(g.tokens, g.nfe, g.tokens_per_step) for g in fixed] == \
+                [(g.tokens, g.nfe, g.tokens_per_step) for g in off], (paradigm, spec)
+            assert bool(whole_calls) == (not spec.startswith("klass")), (paradigm, spec)
 
 
 def test_a_policy_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eval(tmp_path, capsys):

@@ -124,7 +124,7 @@ def test_compiled_training_steps_match_eager_loss_and_gradients(paradigm, block)
 
     from harness.train import compiles_training, training_forward
     from models import from_config
-    from models.paradigm import STEP_GRAPH_LIMIT, compiled_step_graphs
+    from models.steps import STEP_GRAPH_LIMIT, compiled_step_graphs
 
     assert not compiles_training("auto", torch.device("cpu")) and compiles_training("auto", torch.device("cuda"))
     with pytest.raises(ValueError, match="compile must be one of"):

@@ -135,7 +135,7 @@ class StepCache:
     """The KV cache as a fixed-shape decode step sees it: the same preallocated per-layer tensors, written at the
     slots `slots` (a LongTensor [T], not a Python offset) and attended over every slot, the caller's mask saying
     which hold real keys. A step's shapes then never change from step to step, so it can be compiled once or
-    captured as a CUDA graph (DecodeConfig.compile, models.paradigm.ParadigmModel.fixed_step)."""
+    captured as a CUDA graph (DecodeConfig.compile, models.steps.fixed_step)."""
 
     def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], slots: torch.Tensor):
         self.k, self.v, self.slots = k, v, slots

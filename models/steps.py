@@ -1,0 +1,456 @@
+"""The step engine: a paradigm's decoding step written once, run eagerly or compiled.
+
+A cached paradigm (AR, BD3LM, SetDLM) keeps its decoding state in one `StepState` subclass from step 0 and writes
+one transition, `_advance(state, forward, chooser)`: the forward, the token choice, the commit policy's selection
+(models/policies.py), the commits, the bookkeeping and the stop flag, in that order. The eager loop runs it with the
+host's forward (sliced to what is pending, cached or not) and the host's chooser (sampling with a generator,
+repetition penalty, teacher forcing, the official sampler's arithmetic); between transitions the loop does what only
+the host does (dynamic slicing, the official sampler's extra forwards, the uncached reference's context). With
+DecodeConfig.compile fixed / on and greedy choice (`whole_steps_apply`), every step after the first is a *whole
+step* (`whole_step`): the same transition on the paradigm's fixed-shape forward (`_whole_forward`) and `GreedyChoice`,
+in place on the state laid out at fixed shapes (`StepState.at_fixed_shapes`), run by `run_whole_steps` and compiled
+ahead of time by AOTInductor on a CPU (models/exported_step.py) or captured as a CUDA graph on CUDA.
+
+What a paradigm supplies: the state class (its tensors and how each is laid out at fixed shapes: `CANVAS`,
+`COLUMNS`, `widths`), `_advance`, `_fixed_step` (one forward at shapes that never change, writing the cache through
+attention.StepCache) and `_whole_forward` (that forward on the state, with the cache slots' bookkeeping). The
+engine takes the model as an argument; it never imports models/paradigm.py.
+
+MDLM shares the engine's parts that are not about a cache (the step log with its counting rule, the greedy scores,
+the commit policies) but keeps its eager loop: it has no cache, so its step is the bidirectional forward of the whole
+canvas, whose arithmetic dominates a step (at the cpu preset's size the loop around it is 10-15% of a step, and
+torch.compile of that forward gains 1.07-1.14x: README, "Decode-step overhead"), and a fixed-shape step would be one
+graph per canvas length, with no cache bucket to share.
+
+    python -m harness.bench steps      # eager against compiled whole steps, per paradigm, with compile seconds
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+from typing import ClassVar
+
+import torch
+
+from .backbones import KVCache
+from .decoding import Canvas, StepLog, greedy_scores
+from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
+from .policies import CommitPolicy
+from .types import DecodeConfig
+
+STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
+STEP_GRAPH_LIMIT = 256   # compiled graphs a process may hold per step function (dynamo's recompile limit)
+
+
+def compiled_step_graphs() -> tuple[int, float]:
+    """(graphs torch.compile and AOTInductor have compiled in this process, seconds they spent compiling them): the
+    decode steps' (DecodeConfig.compile on) and the training forwards' (harness.train --compile), the only code the
+    harness compiles."""
+    from torch._dynamo import utils
+
+    return (int(utils.counters["stats"]["unique_graphs"]) + COMPILED["graphs"],
+            utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
+
+
+def prepare_torch_compile(limit: int = STEP_GRAPH_LIMIT) -> None:
+    """What every torch.compile of the harness needs first: dynamo keeps `limit` graphs per compiled function (one
+    per batch size, cache bucket and model shape: a sweep's models share their paradigm's step function and their
+    kind's backbone forward), more than its default of 8, past which it would fall back to eager silently; and
+    inductor builds for the ISA torch is held to (match_held_cpu_isa)."""
+    for name in ("recompile_limit", "accumulated_recompile_limit"):
+        setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+    match_held_cpu_isa()
+
+
+# -- the state -------------------------------------------------------------------------------------------------
+def _bound_policy(policy: CommitPolicy, values: dict[str, torch.Tensor]) -> CommitPolicy:
+    """`policy` with its float parameters replaced by the 0-d tensors `values` (validated when it was made), so
+    that one compiled step serves every value of them (tau 0.3 and 0.1 alike)."""
+    bound = object.__new__(type(policy))
+    for f in dataclasses.fields(policy):
+        object.__setattr__(bound, f.name, values.get(f.name, getattr(policy, f.name)))
+    return bound
+
+
+def _padded(value: torch.Tensor, dim: int, size: int, fill) -> torch.Tensor:
+    """`value` extended along `dim` to `size` entries of `fill` (never cut)."""
+    if value.shape[dim] >= size:
+        return value.clone()
+    shape = list(value.shape)
+    shape[dim] = size - value.shape[dim]
+    return torch.cat([value, value.new_full(shape, fill)], dim=dim)
+
+
+class StepState(StepLog):
+    """A paradigm's decoding state, from step 0 to the last: the canvas it decodes (with a scratch column, which
+    stands for "no column" and takes clamped gathers and scatters), the per-row counters of its loop, the commit
+    policy, the EOS id as a tensor (-1: never stop) and the step log (StepLog: NFE and commits per step, the counting
+    rule). The transition reads and writes it through `put`: the eager loop's state takes new tensors (their widths
+    follow what the step has: the host slices them), the fixed one's tensors are written in place.
+
+    `at_fixed_shapes` lays it out for whole steps: canvas tensors (`CANVAS`) as wide as the step cache, whose last
+    column becomes the scratch one; tensors of canvas columns (`COLUMNS`) with the eager scratch C mapped to it;
+    tensors the eager loop slices to fixed widths (`widths`); the commit policy's float parameters as tensors."""
+
+    CANVAS: ClassVar[tuple[str, ...]] = ("ids", "pos", "span")   # [B, C (+ 1)], padded with zeros
+    COLUMNS: ClassVar[tuple[str, ...]] = ()                       # hold canvas columns (C, the scratch: none)
+    HOST = frozenset({"C", "stops"})   # attributes only the host reads (not part of the layout)
+    fixed = False
+
+    def __init__(self, canvas: Canvas, policy: CommitPolicy, eos_id: int | None, max_steps: int):
+        B, C = canvas.ids.shape
+        device = canvas.ids.device
+        super().__init__(B, max_steps, device)
+        self.C = self.scratch = C   # the eager canvas's scratch column: C (Canvas.with_scratch_column)
+        self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as a fixed step reads it
+        self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
+        self.stops = eos_id is not None
+        self.policy = policy
+
+    def widths(self) -> dict[str, int]:
+        """The fixed widths (dimension 1) of the tensors whose width the eager loop varies."""
+        return {}
+
+    def checks_eos(self) -> bool:
+        """Whether the transition runs the EOS stop rule: always at fixed shapes (one compiled step serves decodes
+        with and without it: an EOS of -1 stops no row), in the eager loop only where an EOS can stop a row."""
+        return self.fixed or self.stops
+
+    def put(self, **values: torch.Tensor) -> None:
+        """The transition's writes: in place at fixed shapes, else the new tensors themselves."""
+        for name, value in values.items():
+            if self.fixed:
+                getattr(self, name).copy_(value)
+            else:
+                setattr(self, name, value)
+
+    def at_fixed_shapes(self, width: int, n: int) -> "StepState":
+        """This state laid out for whole steps of a cache `width` slots wide whose slot pointer `n` is the first slot
+        the next step writes (a copy; the eager loop's tensors are left as they are)."""
+        fixed = copy.copy(self)
+        fixed.fixed, fixed.scratch = True, width - 1   # the scratch column is >= C: never a canvas column
+        widths = self.widths()
+        for name, value in vars(self).items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            if name in self.COLUMNS:
+                value = torch.where(value >= self.C, fixed.scratch, value)
+            if name in self.CANVAS:
+                value = _padded(value, 1, width, 0)
+            elif name in widths:
+                value = _padded(value, 1, widths[name], fixed.scratch if name in self.COLUMNS else 0)
+            elif name == "per_step":   # a row per step: as many as any decode of this layout runs
+                value = _padded(value, 0, width, 0)
+            setattr(fixed, name, value.clone())
+        fixed.n = torch.full((1,), n, dtype=torch.long, device=self.ids.device)
+        params = {}
+        for f in dataclasses.fields(self.policy):
+            if isinstance(getattr(self.policy, f.name), float):
+                params[f.name] = torch.full((), getattr(self.policy, f.name), device=self.ids.device)
+                setattr(fixed, "policy_" + f.name, params[f.name])
+        fixed.policy = _bound_policy(self.policy, params)
+        return fixed
+
+    def with_tensors(self, tensors: dict[str, torch.Tensor]) -> "StepState":
+        """A copy of this state with `tensors` in place of its own (an exported step's inputs), its policy bound to
+        them."""
+        state = copy.copy(self)
+        for name, value in tensors.items():
+            setattr(state, name, value)
+        state.policy = _bound_policy(self.policy, {name[len("policy_"):]: value for name, value in tensors.items()
+                                                   if name.startswith("policy_")})
+        return state
+
+    def layout(self) -> tuple:
+        """What a compiled step specialises on: the kind of state, its tensors' names, shapes and dtypes, and its
+        other attributes' values (host-only ones left out; of the policy, its kind and its parameters that are not
+        tensors)."""
+        def value(v):
+            if isinstance(v, torch.Tensor):
+                return tuple(v.shape), v.dtype, v.device
+            if isinstance(v, CommitPolicy):
+                return type(v), tuple((f.name, "tensor" if isinstance(getattr(v, f.name), (float, torch.Tensor))
+                                       else getattr(v, f.name)) for f in dataclasses.fields(v))
+            return v
+        return (type(self).__name__, *sorted((name, value(v)) for name, v in vars(self).items()
+                                             if name not in self.HOST))
+
+    def load(self, other: "StepState") -> None:
+        """Take `other`'s values (the same layout) into this state's tensors, in place (the policy stays bound to
+        them)."""
+        for name, value in vars(other).items():
+            if isinstance(value, torch.Tensor):
+                getattr(self, name).copy_(value)
+            elif name != "policy":
+                setattr(self, name, value)
+
+    # the host's side of a paradigm whose next forward writes the columns pending for its cache (`pend_cols`,
+    # `pend_valid`: BD3LM's completed block, SetDLM's accepted tokens, and at step 0 the prompt)
+    def drop_pending(self) -> None:
+        """Nothing is pending: the next forward feeds no cache write (the eager loop slices it away)."""
+        self.pend_cols, self.pend_valid = self.pend_cols[:, :0], self.pend_valid[:, :0]
+
+    def write_pending(self, step, valid: torch.Tensor, rows: torch.Tensor) -> None:
+        """The official samplers' extra forward: what is pending (`valid` of it) written to the cache by the eager
+        loop's `step` in a forward of its own, which counts for `rows` and commits nothing; then nothing is
+        pending."""
+        cols = self.pend_cols
+        step(self.ids.gather(1, cols), self.pos.gather(1, cols), valid, cols.shape[1])
+        self.record(rows, torch.zeros_like(self.nfe))
+        self.drop_pending()
+
+    def finish(self, canvas: Canvas) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens back to the canvas; (NFE [B], tokens committed per step [steps, B])."""
+        canvas.ids.copy_(self.ids[:, :self.C])
+        return self.result()
+
+
+class GreedyChoice:
+    """The whole steps' chooser: greedy tokens and the scores the policy needs (decoding.greedy_scores, as the host's
+    TokenChooser computes them), with nothing kept between steps."""
+
+    def __init__(self, policy: CommitPolicy):
+        self.needs = policy.needs
+
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None):
+        return greedy_scores(logits.float(), self.needs)
+
+    def mark(self, tokens: torch.Tensor, chosen: torch.Tensor) -> None:
+        """Nothing to keep: greedy choice keeps no q_dec and no repetition penalty."""
+
+
+def whole_step(model, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, state: StepState,
+               light: bool = False) -> torch.Tensor:
+    """One whole step: the paradigm's transition (`_advance`) on its fixed-shape forward over the step cache (k, v,
+    valid) and greedy choice, in place on `state`; returns the stop flag. `light`: the paradigm's cheaper forward
+    where the state allows it (BD3LM: the block alone when nothing is pending)."""
+    return model._advance(state, model._whole_forward(k, v, valid, state, light), GreedyChoice(state.policy))
+
+
+# -- the engine --------------------------------------------------------------------------------------------------
+def step_mode(model, decode: DecodeConfig) -> str:
+    """DecodeConfig.compile on this model's device and backbone (off for a kind without fixed steps,
+    Backbone.fixed_steps): `auto` is `on` on CUDA (one graph replay per step instead of
+    hundreds of launches) and `off` on a CPU, where a cold compile costs more than a cpu-sweep cell's steps save
+    (python -m harness.bench steps: its compile s and speedup columns)."""
+    if not model.backbone.fixed_steps:   # a kind with no fixed-shape forward (the oracle's): the same tokens
+        return "off"
+    if decode.compile == "auto":
+        return "on" if model.device.type == "cuda" else "off"
+    return decode.compile
+
+
+def step_cache(model, batch: int, capacity: int):
+    """The cache of fixed-shape steps: `capacity` rounded up to a multiple of STEP_BUCKET (so that one compiled
+    step serves many canvas lengths), one per (batch, capacity, device, dtype) kept on the model: the same
+    tensors at every call (on CUDA marked static, so a captured graph replays on the addresses it recorded),
+    zeroed and emptied for each decode (a masked slot still meets a zero weight, and 0 * NaN would be NaN)."""
+    capacity = -(-capacity // STEP_BUCKET) * STEP_BUCKET
+    caches = model.__dict__.setdefault("_step_caches", {})
+    key = (batch, capacity, model.device, model.backbone.dtype)
+    cache = caches.get(key)
+    if cache is None:
+        cache = caches[key] = model.backbone.new_cache(batch, capacity, zeroed=True)
+        if model.device.type == "cuda":
+            for tensor in (*cache.k, *cache.v, cache.valid):
+                torch._dynamo.mark_static_address(tensor)
+        return cache
+    for tensor in (*cache.k, *cache.v, cache.valid):
+        tensor.zero_()
+    cache.length = 0
+    return cache
+
+
+def whole_steps_apply(model, decode: DecodeConfig, canvas: Canvas) -> bool:
+    """Whether a fixed-shape decode runs whole steps after its first: greedy choice with nothing that keeps
+    host-side or per-row state between steps (no repetition penalty, teacher forcing or first-step probe, and a
+    commit policy that reads no score the chooser tracks across steps: every built-in rule but KLASS), for a
+    paradigm that has a transition. Other decodes run the fixed forward inside the eager loop."""
+    return (hasattr(model, "_whole_forward") and step_mode(model, decode) != "off" and decode.greedy
+            and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe
+            and "stable" not in decode.commit_policy().needs)
+
+
+def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False):
+    """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None.
+    `whole`: the whole step (`whole_step`) instead of the paradigm's forward alone (`_fixed_step`)."""
+    mode = step_mode(model, decode)
+    if mode == "off":
+        return None
+    return step_cache(model, batch, capacity), step_function(model, mode, whole)
+
+
+@dataclasses.dataclass
+class DecodeSteps:
+    """What a cached decode runs (`decode_steps`): `whole`, every step after the first is a whole step; `fixed`,
+    its steps are at fixed shapes, on `cache` (the step cache) with `step_fn` (the whole step, or the fixed forward
+    inside the eager loop); `first`: the fixed forward the eager loop's steps call (with whole steps, the first
+    step's, eagerly)."""
+    whole: bool
+    cache: object = None
+    step_fn: object = None
+
+    @property
+    def fixed(self) -> bool:
+        return self.step_fn is not None
+
+    def first(self, model):
+        return model._fixed_step if self.whole else self.step_fn
+
+
+def decode_steps(model, decode: DecodeConfig, canvas: Canvas, step_len: int) -> DecodeSteps:
+    """What a cached decode of `canvas` runs, its steps feeding up to `step_len` new inputs (DecodeSteps)."""
+    whole = whole_steps_apply(model, decode, canvas)
+    B, C = canvas.ids.shape
+    capacity = C if step_len == 1 else KVCache.step_capacity(B, C, step_len)   # AR: a slot per column
+    return DecodeSteps(whole, *(fixed_step(model, decode, B, capacity, whole) or ()))
+
+
+def step_function(model, mode: str, whole: bool, light: bool = False):
+    """The model's step, eager ("fixed") or compiled once per model ("on"): the whole step (`whole`, `light` its
+    cheaper variant) or the paradigm's fixed forward. On a CPU a whole step is compiled ahead of time by AOTInductor
+    (models/exported_step.py: no Python between or around its kernels), a fixed forward by inductor with its C++
+    wrapper; on CUDA either is a CUDA graph through mode="reduce-overhead". Each compiles once per batch size and
+    cache bucket (and, for a whole step, state layout)."""
+    step = functools.partial(whole_step, model, light=light) if whole else model._fixed_step
+    if mode == "fixed":
+        return step
+    name = ("whole_light" if light else "whole") if whole else "fixed"
+    compiled = model.__dict__.setdefault("_compiled_steps", {})
+    if name not in compiled and whole and model.device.type == "cpu":
+        compiled[name] = ExportedStep(model, functools.partial(whole_step, light=light), name)
+    if name not in compiled:
+        compiled[name] = dynamo_step(model, step)
+    return compiled[name]
+
+
+def dynamo_step(model, step):
+    """`step` through torch.compile at fixed shapes: a CUDA graph on CUDA (mode="reduce-overhead"), inductor's C++
+    wrapper on a CPU (no Python between a step's kernels)."""
+    prepare_torch_compile()
+    how = {"mode": "reduce-overhead"} if model.device.type == "cuda" else {"options": {"cpp_wrapper": True}}
+    return torch.compile(step, dynamic=False, fullgraph=True, **how)
+
+
+def kept_state(model, state: StepState) -> StepState:
+    """`state` in tensors kept on the model across decodes, one set per state layout (paradigm, batch size and
+    cache bucket; StepState.layout), its values copied in: on CUDA they are marked static, so that a captured
+    graph, which mutates them, replays on the addresses it recorded (as `step_cache`)."""
+    kept = model.__dict__.setdefault("_step_states", {})
+    layout = state.layout()
+    if layout not in kept:
+        kept[layout] = state
+        if model.device.type == "cuda":
+            for value in vars(state).values():
+                if isinstance(value, torch.Tensor):
+                    torch._dynamo.mark_static_address(value)
+        return state
+    kept[layout].load(state)
+    return kept[layout]
+
+
+def run_whole_steps(model, step_fn, cache, state: StepState, steps: int, width: int, advance: int,
+                    light: bool = False) -> StepState:
+    """Run the eager loop's `state`, laid out at fixed shapes, through up to `steps` whole steps `step_fn(cache.k,
+    cache.v, cache.valid, state)`, each writing `width` cache slots from the device's slot pointer `state.n` and
+    advancing it by at most `advance`, until the stop flag they return is read set (StopFlag: at once on a CPU, one
+    step late on CUDA). Returns the state they ran on (its `finish` hands the tokens and the log back).
+
+    `light`: the paradigm has a cheaper whole step (fewer rows, within `width` and `advance`) that gives the same
+    result where the state says so (`state.light()`, read on the host before each step). Only where the loop reads
+    the host every step anyway (the flag read at once) and the step is eager or compiled ahead of time: under CUDA
+    graphs every step is one replay of one graph.
+
+    The host keeps an upper bound of the pointer and reads the pointer itself only when the bound leaves less
+    than a step's slots, to compact the cache if the pointer does too (batches whose rows commit unevenly).
+    A step compiled ahead of time (ExportedStep) is bound to the cache and state once per decode. For a
+    torch.compile'd one, the calls after the first, which compiles or picks the graph, skip dynamo's guards:
+    every call of the loop passes the same objects at the same shapes."""
+    state = kept_state(model, state.at_fixed_shapes(cache.capacity, cache.length))
+    exported = isinstance(step_fn, ExportedStep)
+    dynamo = not exported and not isinstance(step_fn, functools.partial)   # torch.compile'd
+    cuda_graphs = dynamo and cache.valid.device.type == "cuda"
+
+    def bound(fn):
+        return fn.bind(cache, state) if isinstance(fn, ExportedStep) else functools.partial(
+            fn, cache.k, cache.v, cache.valid, state)
+
+    step = bound(step_fn)
+    flag = StopFlag(cache.valid.device)
+    light_step = None
+    if light and not flag.late and not dynamo:
+        light_step = bound(step_function(model, "on" if exported else "fixed", whole=True, light=True))
+    pointer = cache.length
+    with contextlib.ExitStack() as stack:
+        for i in range(steps):
+            if pointer + width > cache.capacity:
+                cache.length = pointer = int(state.n)
+                if pointer + width > cache.capacity:
+                    cache.compact()   # in place: the bound step's tensors stay the cache's
+                    state.n.fill_(cache.length)
+                    pointer = cache.length
+            if cuda_graphs:   # the last replay's outputs are dead (its flag is copied): replay on their memory
+                torch.compiler.cudagraph_mark_step_begin()
+            finished = light_step() if light_step is not None and state.light() else step()
+            if i == 0 and dynamo:   # its guards passed once
+                stack.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
+            pointer += advance
+            if flag.read(finished):
+                break
+    return state
+
+
+class StopFlag:
+    """The stop rule's flag (a device bool tensor that a step computes) as the host loop reads it. On a CPU the
+    flag is read at once. On CUDA (`late`) it is copied to pinned memory without blocking and read one step late,
+    after the next step is already queued: no step waits for the one before it to finish. The step run past the
+    stop has no active row, so it changes no token and counts no NFE; it only costs its time."""
+
+    LATE: bool | None = None   # None: late on CUDA only (tests set True to run the late path on a CPU)
+
+    def __init__(self, device: torch.device):
+        cuda = device.type == "cuda"
+        self.late = cuda if self.LATE is None else self.LATE
+        self.host = torch.zeros((), dtype=torch.bool, pin_memory=cuda)
+        self.copied = torch.cuda.Event() if cuda else None   # when the last copy has landed
+        self.posted = False
+
+    def read(self, flag: torch.Tensor) -> bool:
+        """Post this step's `flag`; True once a posted flag is known to be set (this step's, or the last one's)."""
+        if not self.late:
+            return bool(flag)
+        seen = False
+        if self.posted:   # the last step's flag: wait for its copy only (this step is queued behind it)
+            if self.copied is not None:
+                self.copied.synchronize()
+            seen = bool(self.host)
+        self.host.copy_(flag, non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
+        self.posted = True
+        return seen
+
+
+class FixedStepInputs:
+    """The preallocated inputs of a fixed-shape forward inside the eager loop (BD3LM, SetDLM): [`width` slots of
+    what enters the cache] + [`width` slots of queries]. Each step writes its Tp entering and T - Tp query inputs
+    into them in place, with no allocation per step, and the rest is invalid: stale ids and positions there are
+    never keys, and their rows are never read."""
+
+    def __init__(self, batch: int, width: int, device: torch.device):
+        self.width = width
+        self.ids = torch.zeros(batch, 2 * width, dtype=torch.long, device=device)
+        self.pos = torch.zeros_like(self.ids)
+        self.valid = torch.zeros(batch, 2 * width, dtype=torch.bool, device=device)
+
+    def fill(self, inp: torch.Tensor, inp_pos: torch.Tensor, new_valid: torch.Tensor, Tp: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        W, Tq = self.width, inp.shape[1] - Tp
+        self.valid.zero_()
+        for buffer, x in ((self.ids, inp), (self.pos, inp_pos), (self.valid, new_valid)):
+            buffer[:, :Tp] = x[:, :Tp]
+            buffer[:, W:W + Tq] = x[:, Tp:]
+        return self.ids, self.pos, self.valid
