@@ -38,6 +38,10 @@ def exhausted(e: BaseException) -> str | None:
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"the disk is full{where} ({text[:160]}); finished work is kept — free some space and rerun to "
                 f"resume")
+    if isinstance(e, OSError) and e.errno == errno.EFBIG:   # ulimit -f, or the filesystem's largest file
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        return (f"a file-size limit was reached{where} ({text[:160]}); finished work is kept — raise the limit "
+                f"(ulimit -f) or write elsewhere, and rerun to resume")
     return None
 
 

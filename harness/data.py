@@ -13,14 +13,14 @@ import hashlib
 import os
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from models.checkpoint import atomic_directory
+from models.checkpoint import atomic_directory, write_safetensors
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
-from .cache import cache_dir, file_lock
+from .cache import CacheError, cache_dir, cache_target, file_lock
 from .configs import short_hash
-from .paths import hashed_component
+from .paths import hashed_component, replacing
 
 VAL_ROWS = 32   # validation rows of every training run
 HUB_CORPORA = {"openwebtext": ("Skylion007/openwebtext", None, "train", "text")}   # name -> (path, config, split, field)
@@ -92,7 +92,7 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
         with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
             if not (directory / "tokenizer.json").is_file():
                 tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
-                with atomic_directory(directory) as tmp:
+                with atomic_directory(cache_target(directory)) as tmp:
                     tok.save(tmp)
     return load_tokenizer(directory)
 
@@ -109,10 +109,9 @@ def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
         ids.extend(enc)
         ids.append(tok.eos_id)
     stream = torch.tensor(ids, dtype=torch.long)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    save_file({"ids": stream}, str(tmp))
-    os.replace(tmp, path)
+    cache_target(path)
+    with replacing(path, cache_dir(), CacheError) as tmp:
+        write_safetensors({"ids": stream}, tmp)
     return stream
 
 

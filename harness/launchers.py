@@ -53,7 +53,7 @@ from .speed import run_speed
 from .training_claims import training_stage
 from .store import ResultsStore
 from .sweep import Plan, PlanError, is_local_spec, load_task, needed_models, pending_cells, results_dir
-from .cache import checkpoint_dir, is_cached
+from .cache import cache_target, checkpoint_dir, is_cached
 from .data import get_tokenizer
 from .precision import resolve_device
 from .train import ensure_trained
@@ -298,7 +298,7 @@ def ray_train_job(cfg: TrainConfig, device: str, parent: dict | None = None) -> 
     cfg.init_from (the model it starts from), written into the worker's cache before training."""
     get_tokenizer(cfg.tokenizer, cfg.corpus)
     if parent is not None and not is_cached(cfg.init_from):
-        write_checkpoint(parent, checkpoint_dir(cfg.init_from))
+        write_checkpoint(parent, cache_target(checkpoint_dir(cfg.init_from)))
     directory = ensure_trained(cfg, device, progress=False)
     return checkpoint_payload(cfg.model_id, directory)
 
@@ -424,7 +424,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
                     raise (cause if isinstance(cause, Exception) else e) from e
                 if kind == "train":
                     if not is_cached(item):      # a worker without our filesystem: keep a copy here
-                        write_checkpoint(result, checkpoint_dir(item))
+                        write_checkpoint(result, cache_target(checkpoint_dir(item)))
                     training -= 1
                     bar.set_postfix_str(f"training {training} model(s)" if training else "")
                     continue

@@ -37,11 +37,15 @@ import json
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Callable
 
-import matplotlib
+from .cache import library_cache
+
+os.environ.setdefault("MPLCONFIGDIR", str(library_cache("matplotlib")))   # its font cache: ours, not under $HOME
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -52,7 +56,7 @@ from models import get_paradigm, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
 from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
-from .paths import replacing, safe_component  # noqa: E402
+from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
 from .rows import commit_policy, is_reference, policy_spec, series_of, setting  # noqa: E402
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
@@ -763,14 +767,14 @@ def update_readme(path: Path, section: str, preset: str, begin_marker: str = REA
     return True
 
 
-def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "") -> None:
+def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "", root: Path | None = None) -> None:
     if table.empty:
         return
-    directory.mkdir(parents=True, exist_ok=True)
-    with replacing(directory / f"{name}.csv") as tmp:
+    make_dirs(directory, root, ReportError)
+    with replacing(directory / f"{name}.csv", root, ReportError) as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
     md = table.to_markdown(index=False, floatfmt=".4g")
-    with replacing(directory / f"{name}.md") as tmp:
+    with replacing(directory / f"{name}.md", root, ReportError) as tmp:
         tmp.write_text((f"{note}\n\n" if note else "") + md + "\n")
 
 
@@ -796,7 +800,7 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         all_rows, df = df, df[df.default_policy]   # the task figures draw the confidence rule; tables hold every cell
         ref = ref[ref.default_policy] if ref is not None and not ref.empty else ref
         for task in dict.fromkeys(all_rows.task):
-            _write(task_table(all_rows, task).drop(columns=["run_id"]), tables, task)
+            _write(task_table(all_rows, task).drop(columns=["run_id"]), tables, task, root=preset_dir)
             primary = df[(df.task == task) & df.primary].metric
             extra = TASKS[task].extra_plots if task in TASKS else ()   # a task declares what else is drawn
             for metric in list(dict.fromkeys(primary)) + list(extra):
@@ -815,21 +819,22 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         if plot_per_model(df, ppl_tasks, {t: "perplexity" for t in ppl_tasks}, f"Perplexity ({UPPER_BOUND_NOTE})",
                           plots / f"{preset_dir.name}-perplexity.png"):
             written.append(plots / f"{preset_dir.name}-perplexity.png")
-        _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).")
-        _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.")
+        _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).", preset_dir)
+        _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.",
+               preset_dir)
         ranked = policy_ranking.ranking(preset_dir, checked_rows(preset_dir / "runs.jsonl"))
         if not ranked.empty:
-            tables.mkdir(parents=True, exist_ok=True)
-            with replacing(tables / "policies.md") as tmp:
+            make_dirs(tables, preset_dir, ReportError)
+            with replacing(tables / "policies.md", preset_dir, ReportError) as tmp:
                 tmp.write_text(policy_ranking.markdown(ranked))
             written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
         summary, details = claims_tables(preset_dir)
         if not summary.empty:
-            with replacing(tables / "claims.md") as tmp:
+            with replacing(tables / "claims.md", preset_dir, ReportError) as tmp:
                 tmp.write_text(claims_markdown(summary, details))
-            with replacing(tables / "claims.csv") as tmp:
+            with replacing(tables / "claims.csv", preset_dir, ReportError) as tmp:
                 details.to_csv(tmp, index=False, float_format="%.6g")
-            with replacing(tables / "claims.json") as tmp:   # one record per comparison, machine-readable
+            with replacing(tables / "claims.json", preset_dir, ReportError) as tmp:   # one record per comparison, machine-readable
                 records = {name: frame.astype(object).where(frame.notna(), None).to_dict("records")
                            for name, frame in (("claims", summary), ("comparisons", details))}
                 tmp.write_text(json.dumps(records, indent=1, default=str, allow_nan=False) + "\n")

@@ -19,9 +19,11 @@ Layout (the contract `harness.report` and outside checks read; design.md "Result
   so is a line that is not a JSON object with its keys (`run_id` and `metric` in runs.jsonl,
   `example_id` in examples), naming the file and line.
 * run ids become file names only through harness.paths.safe_component.
-* Nothing in a results directory is followed out of it: the lock and the row files are opened with
-  O_NOFOLLOW, and a directory any of whose entries is a symlink is refused (StoreError) before
-  anything is written, so a planted `.lock -> ~/.bashrc` cannot truncate the file it points to.
+* Nothing in a results directory is followed out of it: the lock and the row files are opened through
+  harness.paths.open_below (no symlink below the results root, no second hard link, a regular file: not a
+  FIFO), and a directory any of whose entries is a symlink or a hard-linked file is refused (StoreError)
+  before anything is written, so a planted `.lock -> ~/.bashrc` (or a hard link to it) cannot truncate the
+  file it points to.
 
     python -c "from harness.store import ResultsStore; print(len(ResultsStore('results/cpu').runs()))"
 """
@@ -41,7 +43,7 @@ from models import jsonio
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
-from .paths import safe_component
+from .paths import make_dirs, open_below, safe_component
 from .schema import STORED_KEYS
 
 RUN_ROW_KEYS = ("run_id", "metric")       # what a runs.jsonl line must hold to be read at all
@@ -60,8 +62,10 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
 
 def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
     """read_jsonl, with every row's line number."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
+    if not path.is_file():
+        raise StoreError(f"{path} is not a regular file (a FIFO, socket, device or folder); move it away")
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -107,24 +111,20 @@ def _cut_torn_tail(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
-def open_nofollow(path: Path, flags: int) -> int:
-    """os.open of a results file that refuses a symlink in its place (StoreError), instead of writing through it."""
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        if os.path.islink(path):
-            raise StoreError(f"{path} is a symlink (to {os.path.realpath(path)}); results files are never followed "
-                             f"out of their directory: remove it") from None
-        raise
+def open_nofollow(path: Path, flags: int, root: Path | None = None) -> int:
+    """os.open of a results file under harness.paths.open_below (StoreError for a symlink below `root`, a second
+    hard link, a FIFO or device), instead of writing through it."""
+    return open_below(path, flags, root if root is not None else Path(path).parent, StoreError)
 
 
-def append_jsonl(path: Path, rows: list[dict]) -> None:
-    """Append rows as one write (after cutting off a torn last line left by a killed writer)."""
+def append_jsonl(path: Path, rows: list[dict], root: Path | None = None) -> None:
+    """Append rows as one write (after cutting off a torn last line left by a killed writer); no link below `root`
+    (default: the file's folder) is written through."""
     if not rows:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent, root if root is not None else path.parent, StoreError)
     payload = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
-    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, root)
     try:
         _cut_torn_tail(fd)
         if os.write(fd, payload) != len(payload):
@@ -169,7 +169,7 @@ class ResultsStore:
         self.refuse_symlinks()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT)
+            fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT, self.root)
         except OSError as e:
             blocker = next((p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir()), None)
             why = f"{blocker} is a file, not a directory" if blocker else (e.strerror or str(e)).lower()
@@ -193,8 +193,8 @@ class ResultsStore:
             os.close(fd)
 
     def refuse_symlinks(self) -> None:
-        """StoreError naming the first symlink among the directory's entries (at any depth; the directory itself
-        may be one, e.g. --out on another disk)."""
+        """StoreError naming the first symlink, or file with a second hard link, among the directory's entries (at
+        any depth; the directory itself may be a symlink, e.g. --out on another disk)."""
         if not self.root.is_dir():
             return
         for folder, dirs, files in os.walk(self.root):
@@ -203,6 +203,10 @@ class ResultsStore:
                 if path.is_symlink():
                     raise StoreError(f"{path} is a symlink (to {os.path.realpath(path)}); a results directory holds "
                                      f"only its own files: remove it or use another --out")
+                if name in files and path.lstat().st_nlink > 1:
+                    raise StoreError(f"{path} has {path.lstat().st_nlink} hard links; a results directory holds "
+                                     f"only its own files (writing it would change the other name too): remove it "
+                                     f"or use another --out")
 
     # -- cells -----------------------------------------------------------------------------------
     def runs(self) -> list[dict]:
@@ -229,7 +233,7 @@ class ResultsStore:
             raise ValueError(f"result rows lack required keys: {sorted(set(missing))}")
         present = {(r["run_id"], r["metric"]) for r in self.runs()}
         append_jsonl(self.runs_path, [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows
-                                      if (r["run_id"], r["metric"]) not in present])
+                                      if (r["run_id"], r["metric"]) not in present], self.root)
         kill_point("after_cell")
 
     # -- examples --------------------------------------------------------------------------------
@@ -244,5 +248,6 @@ class ResultsStore:
         return list(rows.values())
 
     def append_examples(self, run_id: str, rows: list[dict]) -> None:
-        append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows])
+        append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows],
+                     self.root)
         kill_point("after_chunk")

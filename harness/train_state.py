@@ -14,12 +14,12 @@ import dataclasses
 import json
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from models import jsonio
-from models.checkpoint import atomic_directory
+from models.checkpoint import atomic_directory, write_safetensors
 
-from .cache import train_state_dir
+from .cache import cache_target, train_state_dir
 
 
 def save_state(cfg, step, model, ema, opt, data_gen, elapsed, curve: list | None = None) -> None:
@@ -33,8 +33,8 @@ def save_state(cfg, step, model, ema, opt, data_gen, elapsed, curve: list | None
     tensors["rng.torch"] = torch.get_rng_state()
     tensors["rng.data"] = data_gen.get_state()
     groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in opt_state["param_groups"]]
-    with atomic_directory(train_state_dir(cfg)) as tmp:
-        save_file(tensors, str(tmp / "state.safetensors"))
+    with atomic_directory(cache_target(train_state_dir(cfg))) as tmp:
+        write_safetensors(tensors, tmp / "state.safetensors")
         (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
                                                     "curve": curve or [], "config": dataclasses.asdict(cfg)}))
 

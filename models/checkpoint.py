@@ -18,6 +18,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -270,12 +271,24 @@ def _clean_leftovers(directory: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def write_safetensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """safetensors' save_file, whose I/O failures (a full disk, a file-size limit) are raised as the OSError they
+    are (safetensors raises them as a SafetensorError naming "os error N"), so the CLIs report them in one line."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as e:
+        code = re.search(r"os error (\d+)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
+
+
 def save(model: "ParadigmModel", directory: str | Path, tokenizer: "Tokenizer | None" = None,
          extra: dict | None = None) -> Path:
     """Atomically write model (and tokenizer) to `directory`; `extra` is stored in config.json."""
     with atomic_directory(directory) as tmp:
         state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        save_file(state, str(tmp / WEIGHTS_FILE))
+        write_safetensors(state, tmp / WEIGHTS_FILE)
         meta = {"model": model.config.to_dict(), "schema_version": SCHEMA_VERSION, **(extra or {})}
         (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:

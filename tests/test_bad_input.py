@@ -216,6 +216,9 @@ BAD_INPUTS = [
     "policy_unknown", "policy_parameter_out_of_range", "report_policy_unknown",
     # physical sanity of a model's config (accepted silently before: NaN angles at decode time)
     "checkpoint_config_rope_base_zero",
+    # links of every kind below a chosen root (harness.paths): never followed or written through
+    "results_runs_hard_linked", "results_lock_hard_linked", "results_runs_a_fifo", "report_tables_a_symlink",
+    "cache_a_file", "cache_folder_a_symlink",
 ]
 IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -224,11 +227,13 @@ IN_PROCESS = {name: tool for tool, names in {
             "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
             "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
             "jobs_with_delete_downloads", "policy_unknown", "policy_parameter_out_of_range",
-            "checkpoint_config_rope_base_zero"],
+            "checkpoint_config_rope_base_zero", "results_runs_hard_linked", "results_lock_hard_linked",
+            "results_runs_a_fifo"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
-               "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown"],
-    "train": ["train_length_zero", "train_lr_not_a_number"],
+               "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown",
+               "report_tables_a_symlink"],
+    "train": ["train_length_zero", "train_lr_not_a_number", "cache_a_file", "cache_folder_a_symlink"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
                 "lm_eval_threshold_5", "lm_eval_window_abc", "lm_eval_repetition_penalty_nan",
                 "lm_eval_policy_unknown"],
@@ -340,6 +345,15 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     if name == "checkpoint_config_rope_base_zero":
         d = _broken_copy(ck["ar"], tmp / "rope0", lambda d: _arch_edit(d, rope_base=0))
         return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "rope_base must be a finite number > 0"
+    if name in ("results_runs_hard_linked", "results_lock_hard_linked"):   # an outside file would be truncated
+        (out / "smoke").mkdir(parents=True)
+        (tmp / "bashrc").write_text("")
+        os.link(tmp / "bashrc", out / "smoke" / ("runs.jsonl" if name == "results_runs_hard_linked" else ".lock"))
+        return cell, "has 2 hard links"
+    if name == "results_runs_a_fifo":   # it swallowed the rows, then a traceback
+        (out / "smoke").mkdir(parents=True)
+        os.mkfifo(out / "smoke" / "runs.jsonl")
+        return cell, "runs.jsonl is not a regular file"
     if name == "policy_unknown":
         return [*cell, "--policy", "greedy"], "unknown policy 'greedy'; valid: confidence"
     if name == "policy_parameter_out_of_range":
@@ -355,6 +369,13 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     if name in rows:
         (out / "cpu").mkdir(parents=True)
         write_jsonl(out / "cpu" / "runs.jsonl", [rows[name]])
+    if name == "report_tables_a_symlink":   # it overwrote a file in the folder the link named, and added six
+        (tmp / "outside").mkdir()
+        (tmp / "outside" / "gsm8k.md").write_text("keep me\n")
+        (out / "cpu").mkdir(parents=True)
+        (out / "cpu" / "tables").symlink_to(tmp / "outside")
+        write_jsonl(out / "cpu" / "runs.jsonl", [report_row()])
+        return report, "tables is a symlink"
     if name == "report_results_missing":
         return [*report[:1], str(tmp / "nowhere"), *report[2:]], f"results directory {tmp / 'nowhere'} not found"
     if name == "report_unknown_preset":
@@ -382,6 +403,18 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return ["--paradigm", "ar", "--length", "0"], "argument --length: must be >= 2, got 0"
     if name == "train_lr_not_a_number":
         return ["--paradigm", "ar", "--lr", "fast"], "argument --lr: expected a number, got 'fast'"
+    train = ["--paradigm", "ar", "--steps", "1", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
+             "--length", "16", "--tokenizer", "bpe:300"]
+    if name == "cache_a_file":
+        (tmp / "cachefile").write_text("")
+        monkeypatch.setenv("HARNESS_CACHE", str(tmp / "cachefile"))
+        return train, "cachefile is a file, not a directory"
+    if name == "cache_folder_a_symlink":
+        (tmp / "outside").mkdir()
+        (tmp / "mycache").mkdir()
+        (tmp / "mycache" / "tokenizers").symlink_to(tmp / "outside")
+        monkeypatch.setenv("HARNESS_CACHE", str(tmp / "mycache"))
+        return train, "tokenizers is a symlink"
     # harness.lm_eval
     lm = ["run", "--tasks", "harness_gsm8k", "--include_path", str(REPO / "tasks" / "lm_eval"), "--model"]
     if name == "lm_eval_unknown_knob":

@@ -189,8 +189,8 @@ def two_cells(checkpoints, questions, tmp_path_factory):
     root = tmp_path_factory.mktemp("two_cells")
     appends, real = [], store_mod.append_jsonl
 
-    def recording(path, rows):
-        real(path, rows)
+    def recording(path, rows, *below):
+        real(path, rows, *below)
         if rows:
             appends.append((str(Path(path).relative_to(root / "a")),
                             "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()))
