@@ -43,6 +43,7 @@ from models import jsonio
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
+from .lifeline import is_alive, process_start
 from .paths import make_dirs, open_below, safe_component
 from .schema import STORED_KEYS
 
@@ -135,10 +136,13 @@ def append_jsonl(path: Path, rows: list[dict], root: Path | None = None) -> None
 
 
 class ResultsStore:
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, driver: int | None = None):
+        """`driver`: in a sweep's worker process, the pid of the driver whose lock the worker writes under (every
+        append first checks that it still holds it: check_writer); None in the driver itself."""
         self.root = Path(root)
         self.runs_path = self.root / "runs.jsonl"
         self.examples_dir = self.root / "examples"
+        self.driver = driver
 
     # -- schema ----------------------------------------------------------------------------------
     def check_schema(self) -> None:
@@ -179,18 +183,61 @@ class ResultsStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                holder = os.pread(fd, 64, 0).decode(errors="replace").split("\n")[0].strip() or "another process"
                 if not wait:
                     raise StoreError(f"{self.root} is being written by another sweep (pid {holder}); "
                                      f"wait for it to finish, pass --wait, or use another --out") from None
                 print(f"waiting for the sweep writing {self.root} (pid {holder}) to finish...", file=sys.stderr,
                       flush=True)
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            self._refuse_orphans(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
             os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
             os.close(fd)
+
+    def _refuse_orphans(self, lock_text: str) -> None:
+        """StoreError naming the workers an earlier sweep recorded in the lock file that still run: they would write
+        without the lock (harness.lifeline)."""
+        live = []
+        for line in lock_text.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "worker" and parts[1].isdigit() and is_alive(int(parts[1]), parts[2]):
+                live.append(parts[1])
+        if live:
+            raise StoreError(f"worker processes of an earlier sweep of {self.root} are still running (pid "
+                             f"{', '.join(live)}) and may still write there; end them (kill {' '.join(live)}) and "
+                             f"rerun")
+
+    def register_worker(self) -> None:
+        """Record this worker process in the lock file its driver holds (a later driver refuses to start while it
+        lives: _refuse_orphans)."""
+        fd = open_nofollow(self.root / ".lock", os.O_WRONLY | os.O_APPEND, self.root)
+        try:
+            os.write(fd, f"worker {os.getpid()} {process_start(os.getpid())}\n".encode())
+        finally:
+            os.close(fd)
+
+    def check_writer(self) -> None:
+        """In a worker: StoreError unless the driver still holds the directory's lock (results are written only
+        under it). A no-op in the driver, which holds the lock itself."""
+        if self.driver is None:
+            return
+        fd = open_nofollow(self.root / ".lock", os.O_RDONLY, self.root)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                held = False
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held = True
+            holder = os.pread(fd, 64, 0).decode(errors="replace").split("\n")[0].strip()
+        finally:
+            os.close(fd)
+        if not held or holder != str(self.driver) or os.getppid() != self.driver:
+            raise StoreError(f"the sweep (pid {self.driver}) that started this worker no longer holds the lock of "
+                             f"{self.root}; the worker writes nothing more")
 
     def refuse_symlinks(self) -> None:
         """StoreError naming the first symlink, or file with a second hard link, among the directory's entries (at
@@ -231,6 +278,7 @@ class ResultsStore:
         missing = [k for k in STORED_KEYS for r in rows if k not in r]
         if missing:
             raise ValueError(f"result rows lack required keys: {sorted(set(missing))}")
+        self.check_writer()
         present = {(r["run_id"], r["metric"]) for r in self.runs()}
         append_jsonl(self.runs_path, [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows
                                       if (r["run_id"], r["metric"]) not in present], self.root)
@@ -248,6 +296,7 @@ class ResultsStore:
         return list(rows.values())
 
     def append_examples(self, run_id: str, rows: list[dict]) -> None:
+        self.check_writer()
         append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows],
                      self.root)
         kill_point("after_chunk")

@@ -392,3 +392,61 @@ def test_checkpoint_cell_through_ray_has_the_local_rows(tmp_path, checkpoints, q
         assert proc.returncode == 0, proc.stderr[-4000:]
     assert_same_rows(read_rows(tmp_path / "local"), read_rows(tmp_path / "ray"))
     assert not (tmp_path / "cache").exists()
+
+
+# -- workers die with their driver; a driver refuses live workers of an earlier run; writes only under the lock --
+_DRIVER = """
+import multiprocessing, os, signal, time
+from concurrent.futures import ProcessPoolExecutor
+from harness.lifeline import die_with_parent
+pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                           initargs=(os.getpid(),))
+futures = [pool.submit(time.sleep, 120) for _ in range(4)]
+while len(pool._processes) < 2:
+    time.sleep(0.05)
+time.sleep(3)   # the workers have started their cells
+print(" ".join(map(str, pool._processes)), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_workers_die_with_a_killed_driver(tmp_path):
+    """A sweep driver killed outright (SIGKILL) left its `--jobs` workers running and writing without the lock."""
+    from harness.lifeline import is_alive
+
+    proc = subprocess.run([sys.executable, "-c", _DRIVER], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2, proc.stderr
+    deadline = time.time() + 15
+    while any(is_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    alive = [p for p in pids if is_alive(p)]
+    for p in alive:   # (do not leave them behind when the test fails)
+        os.kill(p, 9)
+    assert not alive
+
+
+def test_live_workers_of_an_earlier_run_are_refused_by_name_and_writes_need_the_lock(tmp_path):
+    from harness.lifeline import process_start
+
+    root = tmp_path / "cpu"
+    root.mkdir()
+    orphan = subprocess.Popen(["sleep", "60"])
+    try:
+        (root / ".lock").write_text(f"1\nworker {orphan.pid} {process_start(orphan.pid)}\n")
+        with pytest.raises(StoreError, match=f"still running \\(pid {orphan.pid}\\).*kill {orphan.pid}"):
+            with ResultsStore(root).lock():
+                pass
+    finally:
+        orphan.kill()
+        orphan.wait()
+    with ResultsStore(root).lock():   # gone: the directory is usable again
+        pass
+    worker = ResultsStore(root, driver=os.getppid())
+    with pytest.raises(StoreError, match="no longer holds the lock"):   # nobody holds it: a worker writes nothing
+        worker.append_examples("r0", [{"example_id": "0"}])
+    with ResultsStore(root).lock():   # held, but by another process than the worker's driver
+        with pytest.raises(StoreError, match="no longer holds the lock"):
+            worker.append_runs([])
+    assert not (root / "examples").exists() and not (root / "runs.jsonl").exists()
