@@ -219,6 +219,8 @@ BAD_INPUTS = [
     # links of every kind below a chosen root (harness.paths): never followed or written through
     "results_runs_hard_linked", "results_lock_hard_linked", "results_runs_a_fifo", "report_tables_a_symlink",
     "cache_a_file", "cache_folder_a_symlink",
+    # sizes checked before anything is read or allocated; numbers Python cannot convert, with the file named
+    "checkpoint_extra_tensor", "data_integer_of_5000_digits", "report_integer_of_5000_digits",
 ]
 IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -228,11 +230,11 @@ IN_PROCESS = {name: tool for tool, names in {
             "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
             "jobs_with_delete_downloads", "policy_unknown", "policy_parameter_out_of_range",
             "checkpoint_config_rope_base_zero", "results_runs_hard_linked", "results_lock_hard_linked",
-            "results_runs_a_fifo"],
+            "results_runs_a_fifo", "checkpoint_extra_tensor", "data_integer_of_5000_digits"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
                "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown",
-               "report_tables_a_symlink"],
+               "report_tables_a_symlink", "report_integer_of_5000_digits"],
     "train": ["train_length_zero", "train_lr_not_a_number", "cache_a_file", "cache_folder_a_symlink"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
                 "lm_eval_threshold_5", "lm_eval_window_abc", "lm_eval_repetition_penalty_nan",
@@ -354,6 +356,16 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         (out / "smoke").mkdir(parents=True)
         os.mkfifo(out / "smoke" / "runs.jsonl")
         return cell, "runs.jsonl is not a regular file"
+    if name == "checkpoint_extra_tensor":   # a 1 GiB tensor not in the config was read (3.1 GiB RSS) before the refusal
+        def extra(d: Path) -> None:
+            state = load_file(str(d / "model.safetensors"))
+            save_file({**state, "extra.weight": torch.zeros(4, 4)}, str(d / "model.safetensors"))
+        d = _broken_copy(ck["ar"], tmp / "extra", extra)
+        return [*cell, "--checkpoint", str(d)], "tensor 'extra.weight' (4, 4) is not in the model of config.json"
+    if name == "data_integer_of_5000_digits":   # a ValueError that named no file
+        (tmp / "digits.jsonl").write_text('{"question": "a?", "answer": ' + "9" * 5000 + '}\n')
+        return ([*cell, "--data", str(tmp / "digits.jsonl")],
+                "digits.jsonl:1: malformed JSON line (an integer of too many digits")
     if name == "policy_unknown":
         return [*cell, "--policy", "greedy"], "unknown policy 'greedy'; valid: confidence"
     if name == "policy_parameter_out_of_range":
@@ -376,6 +388,11 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         (out / "cpu" / "tables").symlink_to(tmp / "outside")
         write_jsonl(out / "cpu" / "runs.jsonl", [report_row()])
         return report, "tables is a symlink"
+    if name == "report_integer_of_5000_digits":   # a traceback
+        (out / "cpu").mkdir(parents=True)
+        (out / "cpu" / "runs.jsonl").write_text(json.dumps(report_row()).replace('"n_examples": 4',
+                                                                                 '"n_examples": ' + "9" * 5000) + "\n")
+        return report, "runs.jsonl:1: corrupt results line (an integer of too many digits)"
     if name == "report_results_missing":
         return [*report[:1], str(tmp / "nowhere"), *report[2:]], f"results directory {tmp / 'nowhere'} not found"
     if name == "report_unknown_preset":
