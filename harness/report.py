@@ -52,15 +52,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from models import get_paradigm, paradigm_names  # noqa: E402
+from models import get_paradigm, jsonio, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
-from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
+from .cli import DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, interrupt_on_sigterm, reference_option  # noqa: E402
 from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
 from .rows import commit_policy, is_reference, policy_spec, series_of, setting  # noqa: E402
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
-from .store import StoreError, numbered_jsonl  # noqa: E402
+from .store import StoreError, malformed, numbered_jsonl  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
@@ -516,7 +516,7 @@ DECODE_END = "<!-- end of generated decoding-speed table -->"
 def _bench_result(bench: Path | None, name: str) -> dict | None:
     """A benchmark's result, <bench>/<name>.json (`python -m harness.bench <name>`), or None without it."""
     path = None if bench is None else bench / f"{name}.json"
-    return json.loads(path.read_text()) if path is not None and path.is_file() else None
+    return jsonio.read_object(path, ReportError, "a benchmark result") if path is not None and path.is_file() else None
 
 
 def _where(run: dict, dtype_key: str = "dtype") -> str:
@@ -531,7 +531,10 @@ def bench_section(bench: Path | None, name: str, table: Callable[[dict], str], b
     """A README section between its markers: `table` of the benchmark result <bench>/<name>.json; None without
     the file."""
     run = _bench_result(bench, name)
-    return None if run is None else f"{begin}\n{table(run)}\n{end}"
+    if run is None:
+        return None
+    with malformed(bench / f"{name}.json", "benchmark result"):
+        return f"{begin}\n{table(run)}\n{end}"
 
 
 def decode_table(run: dict) -> str:
@@ -866,6 +869,19 @@ def bench_dir(results: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI: exit 0; 2 with one `error:` line for results it cannot draw (naming the file and line or field), a
+    folder it cannot write or a full disk / file-size limit (the tables and figures already written are kept, each
+    whole); 130 on Ctrl-C or SIGTERM, with no partial file left (each is written to a temporary name and renamed)."""
+    interrupt_on_sigterm()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"{INTERRUPTED.split(';')[0]}; the tables and figures written so far are whole — rerun to rebuild the "
+              f"rest", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description="Rebuild tables and Pareto plots from results/ alone.")
     ap.add_argument("--results", default="results")
     ap.add_argument("--plots", help="where figures go (default: <results>/plots)")
@@ -886,8 +902,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ReportError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"error: cannot write the report: {e.strerror or e} ({e.filename or ''})", file=sys.stderr)
+    except (OSError, MemoryError) as e:
+        line = exhausted(e)   # a full disk or a file-size limit: the files already written are whole
+        if line is None:
+            if not isinstance(e, OSError):
+                raise
+            line = f"cannot write the report: {e.strerror or e} ({e.filename or ''})"
+        print(f"error: {line}", file=sys.stderr)
         return 2
     for path in written:
         print(path)

@@ -55,6 +55,21 @@ class StoreError(RuntimeError):
     """The results directory cannot be used (locked by another sweep, or another schema)."""
 
 
+@contextmanager
+def malformed(path: Path, what: str) -> Iterator[None]:
+    """Reading the fields of file `path` (`what` it holds) inside the block: a field that is missing, or of the wrong
+    type or value, is one StoreError naming the file and the field (the KeyError, TypeError, ValueError, IndexError
+    or AttributeError the block raised), not a traceback."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except KeyError as e:
+        raise StoreError(f"{path}: malformed {what}: no field {str(e.args[0])[:80]!r}") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
+        raise StoreError(f"{path}: malformed {what}: a field of the wrong type or value ({str(e)[:160]})") from None
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
     """Complete lines only: a torn (newline-less) last line is skipped. Every line must be a JSON
     object holding the `required` keys (StoreError naming the file and line otherwise)."""
