@@ -30,8 +30,23 @@ HUB_VALIDATION_DOCS = 2_000
 def vocab_size_of(tokenizer: str) -> int:
     """The vocabulary size a tokenizer spec gives, without training it (a BPE's is its spec's)."""
     if tokenizer.startswith("bpe:"):
-        return int(tokenizer.split(":", 1)[1])
+        return bpe_vocab(tokenizer)
     return get_tokenizer(tokenizer, "").vocab_size
+
+
+MIN_BPE_VOCAB = 256 + 3   # every byte and the three specials (models.tokenizers.BPE_SPECIALS)
+
+
+def bpe_vocab(spec: str) -> int:
+    """The vocabulary size of a `bpe:<vocab>` spec: a whole number in [MIN_BPE_VOCAB, MAX_FIELD] (ValueError
+    otherwise; a negative one was an OverflowError deep in the tokenizer trainer)."""
+    from models.fields import MAX_FIELD
+
+    text = spec.split(":", 1)[1]
+    if not text.strip().isdigit() or not MIN_BPE_VOCAB <= int(text) <= MAX_FIELD:
+        raise ValueError(f"tokenizer {spec[:40]!r}: the vocabulary of bpe:<vocab> must be a whole number in "
+                         f"[{MIN_BPE_VOCAB}, {MAX_FIELD:,}]")
+    return int(text)
 
 
 ORACLE_DOCS = {"train": 20_000, "validation": 256}   # documents of fresh oracle samples per split (1.28M tokens)
@@ -84,7 +99,7 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
         return oracle_tokenizer(oracle_language(spec))
     if not spec.startswith("bpe:"):
         return load_tokenizer(spec)
-    vocab = int(spec.split(":", 1)[1])
+    vocab = bpe_vocab(spec)
     docs = corpus_documents(corpus, "train")
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
     directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{hashed_component(corpus)}-{digest}"

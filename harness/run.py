@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "pretrained reference rows compute in fp32 whatever this says")
     ap.add_argument("--plan", action="store_true", help="print what would be trained and run, with a time estimate, "
                                                         "and stop")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=number(int, 0, 2 ** 32), default=0)
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
     ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
     ap.add_argument("--jobs", type=jobs_option, default="auto",

@@ -221,6 +221,8 @@ BAD_INPUTS = [
     "cache_a_file", "cache_folder_a_symlink",
     # sizes checked before anything is read or allocated; numbers Python cannot convert, with the file named
     "checkpoint_extra_tensor", "data_integer_of_5000_digits", "report_integer_of_5000_digits",
+    # integers out of any sane range (tracebacks before)
+    "seed_too_large", "lm_eval_seed_too_large", "train_tokenizer_negative_vocab", "bench_repeats_zero",
 ]
 IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -230,15 +232,17 @@ IN_PROCESS = {name: tool for tool, names in {
             "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
             "jobs_with_delete_downloads", "policy_unknown", "policy_parameter_out_of_range",
             "checkpoint_config_rope_base_zero", "results_runs_hard_linked", "results_lock_hard_linked",
-            "results_runs_a_fifo", "checkpoint_extra_tensor", "data_integer_of_5000_digits"],
+            "results_runs_a_fifo", "checkpoint_extra_tensor", "data_integer_of_5000_digits", "seed_too_large"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
                "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown",
                "report_tables_a_symlink", "report_integer_of_5000_digits"],
-    "train": ["train_length_zero", "train_lr_not_a_number", "cache_a_file", "cache_folder_a_symlink"],
+    "train": ["train_length_zero", "train_lr_not_a_number", "cache_a_file", "cache_folder_a_symlink",
+              "train_tokenizer_negative_vocab"],
+    "bench": ["bench_repeats_zero"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
                 "lm_eval_threshold_5", "lm_eval_window_abc", "lm_eval_repetition_penalty_nan",
-                "lm_eval_policy_unknown"],
+                "lm_eval_policy_unknown", "lm_eval_seed_too_large"],
 }.items() for name in names}
 assert set(IN_PROCESS) <= set(BAD_INPUTS)
 
@@ -366,6 +370,8 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         (tmp / "digits.jsonl").write_text('{"question": "a?", "answer": ' + "9" * 5000 + '}\n')
         return ([*cell, "--data", str(tmp / "digits.jsonl")],
                 "digits.jsonl:1: malformed JSON line (an integer of too many digits")
+    if name == "seed_too_large":
+        return [*cell, "--seed", str(10 ** 30)], "argument --seed: must be >= 0 and < 4294967296"
     if name == "policy_unknown":
         return [*cell, "--policy", "greedy"], "unknown policy 'greedy'; valid: confidence"
     if name == "policy_parameter_out_of_range":
@@ -422,6 +428,10 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return ["--paradigm", "ar", "--lr", "fast"], "argument --lr: expected a number, got 'fast'"
     train = ["--paradigm", "ar", "--steps", "1", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
              "--length", "16", "--tokenizer", "bpe:300"]
+    if name == "train_tokenizer_negative_vocab":   # an OverflowError in the tokenizer trainer
+        return [*train[:-1], "bpe:-1"], "tokenizer 'bpe:-1': the vocabulary of bpe:<vocab> must be a whole number"
+    if name == "bench_repeats_zero":
+        return ["decode", "--repeats", "0", "--out", str(tmp / "bench")], "argument --repeats: must be >= 1, got 0"
     if name == "cache_a_file":
         (tmp / "cachefile").write_text("")
         monkeypatch.setenv("HARNESS_CACHE", str(tmp / "cachefile"))
@@ -448,6 +458,9 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
                 "repetition_penalty must be a finite number > 0")
     if name == "lm_eval_policy_unknown":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},policy=greedy"], "unknown policy 'greedy'"
+    if name == "lm_eval_seed_too_large":   # an overflow at the first decode
+        return ([*lm, "ar", "--model_args", f"checkpoint={ck['ar']},seed={10 ** 30}"],
+                "model_args seed must be a whole number in [0, 4294967295]")
     if name == "lm_eval_window_abc":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},window=abc"], "window='abc': expected a whole"
     raise KeyError(name)
@@ -463,6 +476,9 @@ def _invoke(tool: str, args: list[str], out: Path, monkeypatch) -> int:
             return report.main(args)
         if tool == "train":
             return train_mod.main(args)
+        if tool == "bench":
+            from harness import bench
+            return bench.main(args)
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
         import lm_eval.__main__
@@ -576,3 +592,19 @@ def test_lm_eval_cli_model_args_error_is_one_line(tmp_path, checkpoints):
     assert "model_args window='abc': expected a whole number" in error
 
 
+
+
+def test_lm_eval_device_meta_and_a_missing_ppl_file_are_one_line(tmp_path, monkeypatch, capsys, checkpoints):
+    """`--device meta` and harness_ppl_file without --metadata ppl_file ended in tracebacks."""
+    import lm_eval.__main__
+
+    import harness.lm_eval as adapter
+    from tasks.lm_eval.utils import load_text_file
+
+    with pytest.raises(adapter.ModelArgsError, match="device 'meta' is not one of auto, cpu, cuda"):
+        adapter.HarnessLM(checkpoint=str(checkpoints["ar"]), device="meta")
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: load_text_file(None))
+    with pytest.raises(SystemExit) as e:
+        adapter.main(["run", "--tasks", "harness_ppl_file"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 2 and len(errors) == 1 and "needs a file: pass --metadata ppl_file=PATH" in errors[0]

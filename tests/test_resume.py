@@ -325,6 +325,35 @@ def test_ctrl_c_during_training_is_one_line_and_resumes(tiny_corpus, monkeypatch
     assert len(steps) == 3 + 4                                       # resumed at step 2: four more steps
 
 
+@pytest.mark.parametrize("damage", ["torn_tensors", "json_not_an_object"])
+def test_a_damaged_training_state_is_set_aside_and_training_starts_afresh(tiny_corpus, monkeypatch, capsys, damage):
+    """It stopped every rerun with a traceback (a torn safetensors file, a state.json that is not an object)."""
+    args = ["--paradigm", "ar", "--length", "32", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
+            "--tokenizer", "bpe:300", "--steps", "4", "--batch-size", "4", "--warmup-steps", "1", "--save-every", "2",
+            "--device", "cpu", "--precision", "fp32"]
+    steps = []
+
+    def ctrl_c(name):
+        steps.append(name)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(train_mod, "kill_point", ctrl_c)
+    assert train_mod.main(args) == 130
+    (state,) = (tiny_corpus / "cache" / "train_state").iterdir()
+    if damage == "torn_tensors":
+        (state / "state.safetensors").write_bytes((state / "state.safetensors").read_bytes()[:200])
+    else:
+        (state / "state.json").write_text("[1, 2]")
+    capsys.readouterr()
+    monkeypatch.setattr(train_mod, "kill_point", lambda name: steps.append(name))
+    assert train_mod.main(args) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"warning: the saved training state {state} cannot be resumed from" in err
+    assert len(steps) == 3 + 4                                       # afresh: all four steps
+    (aside,) = [p for p in state.parent.iterdir() if ".damaged-" in p.name]   # kept for a look, out of the way
+    assert aside.name.startswith(state.name)
+
+
 # -- slow: the smoke sweep killed at three points -------------------------------------------------------
 SWEEP = ["--sweep", "--preset", "smoke", "--paradigms", "ar,setdlm", "--tasks", "gsm8k,ppl_owt", "--limit", "2"]
 
