@@ -48,7 +48,7 @@ from models.backbones import ClosedStream
 from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
     PROMPT_LEN, cold_compile_caches, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
 )
-from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number
+from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
 from .env import fingerprint
 from .paths import make_dirs, replacing
 from .estimate import model_config_of, random_model
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, OSError) as e:
         return exit_exhausted(e)
     except ValueError as e:     # a folder below --out that is a link, a file in the way
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
 
 

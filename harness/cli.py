@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import re
 import signal
 import sys
 import threading
@@ -24,6 +25,16 @@ from .env import REPO
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` safe to print on a terminal: control characters (ESC, BEL, C1, carriage return, the bidirectional
+    overrides) as \\x.. / \\u.... escapes, so that a string from a file or a model (a config field, a tokenizer token)
+    cannot move the cursor, retitle the window or reorder what the line says. Every `error:` line goes through it."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def exhausted(e: BaseException) -> str | None:
@@ -51,7 +62,7 @@ def exit_exhausted(e: BaseException) -> int:
     line = exhausted(e)
     if line is None:
         raise e
-    print(f"error: {line}", file=sys.stderr)
+    print(f"error: {printable(line)}", file=sys.stderr)
     return 2
 
 

@@ -223,7 +223,9 @@ class HarnessLM(LM):
         self.checkpoint = Path(spec).expanduser() if Path(spec).expanduser().exists() else spec
         kind = models.spec_kind(self.checkpoint)
         if kind == "checkpoint":   # refuse the wrong paradigm before loading the weights
-            stored = models.checkpoint.read_config(self.checkpoint)["model"]["paradigm"]
+            stored = models.checkpoint.read_config(self.checkpoint)["model"].get("paradigm")
+            if not isinstance(stored, str):   # a KeyError traceback before
+                raise models.CheckpointError(f"{self.checkpoint}/config.json: the model section names no paradigm")
             self._check_paradigm(stored)
         dev = pick_device(device)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
@@ -486,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli_evaluate()
     except (ModelArgsError, models.CheckpointError, TaskError) as e:   # TaskError: a task's data (ppl_file)
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {cli.printable(e)}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
         sys.argv = saved

@@ -55,7 +55,9 @@ import pandas as pd  # noqa: E402
 from models import get_paradigm, jsonio, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
-from .cli import DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, interrupt_on_sigterm, reference_option  # noqa: E402
+from .cli import (  # noqa: E402
+    DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, interrupt_on_sigterm, printable, reference_option,
+)
 from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
 from .rows import commit_policy, is_reference, policy_spec, series_of, setting  # noqa: E402
@@ -900,7 +902,7 @@ def _main(argv: list[str] | None) -> int:
             check_selection(args.results, [readme_preset])
         written = build_report(args.results, plots, args.preset, reference, args.readme, readme_preset)
     except (ReportError, StoreError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     except (OSError, MemoryError) as e:
         line = exhausted(e)   # a full disk or a file-size limit: the files already written are whole
@@ -908,7 +910,7 @@ def _main(argv: list[str] | None) -> int:
             if not isinstance(e, OSError):
                 raise
             line = f"cannot write the report: {e.strerror or e} ({e.filename or ''})"
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {printable(line)}", file=sys.stderr)
         return 2
     for path in written:
         print(path)

@@ -35,7 +35,7 @@ from models.paradigm import prepare_torch_compile
 from models.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number
+from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
 from .configs import PRETRAINED, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.with_arch(**arch)
         path = train(cfg, args.device, save_every=args.save_every, compile=args.compile)
     except (ValueError, TrainingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:                # the state of the last --save-every step is on disk
         print(INTERRUPTED, file=sys.stderr)

@@ -223,6 +223,7 @@ BAD_INPUTS = [
     "checkpoint_extra_tensor", "data_integer_of_5000_digits", "report_integer_of_5000_digits",
     # integers out of any sane range (tracebacks before)
     "seed_too_large", "lm_eval_seed_too_large", "train_tokenizer_negative_vocab", "bench_repeats_zero",
+    "lm_eval_checkpoint_without_paradigm",
 ]
 IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -242,7 +243,7 @@ IN_PROCESS = {name: tool for tool, names in {
     "bench": ["bench_repeats_zero"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
                 "lm_eval_threshold_5", "lm_eval_window_abc", "lm_eval_repetition_penalty_nan",
-                "lm_eval_policy_unknown", "lm_eval_seed_too_large"],
+                "lm_eval_policy_unknown", "lm_eval_seed_too_large", "lm_eval_checkpoint_without_paradigm"],
 }.items() for name in names}
 assert set(IN_PROCESS) <= set(BAD_INPUTS)
 
@@ -461,6 +462,13 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     if name == "lm_eval_seed_too_large":   # an overflow at the first decode
         return ([*lm, "ar", "--model_args", f"checkpoint={ck['ar']},seed={10 ** 30}"],
                 "model_args seed must be a whole number in [0, 4294967295]")
+    if name == "lm_eval_checkpoint_without_paradigm":   # a KeyError traceback (round 2)
+        def drop(d: Path) -> None:
+            meta = json.loads((d / "config.json").read_text())
+            del meta["model"]["paradigm"]
+            (d / "config.json").write_text(json.dumps(meta))
+        d = _broken_copy(ck["ar"], tmp / "noparadigm", drop)
+        return [*lm, "ar", "--model_args", f"checkpoint={d}"], "the model section names no paradigm"
     if name == "lm_eval_window_abc":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},window=abc"], "window='abc': expected a whole"
     raise KeyError(name)
@@ -608,3 +616,20 @@ def test_lm_eval_device_meta_and_a_missing_ppl_file_are_one_line(tmp_path, monke
         adapter.main(["run", "--tasks", "harness_ppl_file"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert e.value.code == 2 and len(errors) == 1 and "needs a file: pass --metadata ppl_file=PATH" in errors[0]
+
+
+def test_strings_from_files_reach_the_terminal_escaped(monkeypatch, capsys):
+    """A string from a file or a model in an error (a config field, a tokenizer token) printed its escape bytes."""
+    from harness.cli import printable
+    from harness.sweep import PlanError
+
+    hostile = "tok\x1b]0;owned\x07\x1b[2J\r\u202eevil\x9b"
+    assert printable(hostile) == "tok\\x1b]0;owned\\x07\\x1b[2J\\r\\u202eevil\\x9b"
+    assert printable("naïve 数字 ok") == "naïve 数字 ok"                     # text that is not a control is kept
+
+    def refuse(args):
+        raise PlanError(f"config.json: token {hostile} is not in the vocabulary")
+    monkeypatch.setattr(run, "make_plan", refuse)
+    assert run.main(["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err and "token tok\\x1b]0;owned" in err
