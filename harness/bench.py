@@ -48,7 +48,9 @@ from models.backbones import ClosedStream
 from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
     PROMPT_LEN, cold_compile_caches, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
 )
+from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
 from .env import fingerprint
+from .paths import make_dirs, replacing
 from .estimate import model_config_of, random_model
 from .precision import PHASES, cpu_has_native_bf16, explain as precision_explain, resolve_precision
 from .presets import get_preset
@@ -516,19 +518,33 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_gpu import main as gpu_main
 
         return gpu_main(argv[1:])
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m harness.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("benchmark", choices=[*BENCHMARKS, "all", "gpu"])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--precision-repeats", type=int, default=3,
+    ap.add_argument("--repeats", type=number(int, 1), default=5)
+    ap.add_argument("--precision-repeats", type=number(int, 1), default=3,
                     help="train: rounds of the fp32 vs bf16 step (emulated bf16 takes ~10 s a step)")
     ap.add_argument("--trained", action="store_true", help="use the cached trained cpu-preset checkpoints")
     ap.add_argument("--extra-block-sizes", type=lambda v: tuple(int(s) for s in v.split(",") if s.strip()),
                     default=(16,), help="matched: block sizes beyond the preset's, random weights (default 16; "
                                         "'' for none)")
-    ap.add_argument("--rounds", type=int, default=5, help="smollm2: paired rounds (ours, then transformers)")
-    ap.add_argument("--new-tokens", type=int, default=64, help="smollm2: tokens generated per call")
+    ap.add_argument("--rounds", type=number(int, 1), default=5, help="smollm2: paired rounds (ours, then transformers)")
+    ap.add_argument("--new-tokens", type=number(int, 1), default=64, help="smollm2: tokens generated per call")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
+    interrupt_on_sigterm()
+    try:
+        return _run(args)
+    except KeyboardInterrupt:   # the benchmarks already finished are written, each whole
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    except (MemoryError, OSError) as e:
+        return exit_exhausted(e)
+    except ValueError as e:     # a folder below --out that is a link, a file in the way
+        print(f"error: {printable(e)}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     torch.set_grad_enabled(True)
     results = {}
     for name in (BENCHMARKS if args.benchmark == "all" else [args.benchmark]):
@@ -539,10 +555,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         results[name] = {**BENCHMARKS[name](args), **fingerprint("cpu", torch.float32),
                          "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_dirs(Path(args.out), Path(args.out))
         file = f"{name}-{torch.backends.cpu.get_cpu_capability()}.json" if name == "precision" else f"{name}.json"
-        (out / file).write_text(json.dumps(results[name], indent=1) + "\n")
+        with replacing(out / file, out) as tmp:   # a whole file or none, never written through a link
+            tmp.write_text(json.dumps(results[name], indent=1) + "\n")
     if not results:
         return 0
     summary = results if len(results) > 1 else next(iter(results.values()))

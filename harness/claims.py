@@ -47,7 +47,7 @@ from scipy import stats
 
 from .presets import ORDER_AGNOSTIC
 from .rows import commit_policy, series_of, setting
-from .store import ResultsStore
+from .store import ResultsStore, malformed
 
 ALPHA = 0.05
 RELATIVE_MARGIN = 0.10     # "competitive": A may be worse than B by at most 10% of B's mean
@@ -101,6 +101,12 @@ class Results:
     def values(self, cell: dict, metric: str) -> dict[str, float]:
         """Per-example values: a metric, `tokens_per_s` (the example's decode rate), `tokens_per_forward`
         (its tokens / its forwards), or for perplexity tasks `nll_per_token`."""
+        out = {}
+        with malformed(ResultsStore(self.dir).example_path(cell["run_id"]), "example row"):
+            out = self._values(cell, metric)
+        return out
+
+    def _values(self, cell: dict, metric: str) -> dict[str, float]:
         out = {}
         for eid, row in self.examples(cell["run_id"]).items():
             if metric == "tokens_per_s":
@@ -459,6 +465,13 @@ def speed_rows(r: Results, claim: int, pairs: list[tuple[str, str]]) -> list[dic
     measured = r.speed()
     if measured is None:
         return []
+    from .speed import SPEED_FILE
+
+    with malformed(Path(r.dir) / SPEED_FILE, "speed measurement"):
+        return _speed_rows(measured, claim, pairs)
+
+
+def _speed_rows(measured: dict, claim: int, pairs: list[tuple[str, str]]) -> list[dict]:
     control = measured["control"]
     out = []
     for pair in measured["pairs"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,16 @@ REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` safe to print on a terminal: control characters (ESC, BEL, C1, carriage return, the bidirectional
+    overrides) as \\x.. / \\u.... escapes, so that a string from a file or a model (a config field, a tokenizer token)
+    cannot move the cursor, retitle the window or reorder what the line says. Every `error:` line goes through it."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
 def exhausted(e: BaseException) -> str | None:
     """The one line for running out of memory or disk (None for any other error): what ran out, and that finished
     work is kept (rows and example chunks are appended whole, training state is saved every --save-every steps)."""
@@ -38,6 +49,10 @@ def exhausted(e: BaseException) -> str | None:
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"the disk is full{where} ({text[:160]}); finished work is kept — free some space and rerun to "
                 f"resume")
+    if isinstance(e, OSError) and e.errno == errno.EFBIG:   # ulimit -f, or the filesystem's largest file
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        return (f"a file-size limit was reached{where} ({text[:160]}); finished work is kept — raise the limit "
+                f"(ulimit -f) or write elsewhere, and rerun to resume")
     return None
 
 
@@ -47,7 +62,7 @@ def exit_exhausted(e: BaseException) -> int:
     line = exhausted(e)
     if line is None:
         raise e
-    print(f"error: {line}", file=sys.stderr)
+    print(f"error: {printable(line)}", file=sys.stderr)
     return 2
 
 

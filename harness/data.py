@@ -13,14 +13,14 @@ import hashlib
 import os
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from models.checkpoint import atomic_directory
+from models.checkpoint import atomic_directory, write_safetensors
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
-from .cache import cache_dir, file_lock
+from .cache import CacheError, cache_dir, cache_target, file_lock
 from .configs import short_hash
-from .paths import hashed_component
+from .paths import hashed_component, replacing
 
 VAL_ROWS = 32   # validation rows of every training run
 HUB_CORPORA = {"openwebtext": ("Skylion007/openwebtext", None, "train", "text")}   # name -> (path, config, split, field)
@@ -30,8 +30,23 @@ HUB_VALIDATION_DOCS = 2_000
 def vocab_size_of(tokenizer: str) -> int:
     """The vocabulary size a tokenizer spec gives, without training it (a BPE's is its spec's)."""
     if tokenizer.startswith("bpe:"):
-        return int(tokenizer.split(":", 1)[1])
+        return bpe_vocab(tokenizer)
     return get_tokenizer(tokenizer, "").vocab_size
+
+
+MIN_BPE_VOCAB = 256 + 3   # every byte and the three specials (models.tokenizers.BPE_SPECIALS)
+
+
+def bpe_vocab(spec: str) -> int:
+    """The vocabulary size of a `bpe:<vocab>` spec: a whole number in [MIN_BPE_VOCAB, MAX_FIELD] (ValueError
+    otherwise; a negative one was an OverflowError deep in the tokenizer trainer)."""
+    from models.fields import MAX_FIELD
+
+    text = spec.split(":", 1)[1]
+    if not text.strip().isdigit() or not MIN_BPE_VOCAB <= int(text) <= MAX_FIELD:
+        raise ValueError(f"tokenizer {spec[:40]!r}: the vocabulary of bpe:<vocab> must be a whole number in "
+                         f"[{MIN_BPE_VOCAB}, {MAX_FIELD:,}]")
+    return int(text)
 
 
 ORACLE_DOCS = {"train": 20_000, "validation": 256}   # documents of fresh oracle samples per split (1.28M tokens)
@@ -84,7 +99,7 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
         return oracle_tokenizer(oracle_language(spec))
     if not spec.startswith("bpe:"):
         return load_tokenizer(spec)
-    vocab = int(spec.split(":", 1)[1])
+    vocab = bpe_vocab(spec)
     docs = corpus_documents(corpus, "train")
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
     directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{hashed_component(corpus)}-{digest}"
@@ -92,7 +107,7 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
         with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
             if not (directory / "tokenizer.json").is_file():
                 tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
-                with atomic_directory(directory) as tmp:
+                with atomic_directory(cache_target(directory)) as tmp:
                     tok.save(tmp)
     return load_tokenizer(directory)
 
@@ -109,10 +124,9 @@ def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
         ids.extend(enc)
         ids.append(tok.eos_id)
     stream = torch.tensor(ids, dtype=torch.long)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    save_file({"ids": stream}, str(tmp))
-    os.replace(tmp, path)
+    cache_target(path)
+    with replacing(path, cache_dir(), CacheError) as tmp:
+        write_safetensors({"ids": stream}, tmp)
     return stream
 
 

@@ -138,7 +138,7 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
 def cell_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> tuple[list, list[dict]]:
     """The cell's examples and every one's requests. Built before anything runs, so an example the task
     refuses (e.g. a prompt longer than the context) stops the cell before it writes a single row."""
-    examples = task.select(task.examples(tok, length), limit=cell.limit)
+    examples = task.first_examples(tok, length, cell.limit)
     return examples, [task.requests(ex, tok, length) for ex in examples]
 
 

@@ -51,9 +51,10 @@ from .progress import format_duration, progress as progress_bar
 from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
 from .training_claims import training_stage
+from .lifeline import die_with_parent
 from .store import ResultsStore
 from .sweep import Plan, PlanError, is_local_spec, load_task, needed_models, pending_cells, results_dir
-from .cache import checkpoint_dir, is_cached
+from .cache import cache_target, checkpoint_dir, is_cached
 from .data import get_tokenizer
 from .precision import resolve_device
 from .train import ensure_trained
@@ -182,13 +183,17 @@ class CellRunner:
 _RUNNER: CellRunner | None = None   # a worker process's own (run_local with workers > 1)
 
 
-def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tuple[type, ...]) -> None:
+def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tuple[type, ...], driver: int) -> None:
     """A worker's setup; `classes` (worker_classes) did their work by arriving: importing their modules registered
-    them."""
+    them. The worker dies with its driver (harness.lifeline), is recorded in the lock file, and writes only while
+    the driver holds the lock (ResultsStore.check_writer)."""
+    die_with_parent(driver)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it ends the workers and says how to resume
     torch.set_num_threads(threads)
+    store = ResultsStore(root, driver=driver)
+    store.register_worker()
     global _RUNNER
-    _RUNNER = CellRunner(plan, torch.device(device), ResultsStore(root), progress=False)
+    _RUNNER = CellRunner(plan, torch.device(device), store, progress=False)
 
 
 def _run_in_worker(cell: RunCell) -> list[dict]:
@@ -202,7 +207,7 @@ def _run_workers(plan: Plan, cells: list[RunCell], store: ResultsStore, dev: tor
     the sweep with that error; an interrupt ends the workers (their finished example chunks are kept)."""
     bar = progress_bar(len(cells), f"sweep {plan.preset.name} ({workers} workers)", enabled=progress)
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                               initargs=(plan, str(store.root), str(dev), threads, worker_classes(plan)))
+                               initargs=(plan, str(store.root), str(dev), threads, worker_classes(plan), os.getpid()))
     done = 0
     try:
         for future in as_completed([pool.submit(_run_in_worker, cell) for cell in cells]):
@@ -298,7 +303,7 @@ def ray_train_job(cfg: TrainConfig, device: str, parent: dict | None = None) -> 
     cfg.init_from (the model it starts from), written into the worker's cache before training."""
     get_tokenizer(cfg.tokenizer, cfg.corpus)
     if parent is not None and not is_cached(cfg.init_from):
-        write_checkpoint(parent, checkpoint_dir(cfg.init_from))
+        write_checkpoint(parent, cache_target(checkpoint_dir(cfg.init_from)))
     directory = ensure_trained(cfg, device, progress=False)
     return checkpoint_payload(cfg.model_id, directory)
 
@@ -424,7 +429,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
                     raise (cause if isinstance(cause, Exception) else e) from e
                 if kind == "train":
                     if not is_cached(item):      # a worker without our filesystem: keep a copy here
-                        write_checkpoint(result, checkpoint_dir(item))
+                        write_checkpoint(result, cache_target(checkpoint_dir(item)))
                     training -= 1
                     bar.set_postfix_str(f"training {training} model(s)" if training else "")
                     continue

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -95,12 +96,14 @@ from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
-from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
+from models.fields import MAX_FIELD
+from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, TaskError
 from tasks.base import INFILL_MARKER, fit_generation, fit_infill
 
 logger = logging.getLogger("harness.lm_eval")
 
 KNOBS = (*cli.DECODE_KNOBS, "repetition_penalty", "seed")
+MAX_SEED = 2 ** 32 - 1
 
 
 def output_knob_names(paradigm: str) -> set[str]:
@@ -201,6 +204,17 @@ class HarnessLM(LM):
             raise ModelArgsError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
                                  f"max_length, max_gen_toks, precision, add_bos_token, {', '.join(KNOBS)}")
         self.knobs = {k: knob_value(k, v) for k, v in knobs.items() if v is not None}
+        seed = self.knobs.get("seed", 0)
+        if not 0 <= seed <= MAX_SEED:   # seed * SEED_STRIDE must stay a torch seed (10**30 was a traceback)
+            raise ModelArgsError(f"model {name!r}: model_args seed must be a whole number in [0, {MAX_SEED}], got "
+                                 f"{str(seed)[:40]}")
+        for field, value, low in (("max_length", max_length, 2), ("max_gen_toks", max_gen_toks, 1)):
+            if value is not None and not (str(value).strip().isdigit() and low <= int(value) <= MAX_FIELD):
+                raise ModelArgsError(f"model {name!r}: model_args {field} must be a whole number in [{low}, "
+                                     f"{MAX_FIELD:,}], got {str(value)[:40]!r}")
+        if device is not None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", str(device)):
+            raise ModelArgsError(f"model {name!r}: device {str(device)[:40]!r} is not one of auto, cpu, cuda[:N] "
+                                 f"(lm-eval's --device, or model_args device=...)")
         try:
             self.decode = DecodeConfig(**self.knobs)
         except ValueError as e:
@@ -209,7 +223,9 @@ class HarnessLM(LM):
         self.checkpoint = Path(spec).expanduser() if Path(spec).expanduser().exists() else spec
         kind = models.spec_kind(self.checkpoint)
         if kind == "checkpoint":   # refuse the wrong paradigm before loading the weights
-            stored = models.checkpoint.read_config(self.checkpoint)["model"]["paradigm"]
+            stored = models.checkpoint.read_config(self.checkpoint)["model"].get("paradigm")
+            if not isinstance(stored, str):   # a KeyError traceback before
+                raise models.CheckpointError(f"{self.checkpoint}/config.json: the model section names no paradigm")
             self._check_paradigm(stored)
         dev = pick_device(device)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
@@ -471,8 +487,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [saved[0], *argv]
     try:
         cli_evaluate()
-    except (ModelArgsError, models.CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ModelArgsError, models.CheckpointError, TaskError) as e:   # TaskError: a task's data (ppl_file)
+        print(f"error: {cli.printable(e)}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
         sys.argv = saved

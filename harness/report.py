@@ -37,26 +37,32 @@ import json
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Callable
 
-import matplotlib
+from .cache import library_cache
+
+os.environ.setdefault("MPLCONFIGDIR", str(library_cache("matplotlib")))   # its font cache: ours, not under $HOME
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from models import get_paradigm, paradigm_names  # noqa: E402
+from models import get_paradigm, jsonio, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
-from .cli import DECODE_KNOBS, REFERENCE, reference_option  # noqa: E402
-from .paths import replacing, safe_component  # noqa: E402
+from .cli import (  # noqa: E402
+    DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, interrupt_on_sigterm, printable, reference_option,
+)
+from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
 from .rows import commit_policy, is_reference, policy_spec, series_of, setting  # noqa: E402
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
-from .store import StoreError, numbered_jsonl  # noqa: E402
+from .store import StoreError, malformed, numbered_jsonl  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 UPPER_BOUND_NOTE = "diffusion perplexities are NELBO upper bounds"
@@ -512,7 +518,7 @@ DECODE_END = "<!-- end of generated decoding-speed table -->"
 def _bench_result(bench: Path | None, name: str) -> dict | None:
     """A benchmark's result, <bench>/<name>.json (`python -m harness.bench <name>`), or None without it."""
     path = None if bench is None else bench / f"{name}.json"
-    return json.loads(path.read_text()) if path is not None and path.is_file() else None
+    return jsonio.read_object(path, ReportError, "a benchmark result") if path is not None and path.is_file() else None
 
 
 def _where(run: dict, dtype_key: str = "dtype") -> str:
@@ -527,7 +533,10 @@ def bench_section(bench: Path | None, name: str, table: Callable[[dict], str], b
     """A README section between its markers: `table` of the benchmark result <bench>/<name>.json; None without
     the file."""
     run = _bench_result(bench, name)
-    return None if run is None else f"{begin}\n{table(run)}\n{end}"
+    if run is None:
+        return None
+    with malformed(bench / f"{name}.json", "benchmark result"):
+        return f"{begin}\n{table(run)}\n{end}"
 
 
 def decode_table(run: dict) -> str:
@@ -763,14 +772,14 @@ def update_readme(path: Path, section: str, preset: str, begin_marker: str = REA
     return True
 
 
-def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "") -> None:
+def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "", root: Path | None = None) -> None:
     if table.empty:
         return
-    directory.mkdir(parents=True, exist_ok=True)
-    with replacing(directory / f"{name}.csv") as tmp:
+    make_dirs(directory, root, ReportError)
+    with replacing(directory / f"{name}.csv", root, ReportError) as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
     md = table.to_markdown(index=False, floatfmt=".4g")
-    with replacing(directory / f"{name}.md") as tmp:
+    with replacing(directory / f"{name}.md", root, ReportError) as tmp:
         tmp.write_text((f"{note}\n\n" if note else "") + md + "\n")
 
 
@@ -796,7 +805,7 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         all_rows, df = df, df[df.default_policy]   # the task figures draw the confidence rule; tables hold every cell
         ref = ref[ref.default_policy] if ref is not None and not ref.empty else ref
         for task in dict.fromkeys(all_rows.task):
-            _write(task_table(all_rows, task).drop(columns=["run_id"]), tables, task)
+            _write(task_table(all_rows, task).drop(columns=["run_id"]), tables, task, root=preset_dir)
             primary = df[(df.task == task) & df.primary].metric
             extra = TASKS[task].extra_plots if task in TASKS else ()   # a task declares what else is drawn
             for metric in list(dict.fromkeys(primary)) + list(extra):
@@ -815,22 +824,23 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         if plot_per_model(df, ppl_tasks, {t: "perplexity" for t in ppl_tasks}, f"Perplexity ({UPPER_BOUND_NOTE})",
                           plots / f"{preset_dir.name}-perplexity.png"):
             written.append(plots / f"{preset_dir.name}-perplexity.png")
-        _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).")
-        _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.")
+        _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).", preset_dir)
+        _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.",
+               preset_dir)
         ranked = policy_ranking.ranking(preset_dir, checked_rows(preset_dir / "runs.jsonl"))
         apart = policy_ranking.one_sided(checked_rows(preset_dir / "runs.jsonl"))
         if not ranked.empty or not apart.empty:
-            tables.mkdir(parents=True, exist_ok=True)
-            with replacing(tables / "policies.md") as tmp:
+            make_dirs(tables, preset_dir, ReportError)
+            with replacing(tables / "policies.md", preset_dir, ReportError) as tmp:
                 tmp.write_text(policy_ranking.markdown(ranked, apart))
             written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
         summary, details = claims_tables(preset_dir)
         if not summary.empty:
-            with replacing(tables / "claims.md") as tmp:
+            with replacing(tables / "claims.md", preset_dir, ReportError) as tmp:
                 tmp.write_text(claims_markdown(summary, details))
-            with replacing(tables / "claims.csv") as tmp:
+            with replacing(tables / "claims.csv", preset_dir, ReportError) as tmp:
                 details.to_csv(tmp, index=False, float_format="%.6g")
-            with replacing(tables / "claims.json") as tmp:   # one record per comparison, machine-readable
+            with replacing(tables / "claims.json", preset_dir, ReportError) as tmp:   # one record per comparison, machine-readable
                 records = {name: frame.astype(object).where(frame.notna(), None).to_dict("records")
                            for name, frame in (("claims", summary), ("comparisons", details))}
                 tmp.write_text(json.dumps(records, indent=1, default=str, allow_nan=False) + "\n")
@@ -862,6 +872,19 @@ def bench_dir(results: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI: exit 0; 2 with one `error:` line for results it cannot draw (naming the file and line or field), a
+    folder it cannot write or a full disk / file-size limit (the tables and figures already written are kept, each
+    whole); 130 on Ctrl-C or SIGTERM, with no partial file left (each is written to a temporary name and renamed)."""
+    interrupt_on_sigterm()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"{INTERRUPTED.split(';')[0]}; the tables and figures written so far are whole — rerun to rebuild the "
+              f"rest", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description="Rebuild tables and Pareto plots from results/ alone.")
     ap.add_argument("--results", default="results")
     ap.add_argument("--plots", help="where figures go (default: <results>/plots)")
@@ -880,10 +903,15 @@ def main(argv: list[str] | None = None) -> int:
             check_selection(args.results, [readme_preset])
         written = build_report(args.results, plots, args.preset, reference, args.readme, readme_preset)
     except (ReportError, StoreError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"error: cannot write the report: {e.strerror or e} ({e.filename or ''})", file=sys.stderr)
+    except (OSError, MemoryError) as e:
+        line = exhausted(e)   # a full disk or a file-size limit: the files already written are whole
+        if line is None:
+            if not isinstance(e, OSError):
+                raise
+            line = f"cannot write the report: {e.strerror or e} ({e.filename or ''})"
+        print(f"error: {printable(line)}", file=sys.stderr)
         return 2
     for path in written:
         print(path)

@@ -34,7 +34,7 @@ from tasks import TASKS, TaskError
 
 from .cli import (
     INTERRUPTED, REFERENCE, Parser, add_decode_flags, given_decode_knobs, exit_exhausted, interrupt_on_sigterm, number,
-    reference_option,
+    printable, reference_option,
 )
 from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "pretrained reference rows compute in fp32 whatever this says")
     ap.add_argument("--plan", action="store_true", help="print what would be trained and run, with a time estimate, "
                                                         "and stop")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=number(int, 0, 2 ** 32), default=0)
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
     ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
     ap.add_argument("--jobs", type=jobs_option, default="auto",
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(INTERRUPTED, file=sys.stderr)
         return 130
     except StoreError as e:                  # also harness.report.ReportError: results it cannot draw
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the rows survive
         return exit_exhausted(e)
@@ -213,7 +213,7 @@ def _main(argv: list[str] | None) -> int:
                         args.ray_cpus, args.delete_downloads, args.jobs)
         seconds = time.perf_counter() - started
     except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:   # CheckpointError is a ValueError
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     ids = {c.run_id for c in plan.cells}
     if not args.sweep:   # one cell or a few: their rows are the summary

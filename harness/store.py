@@ -19,9 +19,11 @@ Layout (the contract `harness.report` and outside checks read; design.md "Result
   so is a line that is not a JSON object with its keys (`run_id` and `metric` in runs.jsonl,
   `example_id` in examples), naming the file and line.
 * run ids become file names only through harness.paths.safe_component.
-* Nothing in a results directory is followed out of it: the lock and the row files are opened with
-  O_NOFOLLOW, and a directory any of whose entries is a symlink is refused (StoreError) before
-  anything is written, so a planted `.lock -> ~/.bashrc` cannot truncate the file it points to.
+* Nothing in a results directory is followed out of it: the lock and the row files are opened through
+  harness.paths.open_below (no symlink below the results root, no second hard link, a regular file: not a
+  FIFO), and a directory any of whose entries is a symlink or a hard-linked file is refused (StoreError)
+  before anything is written, so a planted `.lock -> ~/.bashrc` (or a hard link to it) cannot truncate the
+  file it points to.
 
     python -c "from harness.store import ResultsStore; print(len(ResultsStore('results/cpu').runs()))"
 """
@@ -41,7 +43,8 @@ from models import jsonio
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
-from .paths import safe_component
+from .lifeline import is_alive, process_start
+from .paths import make_dirs, open_below, safe_component
 from .schema import STORED_KEYS
 
 RUN_ROW_KEYS = ("run_id", "metric")       # what a runs.jsonl line must hold to be read at all
@@ -52,6 +55,21 @@ class StoreError(RuntimeError):
     """The results directory cannot be used (locked by another sweep, or another schema)."""
 
 
+@contextmanager
+def malformed(path: Path, what: str) -> Iterator[None]:
+    """Reading the fields of file `path` (`what` it holds) inside the block: a field that is missing, or of the wrong
+    type or value, is one StoreError naming the file and the field (the KeyError, TypeError, ValueError, IndexError
+    or AttributeError the block raised), not a traceback."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except KeyError as e:
+        raise StoreError(f"{path}: malformed {what}: no field {str(e.args[0])[:80]!r}") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
+        raise StoreError(f"{path}: malformed {what}: a field of the wrong type or value ({str(e)[:160]})") from None
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
     """Complete lines only: a torn (newline-less) last line is skipped. Every line must be a JSON
     object holding the `required` keys (StoreError naming the file and line otherwise)."""
@@ -60,8 +78,10 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
 
 def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
     """read_jsonl, with every row's line number."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
+    if not path.is_file():
+        raise StoreError(f"{path} is not a regular file (a FIFO, socket, device or folder); move it away")
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -107,24 +127,20 @@ def _cut_torn_tail(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
-def open_nofollow(path: Path, flags: int) -> int:
-    """os.open of a results file that refuses a symlink in its place (StoreError), instead of writing through it."""
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        if os.path.islink(path):
-            raise StoreError(f"{path} is a symlink (to {os.path.realpath(path)}); results files are never followed "
-                             f"out of their directory: remove it") from None
-        raise
+def open_nofollow(path: Path, flags: int, root: Path | None = None) -> int:
+    """os.open of a results file under harness.paths.open_below (StoreError for a symlink below `root`, a second
+    hard link, a FIFO or device), instead of writing through it."""
+    return open_below(path, flags, root if root is not None else Path(path).parent, StoreError)
 
 
-def append_jsonl(path: Path, rows: list[dict]) -> None:
-    """Append rows as one write (after cutting off a torn last line left by a killed writer)."""
+def append_jsonl(path: Path, rows: list[dict], root: Path | None = None) -> None:
+    """Append rows as one write (after cutting off a torn last line left by a killed writer); no link below `root`
+    (default: the file's folder) is written through."""
     if not rows:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent, root if root is not None else path.parent, StoreError)
     payload = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
-    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, root)
     try:
         _cut_torn_tail(fd)
         if os.write(fd, payload) != len(payload):
@@ -135,10 +151,13 @@ def append_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 class ResultsStore:
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, driver: int | None = None):
+        """`driver`: in a sweep's worker process, the pid of the driver whose lock the worker writes under (every
+        append first checks that it still holds it: check_writer); None in the driver itself."""
         self.root = Path(root)
         self.runs_path = self.root / "runs.jsonl"
         self.examples_dir = self.root / "examples"
+        self.driver = driver
 
     # -- schema ----------------------------------------------------------------------------------
     def check_schema(self) -> None:
@@ -169,7 +188,7 @@ class ResultsStore:
         self.refuse_symlinks()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT)
+            fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT, self.root)
         except OSError as e:
             blocker = next((p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir()), None)
             why = f"{blocker} is a file, not a directory" if blocker else (e.strerror or str(e)).lower()
@@ -179,22 +198,65 @@ class ResultsStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                holder = os.pread(fd, 64, 0).decode(errors="replace").split("\n")[0].strip() or "another process"
                 if not wait:
                     raise StoreError(f"{self.root} is being written by another sweep (pid {holder}); "
                                      f"wait for it to finish, pass --wait, or use another --out") from None
                 print(f"waiting for the sweep writing {self.root} (pid {holder}) to finish...", file=sys.stderr,
                       flush=True)
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            self._refuse_orphans(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
             os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
             os.close(fd)
 
+    def _refuse_orphans(self, lock_text: str) -> None:
+        """StoreError naming the workers an earlier sweep recorded in the lock file that still run: they would write
+        without the lock (harness.lifeline)."""
+        live = []
+        for line in lock_text.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "worker" and parts[1].isdigit() and is_alive(int(parts[1]), parts[2]):
+                live.append(parts[1])
+        if live:
+            raise StoreError(f"worker processes of an earlier sweep of {self.root} are still running (pid "
+                             f"{', '.join(live)}) and may still write there; end them (kill {' '.join(live)}) and "
+                             f"rerun")
+
+    def register_worker(self) -> None:
+        """Record this worker process in the lock file its driver holds (a later driver refuses to start while it
+        lives: _refuse_orphans)."""
+        fd = open_nofollow(self.root / ".lock", os.O_WRONLY | os.O_APPEND, self.root)
+        try:
+            os.write(fd, f"worker {os.getpid()} {process_start(os.getpid())}\n".encode())
+        finally:
+            os.close(fd)
+
+    def check_writer(self) -> None:
+        """In a worker: StoreError unless the driver still holds the directory's lock (results are written only
+        under it). A no-op in the driver, which holds the lock itself."""
+        if self.driver is None:
+            return
+        fd = open_nofollow(self.root / ".lock", os.O_RDONLY, self.root)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                held = False
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held = True
+            holder = os.pread(fd, 64, 0).decode(errors="replace").split("\n")[0].strip()
+        finally:
+            os.close(fd)
+        if not held or holder != str(self.driver) or os.getppid() != self.driver:
+            raise StoreError(f"the sweep (pid {self.driver}) that started this worker no longer holds the lock of "
+                             f"{self.root}; the worker writes nothing more")
+
     def refuse_symlinks(self) -> None:
-        """StoreError naming the first symlink among the directory's entries (at any depth; the directory itself
-        may be one, e.g. --out on another disk)."""
+        """StoreError naming the first symlink, or file with a second hard link, among the directory's entries (at
+        any depth; the directory itself may be a symlink, e.g. --out on another disk)."""
         if not self.root.is_dir():
             return
         for folder, dirs, files in os.walk(self.root):
@@ -203,6 +265,10 @@ class ResultsStore:
                 if path.is_symlink():
                     raise StoreError(f"{path} is a symlink (to {os.path.realpath(path)}); a results directory holds "
                                      f"only its own files: remove it or use another --out")
+                if name in files and path.lstat().st_nlink > 1:
+                    raise StoreError(f"{path} has {path.lstat().st_nlink} hard links; a results directory holds "
+                                     f"only its own files (writing it would change the other name too): remove it "
+                                     f"or use another --out")
 
     # -- cells -----------------------------------------------------------------------------------
     def runs(self) -> list[dict]:
@@ -227,9 +293,10 @@ class ResultsStore:
         missing = [k for k in STORED_KEYS for r in rows if k not in r]
         if missing:
             raise ValueError(f"result rows lack required keys: {sorted(set(missing))}")
+        self.check_writer()
         present = {(r["run_id"], r["metric"]) for r in self.runs()}
         append_jsonl(self.runs_path, [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows
-                                      if (r["run_id"], r["metric"]) not in present])
+                                      if (r["run_id"], r["metric"]) not in present], self.root)
         kill_point("after_cell")
 
     # -- examples --------------------------------------------------------------------------------
@@ -244,5 +311,7 @@ class ResultsStore:
         return list(rows.values())
 
     def append_examples(self, run_id: str, rows: list[dict]) -> None:
-        append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows])
+        self.check_writer()
+        append_jsonl(self.example_path(run_id), [{**r, "schema_version": RESULTS_SCHEMA_VERSION} for r in rows],
+                     self.root)
         kill_point("after_chunk")

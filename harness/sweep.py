@@ -115,7 +115,7 @@ def load_task(name: str, options: dict) -> Task:
     try:
         task = get_task(name, **options)
         if task.source == "file":
-            task.records()
+            task.check_data()
     except TaskError as e:
         raise PlanError(str(e)) from None
     return task

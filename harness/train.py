@@ -34,8 +34,8 @@ from models import Batch
 from models.steps import prepare_torch_compile
 from models.tokenizers import Tokenizer
 
-from .cache import checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number
+from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
+from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
 from .configs import PRETRAINED, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
@@ -216,7 +216,7 @@ def train(cfg: TrainConfig, device: str = "auto", save_every: int = 100, progres
              "torch_version": torch.__version__, "device": dev.type, "compiled": compiled}
     if cfg.eval_every:   # training weights (not the EMA) at each point; rows and draws fixed by the seed
         extra["val_curve"] = {"rows": int(curve_rows.shape[0]), "samples": CURVE_SAMPLES, "points": curve}
-    models.save(model, out, tokenizer=tok, extra=extra)
+    models.save(model, cache_target(out), tokenizer=tok, extra=extra)
     shutil.rmtree(train_state_dir(cfg), ignore_errors=True)
     return out
 
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.with_arch(**arch)
         path = train(cfg, args.device, save_every=args.save_every, compile=args.compile)
     except (ValueError, TrainingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:                # the state of the last --save-every step is on disk
         print(INTERRUPTED, file=sys.stderr)

@@ -18,6 +18,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -62,6 +63,9 @@ def number_field(value: object, field: str, where: str | Path) -> float:
     return float(value)
 
 
+# bytes per element of each safetensors dtype (the header's names); anything else counts as 8
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2,
+               "I8": 1, "U8": 1, "BOOL": 1, "U16": 2, "U32": 4, "U64": 8}
 MAX_CONTEXT = 1 << 17   # tokens: beyond any model this harness trains or loads (its rotary tables are built eagerly)
 
 
@@ -90,6 +94,8 @@ def check_sizes(config: ModelConfig, weights: Path, where: Path) -> None:
     try:
         with safe_open(str(weights), "pt") as f:
             header = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            declared = sum(math.prod(shape) * DTYPE_BYTES.get(f.get_slice(k).get_dtype(), 8)
+                           for k, shape in header.items())
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights} is not a readable safetensors file ({e})") from None
     n_layers = getattr(config.backbone.arch, "n_layers", 0) if config.backbone is not None else 0
@@ -101,7 +107,14 @@ def check_sizes(config: ModelConfig, weights: Path, where: Path) -> None:
         if name in header and header[name] != shape:
             raise CheckpointError(f"{weights}: tensor {name!r} has shape {header[name]}, but {where.name} implies "
                                   f"{shape}")
+    unexpected, missing = sorted(set(header) - set(expected)), sorted(set(expected) - set(header))
+    if unexpected or missing:   # from the header, before a byte of any tensor is read
+        raise CheckpointError(f"{weights} does not match its config: "
+                              + (f"tensor {unexpected[0]!r} {header[unexpected[0]]} is not in the model of "
+                                 f"{where.name}" if unexpected else f"tensor {missing[0]!r} is missing")
+                              + f" ({len(unexpected)} unexpected, {len(missing)} missing)")
     check_memory(sum(math.prod(s) for s in expected.values()), where)
+    check_memory(declared, weights, bytes_per_element=1)
 
 
 def check_tensors(tensors: dict, where: str | Path) -> dict:
@@ -270,12 +283,24 @@ def _clean_leftovers(directory: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def write_safetensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """safetensors' save_file, whose I/O failures (a full disk, a file-size limit) are raised as the OSError they
+    are (safetensors raises them as a SafetensorError naming "os error N"), so the CLIs report them in one line."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as e:
+        code = re.search(r"os error (\d+)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
+
+
 def save(model: "ParadigmModel", directory: str | Path, tokenizer: "Tokenizer | None" = None,
          extra: dict | None = None) -> Path:
     """Atomically write model (and tokenizer) to `directory`; `extra` is stored in config.json."""
     with atomic_directory(directory) as tmp:
         state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        save_file(state, str(tmp / WEIGHTS_FILE))
+        write_safetensors(state, tmp / WEIGHTS_FILE)
         meta = {"model": model.config.to_dict(), "schema_version": SCHEMA_VERSION, **(extra or {})}
         (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:

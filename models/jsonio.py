@@ -5,7 +5,8 @@ like any other malformed input, so every reader reports them as it reports a dec
 file, and the line for JSONL):
   * a document nested too deeply for the parser (`[[[[...]]]]` thousands deep: a RecursionError);
   * `NaN`, `Infinity` and `-Infinity`, which are not JSON (the harness writes a non-finite number as null), and
-    which would otherwise reach configs and result rows as numbers (an infinite throughput is "Pareto-optimal").
+    which would otherwise reach configs and result rows as numbers (an infinite throughput is "Pareto-optimal");
+  * an integer of more digits than Python converts (4,300: a ValueError that named no file).
 
     python -c "from models.jsonio import loads; loads('[' * 100000)"      # JSONDecodeError, not RecursionError
 """
@@ -42,3 +43,8 @@ def loads(text: str | bytes) -> object:
         raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
     except _NotJSON as e:
         raise json.JSONDecodeError(f"{e} is not a JSON number", text if isinstance(text, str) else "", 0) from None
+    except ValueError as e:   # "Exceeds the limit (4300 digits) for integer string conversion"
+        if isinstance(e, json.JSONDecodeError):
+            raise
+        raise json.JSONDecodeError("an integer of too many digits", text if isinstance(text, str) else "", 0
+                                   ) from None

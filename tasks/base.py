@@ -33,7 +33,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Sequence, Union
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 
@@ -172,18 +172,24 @@ def file_format(path: str | Path) -> str:
 
 
 MAX_DATA_BYTES = 1 << 30   # a data file, decompressed: far above any task's data, far below a gzip bomb's
+MAX_DOCUMENT_CHARS = 1 << 22   # one streamed document (a line, a paragraph): tokenised at once, so bounded
 
 
-def read_text(path: str | Path) -> str:
-    """The whole file as text (UTF-8, universal newlines; .gz decompressed transparently). Only a regular file
-    (not a device, FIFO or a symlink to one: /dev/zero never ends) of at most MAX_DATA_BYTES, also once inflated."""
-    path = Path(path)
+def _check_data_path(path: Path) -> None:
     if path.is_dir():
         raise TaskError(f"data path is a directory, not a file: {path}")
     if not path.exists():
         raise TaskError(f"data file not found: {path}")
     if not path.is_file():
         raise TaskError(f"{path}: not a regular file (a device, FIFO or socket cannot be a data file)")
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as text (UTF-8, universal newlines, a leading byte-order mark dropped: Excel writes one; .gz
+    decompressed transparently). Only a regular file (not a device, FIFO or a symlink to one: /dev/zero never ends)
+    of at most MAX_DATA_BYTES, also once inflated."""
+    path = Path(path)
+    _check_data_path(path)
     inflated = " once decompressed" if path.name.endswith(".gz") else ""
     try:
         with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
@@ -199,7 +205,93 @@ def read_text(path: str | Path) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise TaskError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def stream_records(path: str | Path, documents: str = "records") -> Iterator[Record]:
+    """The records of a data file read as they are needed, so that a caller who wants the first few never reads,
+    holds or tokenises the rest: a .jsonl line or a .csv row at a time, or for a .txt file one document per line
+    (`documents="lines"`) or per paragraph (`"paragraphs"`, separated by blank lines) as {"text": ...}. The same
+    records, in the same order, as read_records (and _Perplexity's .txt split); TaskError naming the file (and the
+    line) for what read_records refuses, and for a file beyond MAX_DATA_BYTES or a document beyond
+    MAX_DOCUMENT_CHARS characters once they are reached."""
+    path = Path(path)
+    fmt = file_format(path)
+    _check_data_path(path)
+    if fmt == "txt" and documents == "records":
+        raise TaskError(f"{path}: a .txt file holds no records; this task reads .jsonl or .csv")
+    name, gz = path.name, path.name.endswith(".gz")
+    try:
+        raw = gzip.open(path, "rb") if gz else open(path, "rb")
+    except OSError as err:
+        raise TaskError(f"{path}: unreadable ({err})") from None
+    total = 0
+
+    def lines() -> Iterator[tuple[int, str]]:
+        nonlocal total
+        with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None) as f:
+            lineno = 0
+            while True:
+                try:
+                    line = f.readline(MAX_DOCUMENT_CHARS + 1)
+                except UnicodeDecodeError as err:
+                    raise TaskError(f"{path}:{lineno + 1}: not UTF-8 text ({err.reason})") from None
+                except (OSError, EOFError) as err:
+                    raise TaskError(f"{path}: {'not a valid gzip file' if gz else 'unreadable'} ({err})") from None
+                if not line:
+                    return
+                lineno += 1
+                total += len(line)
+                if total > MAX_DATA_BYTES:
+                    raise TaskError(f"{path}: more than {MAX_DATA_BYTES:,} bytes of data"
+                                    f"{' once decompressed' if gz else ''}")
+                if len(line) > MAX_DOCUMENT_CHARS:
+                    raise TaskError(f"{path}:{lineno}: a line of more than {MAX_DOCUMENT_CHARS:,} characters; a "
+                                    f"document is read and tokenised whole, so split it")
+                yield lineno, line.rstrip("\n")
+
+    if fmt == "jsonl":
+        for lineno, line in lines():
+            if not line.strip():
+                continue
+            try:
+                data = jsonio.loads(line)
+            except json.JSONDecodeError as err:
+                raise TaskError(f"{path}:{lineno}: malformed JSON line ({err.msg} at column {err.colno})") from None
+            if not isinstance(data, dict):
+                raise TaskError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
+            yield Record(f"{name}:{lineno}", data)
+    elif fmt == "csv":
+        csv.field_size_limit(MAX_DOCUMENT_CHARS)
+        reader = csv.DictReader(line + "\n" for _, line in lines())
+        try:
+            for row in reader:
+                yield Record(f"{name}:{reader.line_num}", dict(row))
+        except csv.Error as err:
+            raise TaskError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
+    else:
+        docs = (line for _, line in lines()) if documents == "lines" else _paragraphs(lines(), path)
+        for i, doc in enumerate(d for d in docs if d.strip()):
+            yield Record(f"{name} document {i}", {"text": doc})
+
+
+def _paragraphs(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[str]:
+    """Paragraphs of numbered text lines: runs of lines between whitespace-only lines, joined by newlines; TaskError
+    for one beyond MAX_DOCUMENT_CHARS characters."""
+    block: list[str] = []
+    size = 0
+    for lineno, line in lines:
+        if line.strip():
+            block.append(line)
+            size += len(line) + 1
+            if size > MAX_DOCUMENT_CHARS:
+                raise TaskError(f"{path}:{lineno}: a paragraph of more than {MAX_DOCUMENT_CHARS:,} characters; a "
+                                f"document is tokenised whole: separate documents by blank lines")
+        elif block:
+            yield "\n".join(block)
+            block, size = [], 0
+    if block:
+        yield "\n".join(block)
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -395,6 +487,16 @@ class Task(abc.ABC):
                 seen.add(example_id)
             self._records = records
         return self._records
+
+    def check_data(self) -> None:
+        """Read (and check) a user's data file before any work: every record (a task that streams its file checks
+        what it will read first)."""
+        self.records()
+
+    def first_examples(self, tokenizer: Any, context_length: int, limit: int | None) -> list[Example]:
+        """The first `limit` examples (all when None): select(examples(...)), or less work where a task can stop
+        reading early."""
+        return self.select(self.examples(tokenizer, context_length), limit)
 
     def examples(self, tokenizer: Any = None, context_length: int | None = None) -> list[Example]:
         """Examples with stable ids: the record's own "id" field when it has one, else its position."""

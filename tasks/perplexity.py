@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from tasks.base import (
     DATA_DIR, Example, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, check_context_length,
     check_samples,
-    exp_clipped, file_format, output, ratio_ci, read_records, read_text,
+    exp_clipped, file_format, output, ratio_ci, read_records, read_text, stream_records,
 )
 from tasks.splits import lm1b_split, wikitext_articles, wikitext_split
 
@@ -89,18 +89,50 @@ class _Perplexity(Task):
         field = next((f for f in TEXT_FIELDS if record.data.get(f) is not None), TEXT_FIELDS[0])
         return {"text": record.text(field, 'field "text" (or "context_string")')}
 
-    def examples(self, tokenizer: Any = None, context_length: int | None = None) -> list[Example]:
+    def _streamed(self) -> bool:
+        """Whether the documents come from a user's file read as they are needed (WikiText articles need the whole
+        file to be split)."""
+        return self.source == "file" and self.txt_documents != "wikitext"
+
+    def documents(self) -> Iterator[str]:
+        """The documents' texts in order; a user's file is read lazily (tasks.base.stream_records)."""
+        if not self._streamed():
+            yield from (fields["text"] for fields in self.records())
+            return
+        documents = self.txt_documents if file_format(self.data_path) == "txt" else "records"
+        for record in stream_records(self.data_path, documents):
+            yield self.parse(record)["text"]
+
+    def check_data(self) -> None:
+        """A streamed file: its first document (format, fields, encoding); the rest is checked as it is read."""
+        if not self._streamed():
+            return super().check_data()
+        if next(self.documents(), None) is None:
+            raise TaskError(f"task {self.name}: no examples in {self.describe_source()}")
+
+    def first_examples(self, tokenizer: Any, context_length: int, limit: int | None) -> list[Example]:
+        """The first `limit` rows, reading and tokenising only the documents they need (`--limit 1` of a large
+        file tokenised all of it first)."""
+        self.select([], limit)   # (the check of limit)
+        return self.examples(tokenizer, context_length, limit)
+
+    def examples(self, tokenizer: Any = None, context_length: int | None = None,
+                 limit: int | None = None) -> list[Example]:
         if tokenizer is None:
             raise TaskError(f"task {self.name} needs the tokenizer to wrap documents into rows")
         length = check_context_length(self.name, context_length)
-        stream: list[int] = []
-        for fields in self.records():
-            stream += tokenizer.encode(fields["text"]) + [tokenizer.eos_id]
         width = length - 1
+        stream: list[int] = []
+        for text in self.documents():
+            stream += tokenizer.encode(text) + [tokenizer.eos_id]
+            if limit is not None and len(stream) > limit * width:   # `limit` full rows and more: the rest is unread
+                break
+        if not stream:
+            raise TaskError(f"task {self.name}: no examples in {self.describe_source()}")
         rows = [stream[i:i + width] for i in range(0, len(stream), width)]
         if len(rows) > 1 and len(rows[-1]) < width:
             rows.pop()
-        return [Example(f"row{k}", {"ids": [tokenizer.bos_id] + row}) for k, row in enumerate(rows)]
+        return [Example(f"row{k}", {"ids": [tokenizer.bos_id] + row}) for k, row in enumerate(rows[:limit])]
 
     def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
         ids = example.fields["ids"]

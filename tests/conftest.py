@@ -14,6 +14,7 @@ so that a machine of one CPU kind also checks the other kind's path.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,9 @@ import torch
 from harness.precision import FORCE_AUTO_ENV, PRECISIONS
 
 os.environ.setdefault(FORCE_AUTO_ENV, "fp32")
+# matplotlib's font cache in one place for the whole run (harness.report would put it under the HARNESS_CACHE of
+# whichever test imports it first, and the bad-input tests check that a refused input leaves no cache)
+os.environ.setdefault("MPLCONFIGDIR", str(Path(__file__).resolve().parent.parent / ".cache" / "lib" / "matplotlib"))
 
 
 @pytest.fixture(params=PRECISIONS)

@@ -216,6 +216,14 @@ BAD_INPUTS = [
     "policy_unknown", "policy_parameter_out_of_range", "report_policy_unknown",
     # physical sanity of a model's config (accepted silently before: NaN angles at decode time)
     "checkpoint_config_rope_base_zero",
+    # links of every kind below a chosen root (harness.paths): never followed or written through
+    "results_runs_hard_linked", "results_lock_hard_linked", "results_runs_a_fifo", "report_tables_a_symlink",
+    "cache_a_file", "cache_folder_a_symlink",
+    # sizes checked before anything is read or allocated; numbers Python cannot convert, with the file named
+    "checkpoint_extra_tensor", "data_integer_of_5000_digits", "report_integer_of_5000_digits",
+    # integers out of any sane range (tracebacks before)
+    "seed_too_large", "lm_eval_seed_too_large", "train_tokenizer_negative_vocab", "bench_repeats_zero",
+    "lm_eval_checkpoint_without_paradigm",
 ]
 IN_PROCESS = {name: tool for tool, names in {
     "run": ["results_row_a_bare_number", "results_row_a_list", "results_row_without_run_id",
@@ -224,14 +232,18 @@ IN_PROCESS = {name: tool for tool, names in {
             "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
             "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
             "jobs_with_delete_downloads", "policy_unknown", "policy_parameter_out_of_range",
-            "checkpoint_config_rope_base_zero"],
+            "checkpoint_config_rope_base_zero", "results_runs_hard_linked", "results_lock_hard_linked",
+            "results_runs_a_fifo", "checkpoint_extra_tensor", "data_integer_of_5000_digits", "seed_too_large"],
     "report": ["report_results_missing", "report_unknown_preset", "report_row_a_list", "report_unknown_paradigm",
                "report_non_numeric_value", "report_task_names_a_path_outside", "report_infinite_throughput",
-               "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown"],
-    "train": ["train_length_zero", "train_lr_not_a_number"],
+               "report_threshold_above_one", "report_primary_not_a_bool", "report_policy_unknown",
+               "report_tables_a_symlink", "report_integer_of_5000_digits"],
+    "train": ["train_length_zero", "train_lr_not_a_number", "cache_a_file", "cache_folder_a_symlink",
+              "train_tokenizer_negative_vocab"],
+    "bench": ["bench_repeats_zero"],
     "lm_eval": ["lm_eval_unknown_knob", "lm_eval_wrong_paradigm", "lm_eval_missing_checkpoint",
                 "lm_eval_threshold_5", "lm_eval_window_abc", "lm_eval_repetition_penalty_nan",
-                "lm_eval_policy_unknown"],
+                "lm_eval_policy_unknown", "lm_eval_seed_too_large", "lm_eval_checkpoint_without_paradigm"],
 }.items() for name in names}
 assert set(IN_PROCESS) <= set(BAD_INPUTS)
 
@@ -340,6 +352,27 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     if name == "checkpoint_config_rope_base_zero":
         d = _broken_copy(ck["ar"], tmp / "rope0", lambda d: _arch_edit(d, rope_base=0))
         return ["--checkpoint", str(d), "--task", "gsm8k", "--data", str(q)], "rope_base must be a finite number > 0"
+    if name in ("results_runs_hard_linked", "results_lock_hard_linked"):   # an outside file would be truncated
+        (out / "smoke").mkdir(parents=True)
+        (tmp / "bashrc").write_text("")
+        os.link(tmp / "bashrc", out / "smoke" / ("runs.jsonl" if name == "results_runs_hard_linked" else ".lock"))
+        return cell, "has 2 hard links"
+    if name == "results_runs_a_fifo":   # it swallowed the rows, then a traceback
+        (out / "smoke").mkdir(parents=True)
+        os.mkfifo(out / "smoke" / "runs.jsonl")
+        return cell, "runs.jsonl is not a regular file"
+    if name == "checkpoint_extra_tensor":   # a 1 GiB tensor not in the config was read (3.1 GiB RSS) before the refusal
+        def extra(d: Path) -> None:
+            state = load_file(str(d / "model.safetensors"))
+            save_file({**state, "extra.weight": torch.zeros(4, 4)}, str(d / "model.safetensors"))
+        d = _broken_copy(ck["ar"], tmp / "extra", extra)
+        return [*cell, "--checkpoint", str(d)], "tensor 'extra.weight' (4, 4) is not in the model of config.json"
+    if name == "data_integer_of_5000_digits":   # a ValueError that named no file
+        (tmp / "digits.jsonl").write_text('{"question": "a?", "answer": ' + "9" * 5000 + '}\n')
+        return ([*cell, "--data", str(tmp / "digits.jsonl")],
+                "digits.jsonl:1: malformed JSON line (an integer of too many digits")
+    if name == "seed_too_large":
+        return [*cell, "--seed", str(10 ** 30)], "argument --seed: must be >= 0 and < 4294967296"
     if name == "policy_unknown":
         return [*cell, "--policy", "greedy"], "unknown policy 'greedy'; valid: confidence"
     if name == "policy_parameter_out_of_range":
@@ -355,6 +388,18 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     if name in rows:
         (out / "cpu").mkdir(parents=True)
         write_jsonl(out / "cpu" / "runs.jsonl", [rows[name]])
+    if name == "report_tables_a_symlink":   # it overwrote a file in the folder the link named, and added six
+        (tmp / "outside").mkdir()
+        (tmp / "outside" / "gsm8k.md").write_text("keep me\n")
+        (out / "cpu").mkdir(parents=True)
+        (out / "cpu" / "tables").symlink_to(tmp / "outside")
+        write_jsonl(out / "cpu" / "runs.jsonl", [report_row()])
+        return report, "tables is a symlink"
+    if name == "report_integer_of_5000_digits":   # a traceback
+        (out / "cpu").mkdir(parents=True)
+        (out / "cpu" / "runs.jsonl").write_text(json.dumps(report_row()).replace('"n_examples": 4',
+                                                                                 '"n_examples": ' + "9" * 5000) + "\n")
+        return report, "runs.jsonl:1: corrupt results line (an integer of too many digits)"
     if name == "report_results_missing":
         return [*report[:1], str(tmp / "nowhere"), *report[2:]], f"results directory {tmp / 'nowhere'} not found"
     if name == "report_unknown_preset":
@@ -382,6 +427,22 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return ["--paradigm", "ar", "--length", "0"], "argument --length: must be >= 2, got 0"
     if name == "train_lr_not_a_number":
         return ["--paradigm", "ar", "--lr", "fast"], "argument --lr: expected a number, got 'fast'"
+    train = ["--paradigm", "ar", "--steps", "1", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
+             "--length", "16", "--tokenizer", "bpe:300"]
+    if name == "train_tokenizer_negative_vocab":   # an OverflowError in the tokenizer trainer
+        return [*train[:-1], "bpe:-1"], "tokenizer 'bpe:-1': the vocabulary of bpe:<vocab> must be a whole number"
+    if name == "bench_repeats_zero":
+        return ["decode", "--repeats", "0", "--out", str(tmp / "bench")], "argument --repeats: must be >= 1, got 0"
+    if name == "cache_a_file":
+        (tmp / "cachefile").write_text("")
+        monkeypatch.setenv("HARNESS_CACHE", str(tmp / "cachefile"))
+        return train, "cachefile is a file, not a directory"
+    if name == "cache_folder_a_symlink":
+        (tmp / "outside").mkdir()
+        (tmp / "mycache").mkdir()
+        (tmp / "mycache" / "tokenizers").symlink_to(tmp / "outside")
+        monkeypatch.setenv("HARNESS_CACHE", str(tmp / "mycache"))
+        return train, "tokenizers is a symlink"
     # harness.lm_eval
     lm = ["run", "--tasks", "harness_gsm8k", "--include_path", str(REPO / "tasks" / "lm_eval"), "--model"]
     if name == "lm_eval_unknown_knob":
@@ -398,6 +459,16 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
                 "repetition_penalty must be a finite number > 0")
     if name == "lm_eval_policy_unknown":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},policy=greedy"], "unknown policy 'greedy'"
+    if name == "lm_eval_seed_too_large":   # an overflow at the first decode
+        return ([*lm, "ar", "--model_args", f"checkpoint={ck['ar']},seed={10 ** 30}"],
+                "model_args seed must be a whole number in [0, 4294967295]")
+    if name == "lm_eval_checkpoint_without_paradigm":   # a KeyError traceback (round 2)
+        def drop(d: Path) -> None:
+            meta = json.loads((d / "config.json").read_text())
+            del meta["model"]["paradigm"]
+            (d / "config.json").write_text(json.dumps(meta))
+        d = _broken_copy(ck["ar"], tmp / "noparadigm", drop)
+        return [*lm, "ar", "--model_args", f"checkpoint={d}"], "the model section names no paradigm"
     if name == "lm_eval_window_abc":
         return [*lm, "setdlm", "--model_args", f"checkpoint={ck['setdlm']},window=abc"], "window='abc': expected a whole"
     raise KeyError(name)
@@ -413,6 +484,9 @@ def _invoke(tool: str, args: list[str], out: Path, monkeypatch) -> int:
             return report.main(args)
         if tool == "train":
             return train_mod.main(args)
+        if tool == "bench":
+            from harness import bench
+            return bench.main(args)
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
         import lm_eval.__main__
@@ -526,3 +600,36 @@ def test_lm_eval_cli_model_args_error_is_one_line(tmp_path, checkpoints):
     assert "model_args window='abc': expected a whole number" in error
 
 
+
+
+def test_lm_eval_device_meta_and_a_missing_ppl_file_are_one_line(tmp_path, monkeypatch, capsys, checkpoints):
+    """`--device meta` and harness_ppl_file without --metadata ppl_file ended in tracebacks."""
+    import lm_eval.__main__
+
+    import harness.lm_eval as adapter
+    from tasks.lm_eval.utils import load_text_file
+
+    with pytest.raises(adapter.ModelArgsError, match="device 'meta' is not one of auto, cpu, cuda"):
+        adapter.HarnessLM(checkpoint=str(checkpoints["ar"]), device="meta")
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: load_text_file(None))
+    with pytest.raises(SystemExit) as e:
+        adapter.main(["run", "--tasks", "harness_ppl_file"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 2 and len(errors) == 1 and "needs a file: pass --metadata ppl_file=PATH" in errors[0]
+
+
+def test_strings_from_files_reach_the_terminal_escaped(monkeypatch, capsys):
+    """A string from a file or a model in an error (a config field, a tokenizer token) printed its escape bytes."""
+    from harness.cli import printable
+    from harness.sweep import PlanError
+
+    hostile = "tok\x1b]0;owned\x07\x1b[2J\r\u202eevil\x9b"
+    assert printable(hostile) == "tok\\x1b]0;owned\\x07\\x1b[2J\\r\\u202eevil\\x9b"
+    assert printable("naïve 数字 ok") == "naïve 数字 ok"                     # text that is not a control is kept
+
+    def refuse(args):
+        raise PlanError(f"config.json: token {hostile} is not in the vocabulary")
+    monkeypatch.setattr(run, "make_plan", refuse)
+    assert run.main(["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err and "token tok\\x1b]0;owned" in err

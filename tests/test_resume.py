@@ -189,8 +189,8 @@ def two_cells(checkpoints, questions, tmp_path_factory):
     root = tmp_path_factory.mktemp("two_cells")
     appends, real = [], store_mod.append_jsonl
 
-    def recording(path, rows):
-        real(path, rows)
+    def recording(path, rows, *below):
+        real(path, rows, *below)
         if rows:
             appends.append((str(Path(path).relative_to(root / "a")),
                             "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()))
@@ -325,6 +325,35 @@ def test_ctrl_c_during_training_is_one_line_and_resumes(tiny_corpus, monkeypatch
     assert len(steps) == 3 + 4                                       # resumed at step 2: four more steps
 
 
+@pytest.mark.parametrize("damage", ["torn_tensors", "json_not_an_object"])
+def test_a_damaged_training_state_is_set_aside_and_training_starts_afresh(tiny_corpus, monkeypatch, capsys, damage):
+    """It stopped every rerun with a traceback (a torn safetensors file, a state.json that is not an object)."""
+    args = ["--paradigm", "ar", "--length", "32", "--n-layers", "1", "--d-model", "16", "--n-heads", "2",
+            "--tokenizer", "bpe:300", "--steps", "4", "--batch-size", "4", "--warmup-steps", "1", "--save-every", "2",
+            "--device", "cpu", "--precision", "fp32"]
+    steps = []
+
+    def ctrl_c(name):
+        steps.append(name)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(train_mod, "kill_point", ctrl_c)
+    assert train_mod.main(args) == 130
+    (state,) = (tiny_corpus / "cache" / "train_state").iterdir()
+    if damage == "torn_tensors":
+        (state / "state.safetensors").write_bytes((state / "state.safetensors").read_bytes()[:200])
+    else:
+        (state / "state.json").write_text("[1, 2]")
+    capsys.readouterr()
+    monkeypatch.setattr(train_mod, "kill_point", lambda name: steps.append(name))
+    assert train_mod.main(args) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"warning: the saved training state {state} cannot be resumed from" in err
+    assert len(steps) == 3 + 4                                       # afresh: all four steps
+    (aside,) = [p for p in state.parent.iterdir() if ".damaged-" in p.name]   # kept for a look, out of the way
+    assert aside.name.startswith(state.name)
+
+
 # -- slow: the smoke sweep killed at three points -------------------------------------------------------
 SWEEP = ["--sweep", "--preset", "smoke", "--paradigms", "ar,setdlm", "--tasks", "gsm8k,ppl_owt", "--limit", "2"]
 
@@ -392,3 +421,61 @@ def test_checkpoint_cell_through_ray_has_the_local_rows(tmp_path, checkpoints, q
         assert proc.returncode == 0, proc.stderr[-4000:]
     assert_same_rows(read_rows(tmp_path / "local"), read_rows(tmp_path / "ray"))
     assert not (tmp_path / "cache").exists()
+
+
+# -- workers die with their driver; a driver refuses live workers of an earlier run; writes only under the lock --
+_DRIVER = """
+import multiprocessing, os, signal, time
+from concurrent.futures import ProcessPoolExecutor
+from harness.lifeline import die_with_parent
+pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                           initargs=(os.getpid(),))
+futures = [pool.submit(time.sleep, 120) for _ in range(4)]
+while len(pool._processes) < 2:
+    time.sleep(0.05)
+time.sleep(3)   # the workers have started their cells
+print(" ".join(map(str, pool._processes)), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_workers_die_with_a_killed_driver(tmp_path):
+    """A sweep driver killed outright (SIGKILL) left its `--jobs` workers running and writing without the lock."""
+    from harness.lifeline import is_alive
+
+    proc = subprocess.run([sys.executable, "-c", _DRIVER], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2, proc.stderr
+    deadline = time.time() + 15
+    while any(is_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    alive = [p for p in pids if is_alive(p)]
+    for p in alive:   # (do not leave them behind when the test fails)
+        os.kill(p, 9)
+    assert not alive
+
+
+def test_live_workers_of_an_earlier_run_are_refused_by_name_and_writes_need_the_lock(tmp_path):
+    from harness.lifeline import process_start
+
+    root = tmp_path / "cpu"
+    root.mkdir()
+    orphan = subprocess.Popen(["sleep", "60"])
+    try:
+        (root / ".lock").write_text(f"1\nworker {orphan.pid} {process_start(orphan.pid)}\n")
+        with pytest.raises(StoreError, match=f"still running \\(pid {orphan.pid}\\).*kill {orphan.pid}"):
+            with ResultsStore(root).lock():
+                pass
+    finally:
+        orphan.kill()
+        orphan.wait()
+    with ResultsStore(root).lock():   # gone: the directory is usable again
+        pass
+    worker = ResultsStore(root, driver=os.getppid())
+    with pytest.raises(StoreError, match="no longer holds the lock"):   # nobody holds it: a worker writes nothing
+        worker.append_examples("r0", [{"example_id": "0"}])
+    with ResultsStore(root).lock():   # held, but by another process than the worker's driver
+        with pytest.raises(StoreError, match="no longer holds the lock"):
+            worker.append_runs([])
+    assert not (root / "examples").exists() and not (root / "runs.jsonl").exists()

@@ -290,6 +290,49 @@ def test_perplexity_wrapping_and_aggregate(tmp_path, tok):
         task.examples(None, 5)
 
 
+class _Counting:
+    """A tokenizer that counts the characters it was asked to encode."""
+
+    def __init__(self, tok):
+        self.tok, self.chars = tok, 0
+        self.eos_id, self.bos_id = tok.eos_id, tok.bos_id
+
+    def encode(self, text):
+        self.chars += len(text)
+        return self.tok.encode(text)
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl", "csv.gz"])
+def test_a_perplexity_file_is_read_and_tokenised_only_up_to_the_limit(tmp_path, tok, kind):
+    """`--task ppl_file --limit 1` tokenised the whole file first (15.6 MB: 3.2 GB); now only the documents the
+    first rows need, with the same rows as before."""
+    docs = [f"document {i} " + " ".join(f"w{(i * 7 + j) % 50}" for j in range(30)) for i in range(3000)]
+    path = tmp_path / f"d.{kind}"
+    if kind == "txt":
+        path.write_text("\ufeff" + "\r\n\r\n".join(docs) + "\n", encoding="utf-8")   # a BOM, Windows newlines
+    elif kind == "jsonl":
+        write_jsonl(path, [{"text": d} for d in docs])
+    else:
+        with gzip.open(path, "wt", encoding="utf-8-sig", newline="") as f:   # Excel's CSV: a byte-order mark
+            writer = csv.DictWriter(f, fieldnames=["text"])
+            writer.writeheader()
+            writer.writerows({"text": d} for d in docs)
+    task = get_task("ppl_file", data_path=path)
+    counting = _Counting(tok)
+    first = task.first_examples(counting, 64, 2)
+    assert counting.chars < sum(map(len, docs)) / 100                       # a few documents, not 3000
+    assert [e.fields for e in first] == [e.fields for e in task.examples(tok, 64)[:2]]   # the rows of the whole file
+    stream = [t for d in docs[:10] for t in tok.encode(d) + [tok.eos_id]]
+    assert first[0].fields["ids"] == [tok.bos_id] + stream[:63]
+
+
+def test_a_perplexity_document_beyond_the_size_ceiling_is_refused_saying_so(tmp_path):
+    path = tmp_path / "one-line.txt"
+    path.write_text("word " * (base.MAX_DOCUMENT_CHARS // 5 + 10))
+    with pytest.raises(TaskError, match=r"one-line.txt:1: a line of more than 4,194,304 characters"):
+        get_task("ppl_file", data_path=path).check_data()
+
+
 def test_perplexity_embedded_eval_sets(tok):
     assert len(get_task("ppl_owt").records()) == 1000
     assert len(get_task("ppl_lm1b").records()) == 1222 == len(lm1b_split("eval"))

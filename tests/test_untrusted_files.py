@@ -293,3 +293,63 @@ def test_plan_of_a_checkpoint_with_a_bomb_config_refuses_before_its_estimate(tmp
     assert run.main(["--model", str(tmp_path / "m"), "--task", "gsm8k", "--plan", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "but config.json implies" in err[0] and not (tmp_path / "o").exists()
+
+
+# -- one rule for every write: no symlink, no second hard link, no FIFO below the chosen root (harness.paths) ----
+def test_no_write_goes_through_a_link_below_its_root(tmp_path, outside, monkeypatch):
+    from harness.cache import CacheError, cache_target
+    from harness.paths import check_no_links, open_below, replacing
+
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "b").symlink_to(outside.parent)                     # a folder below the root that is a link
+    with pytest.raises(ValueError, match=r"b is a symlink"):
+        check_no_links(root / "b" / "c" / "x.md", root)
+    with pytest.raises(ValueError, match=r"b is a symlink"):
+        with replacing(root / "b" / "secret.txt", root) as tmp:
+            tmp.write_text("overwritten\n")
+    os.link(outside, root / "a" / "rows.jsonl")                 # a second name of an outside file
+    with pytest.raises(StoreError, match="rows.jsonl has 2 hard links"):
+        append_jsonl(root / "a" / "rows.jsonl", [{"run_id": "a", "metric": "m"}], root)
+    os.mkfifo(root / "a" / "fifo")                              # would block, or swallow what is written
+    with pytest.raises(ValueError, match="fifo is not a regular file"):
+        open_below(root / "a" / "fifo", os.O_WRONLY | os.O_APPEND, root)
+    planted = root / "a" / f".t.tmp{os.getpid()}.md"            # the temporary name, planted as a link
+    planted.symlink_to(outside)
+    with replacing(root / "a" / "t.md", root) as tmp:
+        tmp.write_text("table\n")
+    assert (root / "a" / "t.md").read_text() == "table\n" and not planted.is_symlink()
+    link_root = tmp_path / "elsewhere"                          # the root itself may be a link (--out on a disk)
+    link_root.symlink_to(root / "a")
+    check_no_links(link_root / "new.md", link_root)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))   # checkpoints and training state of the cache
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "checkpoints").symlink_to(outside.parent)
+    with pytest.raises(CacheError, match="checkpoints is a symlink"):
+        cache_target(tmp_path / "cache" / "checkpoints" / "ar-x")
+    assert outside.read_text() == "do not touch\n" and sorted(os.listdir(outside.parent)) == ["secret.txt"]
+
+
+def test_matplotlib_keeps_its_font_cache_under_the_project_cache(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MPLCONFIGDIR"}
+    env.update(HOME=str(tmp_path / "home"), HARNESS_CACHE=str(tmp_path / "cache"), XDG_CACHE_HOME="",
+               XDG_CONFIG_HOME="")
+    (tmp_path / "home").mkdir()
+    subprocess.run([sys.executable, "-c", "import harness.report, matplotlib.font_manager"], env=env, check=True,
+                   cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert list((tmp_path / "cache" / "lib" / "matplotlib").glob("fontlist*.json"))
+    assert not list((tmp_path / "home").rglob("*"))
+
+
+def test_a_file_size_limit_or_a_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path):
+    """safetensors raises an I/O failure as a SafetensorError: it is the OSError it is, which the CLIs report in one
+    line (harness.cli.exhausted); a traceback before."""
+    code = ("import resource, models; from harness.cli import exhausted\n"
+            "m = models.build('ar', vocab_size=64, length=16, n_layers=1, d_model=16, n_heads=2)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+            f"try:\n    models.save(m, {str(tmp_path / 'ck')!r})\n"
+            "except OSError as e:\n    print(exhausted(e))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0 and proc.stdout.startswith("a file-size limit was reached writing "), proc.stderr
+    assert not (tmp_path / "ck").exists() and not list(tmp_path.iterdir())   # no half-written checkpoint

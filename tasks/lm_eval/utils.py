@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from tasks import Example, TextOutput, get_task
+from tasks import Example, TaskError, TextOutput, get_task
 from tasks.base import DATA_DIR, Task, infill_context
 from tasks.cnndm import SUMMARY
 from tasks.gsm8k import prompt_text
@@ -114,6 +114,6 @@ def load_text_file(ppl_file: str | None = None, **_: Any) -> datasets.DatasetDic
     """Documents of a local file given as `--metadata ppl_file=PATH` (relative to the current directory):
     .txt (documents separated by blank lines), .jsonl with "text", or .csv with a "text" column."""
     if not ppl_file:
-        raise ValueError("task harness_ppl_file needs a file: pass --metadata ppl_file=PATH "
+        raise TaskError("task harness_ppl_file needs a file: pass --metadata ppl_file=PATH "
                          "(or TaskManager(metadata={'ppl_file': PATH}) from Python)")
     return _splits(test=get_task("ppl_file", data_path=ppl_file).records())
