@@ -208,6 +208,17 @@ def read_text(path: str | Path) -> str:
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _json_record(path, name: str, lineno: int, line: str) -> "Record":
+    """One line of a JSONL data file as a Record; TaskError naming the file and line if it is not a JSON object."""
+    try:
+        data = jsonio.loads(line)
+    except json.JSONDecodeError as err:
+        raise TaskError(f"{path}:{lineno}: malformed JSON line ({err.msg} at column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
+    return Record(f"{name}:{lineno}", data)
+
+
 def stream_records(path: str | Path, documents: str = "records") -> Iterator[Record]:
     """The records of a data file read as they are needed, so that a caller who wants the first few never reads,
     holds or tokenises the rest: a .jsonl line or a .csv row at a time, or for a .txt file one document per line
@@ -254,13 +265,7 @@ def stream_records(path: str | Path, documents: str = "records") -> Iterator[Rec
         for lineno, line in lines():
             if not line.strip():
                 continue
-            try:
-                data = jsonio.loads(line)
-            except json.JSONDecodeError as err:
-                raise TaskError(f"{path}:{lineno}: malformed JSON line ({err.msg} at column {err.colno})") from None
-            if not isinstance(data, dict):
-                raise TaskError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-            yield Record(f"{name}:{lineno}", data)
+            yield _json_record(path, name, lineno, line)
     elif fmt == "csv":
         csv.field_size_limit(MAX_DOCUMENT_CHARS)
         reader = csv.DictReader(line + "\n" for _, line in lines())
@@ -304,13 +309,7 @@ def read_records(path: str | Path) -> list[Record]:
         for lineno, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
-            try:
-                data = jsonio.loads(line)
-            except json.JSONDecodeError as err:
-                raise TaskError(f"{path}:{lineno}: malformed JSON line ({err.msg} at column {err.colno})") from None
-            if not isinstance(data, dict):
-                raise TaskError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-            records.append(Record(f"{name}:{lineno}", data))
+            records.append(_json_record(path, name, lineno, line))
     elif fmt == "csv":
         csv.field_size_limit(2**31 - 1)  # CNN/DM articles exceed the default 128 KiB
         reader = csv.DictReader(io.StringIO(text, newline=""))
