@@ -361,7 +361,7 @@ def _c1(r: Results) -> Built:
 
 def _c2(r: Results) -> Built:
     out = {}
-    for task in ("roc_infill1", "roc_infill3"):   # the paper infills with W = S_max (spec §12.4)
+    for task in ("roc_infill1", "roc_infill3"):   # the paper infills with W = S_max (docs/algorithms.md §12.4)
         out[task] = [x for a, b in _at_tau_off(matched_pairs(r, task, window="Smax"))
                      for x in paired(r, 2, a, b, "rouge1", True)]
     secondary = out["roc_infill3"] + [x for a, b in matched_pairs(r, "roc_infill1", window="Smax")

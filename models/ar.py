@@ -1,4 +1,4 @@
-"""Autoregressive (AR) language model: next-token loss, exact NLL, KV-cached decoding (spec §2).
+"""Autoregressive (AR) language model: next-token loss, exact NLL, KV-cached decoding (docs/algorithms.md §2).
 
 Decoding prefills the (left-padded) prompts in one causal forward that also yields the first
 token, then runs one single-token forward per step, appending its K/V to the preallocated cache.

@@ -1,9 +1,9 @@
-"""Block diffusion (BD3LM): per-block masked diffusion with a block-causal two-stream pass (spec §4).
+"""Block diffusion (BD3LM): per-block masked diffusion with a block-causal two-stream pass (docs/algorithms.md §4).
 
 * Training: one diffusion time t_b per block of S tokens; every block holds >= 1 mask (blocks
   the draw left clean get a random number of their target tokens re-masked, as the official
   code does). The backbone sees 2L tokens, x_t followed by x_0, positions 0..L-1 twice, with
-  the mask of spec §4.2 (noisy->same noisy block; noisy->strictly earlier clean blocks;
+  the mask of docs/algorithms.md §4.2 (noisy->same noisy block; noisy->strictly earlier clean blocks;
   clean->clean blocks <= own block). The loss uses the noisy half only.
 * `nll`: the NELBO summed over blocks (1/t_b weights): an upper bound.
 * Decoding: block by block with a KV cache. A row's current block holds the positions
@@ -68,7 +68,7 @@ from .types import Batch, DecodeConfig, ModelConfig
 
 
 def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Tensor:
-    """[2L, 2L] bool for the input [x_t ; x_0] (True = may attend), spec §4.2."""
+    """[2L, 2L] bool for the input [x_t ; x_0] (True = may attend), docs/algorithms.md §4.2."""
     blk = torch.arange(length, device=device) // block_size
     q, k = blk[:, None], blk[None, :]
     top = torch.cat([q == k, k < q], dim=1)                                # noisy queries
@@ -328,7 +328,7 @@ class BD3LMModel(MDLMModel):
 
     @staticmethod
     def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
-        """k_n of spec §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1);
+        """k_n of docs/algorithms.md §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1);
         `steps` T as a 0-d float64 tensor (one compiled step serves every T), None: T = m."""
         m = masks_in_block.double()
         T = m.clamp(min=1, max=steps)

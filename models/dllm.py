@@ -1,7 +1,7 @@
 """The diffusion LMs the field evaluates, loaded without their remote code: one declaration per family.
 
 Each family (LLaDA, Dream, SDAR / TraDo, Fast-dLLM v2) is a Llama or Qwen backbone that differs from its AR parent
-in four facts (../shared/reference/field-policies.md §3), and a `DiffusionFamily` states exactly those:
+in four facts (docs/field-policies.md §3), and a `DiffusionFamily` states exactly those:
 
   * a rename map: its config fields and tensor names onto transformers' Llama/Qwen2/Qwen3 names (LLaDA only);
   * the attention pattern: bidirectional (loaded as the MDLM paradigm) or block-causal with a block size (BD3LM);

@@ -2,7 +2,8 @@
 
 `DecodeConfig(sampler="<family>(option=value,...)")` decodes with a family's own sampler instead of our decoders,
 the way `sampler="official"` reproduces the paper's (models/official_sampler.py). Each sampler below follows its
-reference (named in its docstring, as published at the commits ../shared/fixtures/dllm/README.md lists): the same
+reference (named in its docstring, as published at LLaDA b7e6c356, ZHZisZZ/dllm 03270de7,
+Gen-Verse/dLLM-RL 10b4fd1c and Satgoy152/DualDiffusion 189fa7a7; the fixtures record the full commits): the same
 forwards in the same order (input ids, positions, attention mask, KV-cache writes), the same arithmetic on the raw
 logits (the mask logit not suppressed, as in the references) and the same draws from a generator seeded with
 `DecodeConfig.seed`. tests/test_dllm.py checks every recorded generation of the fixtures token for token and call

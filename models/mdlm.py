@@ -1,4 +1,4 @@
-"""Masked diffusion (MDLM): masking forward process, masked-CE / NELBO losses, confidence sampler (spec §3).
+"""Masked diffusion (MDLM): masking forward process, masked-CE / NELBO losses, confidence sampler (docs/algorithms.md §3).
 
 * Forward process: each target token is masked independently with probability t (linear
   schedule alpha_t = 1 - t), t = eps + (1 - eps) u per sequence, antithetic across the batch.
@@ -6,9 +6,9 @@
   `train_on_nelbo=True` the 1/t-weighted NELBO per target token instead.
 * `nll`: the NELBO (1/t weights) summed over target tokens, averaged over `nll_samples`
   Monte-Carlo draws of t: an upper bound on the true NLL.
-* Decoding: predict-and-noise with confidence (spec §3.3). No KV cache: every step is a full
+* Decoding: predict-and-noise with confidence (docs/algorithms.md §3.3). No KV cache: every step is a full
   bidirectional forward over the canvas, which is prompt + span (the official code pads to the
-  full length L, spec §12.6, so its MDLM steps cost more than ours for short spans). Each step commits the k_n most
+  full length L, docs/algorithms.md §12.6, so its MDLM steps cost more than ours for short spans). Each step commits the k_n most
   confident masked positions (k_n = 1 when steps >= masks) plus every position whose
   confidence is >= threshold. `steps` is the step budget for the whole span. With `chunk_size`
   the span is decoded semi-autoregressively in chunks that share the budget in proportion to

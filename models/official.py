@@ -5,7 +5,7 @@
     gen = model.generate([[tok.bos_id]], 64, DecodeConfig(sampler="official"))[0]
 
 A published checkpoint is a transformers `save_pretrained` folder written by the official code
-(../shared/reference/published-checkpoints.md §2): `config.json` (a DenoiserConfig), `pytorch_model.bin`
+(docs/published-checkpoints.md §2): `config.json` (a DenoiserConfig), `pytorch_model.bin`
 (or shards with `pytorch_model.bin.index.json`; `model.safetensors` is read when present), tokenizer
 files and flattened copies of the official code, which are ignored. Nothing is imported from the folder
 and `trust_remote_code` is never used; the pickled weights are read with

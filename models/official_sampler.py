@@ -1,6 +1,6 @@
 """What the decoders share to reproduce the official samplers (DecodeConfig(sampler="official")).
 
-The official code (kuleshov-group/setdlms) is the reference of ../shared/reference/published-checkpoints.md
+The official code (kuleshov-group/setdlms) is the reference of docs/published-checkpoints.md
 §5; each paradigm module's docstring lists how its default ("harness") decoding differs from it. The
 pieces here:
 

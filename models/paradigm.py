@@ -154,7 +154,7 @@ class ParadigmModel(nn.Module):
 
     @classmethod
     def budget(cls, length: int, block_size: int | None, max_block_size: int | None) -> float | None:
-        """Expected inference prediction budget (spec §6); None when the paradigm has no schedule (AR)."""
+        """Expected inference prediction budget (docs/algorithms.md §6); None when the paradigm has no schedule (AR)."""
         return None
 
     @classmethod

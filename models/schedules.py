@@ -1,4 +1,4 @@
-"""Noise / ordering schedules and the expected inference prediction budget (spec §3.1, §5.2, §6).
+"""Noise / ordering schedules and the expected inference prediction budget (docs/algorithms.md §3.1, §5.2, §6).
 
 * Linear schedule (MDLM, BD3LM): alpha_t = 1 - t, so a token is masked with probability t;
   t = eps + (1 - eps) u with eps = 1e-3, optionally antithetic (stratified) across the batch.
@@ -39,7 +39,7 @@ def sample_t(batch: int, generator: torch.Generator | None, device, antithetic: 
 
 @dataclass(frozen=True)
 class StaggeredSchedule:
-    """Position-offset schedule of SetDLM over L positions (spec §5.2)."""
+    """Position-offset schedule of SetDLM over L positions (docs/algorithms.md §5.2)."""
 
     length: int
     set_size: int                    # S
@@ -101,7 +101,7 @@ class StaggeredSchedule:
         return torch.argsort(self.sample_reveal_times(batch, generator, device), dim=-1, stable=True)
 
     def expected_budget(self) -> float:
-        """C = L w k / (k + 1): mean number of in-flight (to-be-predicted) positions (spec §6)."""
+        """C = L w k / (k + 1): mean number of in-flight (to-be-predicted) positions (docs/algorithms.md §6)."""
         return self.length * self.w * self.k / (self.k + 1.0)
 
 
@@ -111,7 +111,7 @@ def block_expected_budget(block_size: int) -> float:
 
 
 def confidence_commit_counts(n_masked: int, steps: int | None) -> list[int]:
-    """Tokens to commit per step when n_masked positions are decoded in `steps` steps (spec §3.3).
+    """Tokens to commit per step when n_masked positions are decoded in `steps` steps (docs/algorithms.md §3.3).
 
     k_n = round(t_n N) - round(t_{n+1} N) with t = linspace(1, 0, min(T, N) + 1); T >= N gives one
     token per step. The confidence threshold may commit more; a step never commits fewer.

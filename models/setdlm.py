@@ -1,6 +1,6 @@
-"""Set diffusion with a sliding output window (SW-SetDLM), spec §5.
+"""Set diffusion with a sliding output window (SW-SetDLM), docs/algorithms.md §5.
 
-Training (spec §5.3): sample a generation order from the position-offset schedule (context
+Training (docs/algorithms.md §5.3): sample a generation order from the position-offset schedule (context
 first in its original order, padding last), permute the sequence into that order and feed two
 streams of L tokens each: the clean tokens c and the queries q (a mask token at every target,
 the token itself at context/padding), both with their true position ids. One static mask,
@@ -16,7 +16,7 @@ network MDLM-style instead (one cut of the order per sequence, only the tokens a
 weight): the baseline of the paper's Table 5 (harness/training_claims.py: convergence, gradvar). `nll` sums the same
 quantity: an upper bound on the NLL (one sampled order per sequence, or `nll_samples` orders averaged).
 
-Decoding (spec §5.5): the window holds the still-masked positions among the W positions that
+Decoding (docs/algorithms.md §5.5): the window holds the still-masked positions among the W positions that
 start at the leftmost mask (absolute positions; it slides when the leftmost mask is filled).
 Each step is one forward of [tokens accepted at the previous step] + [the window's masks]:
 the accepted tokens are written to the KV cache in that same forward (causal among themselves

@@ -1,6 +1,6 @@
 """CNN/DailyMail summarisation: ROUGE of a generated summary against the reference highlights.
 
-Protocol (spec §8.3, lengths scaled to the preset's context):
+Protocol (docs/algorithms.md §8.3, lengths scaled to the preset's context):
   * data: cnn_dailymail 3.0.0 test[:500] (embedded tasks/data/cnn_dailymail/test_first500.jsonl;
     source='hf': abisee/cnn_dailymail, config 3.0.0, split test = all 11 490 articles);
   * prompt: bos + tokens(article, truncated) + tokens("\\nSummary:"), the prefix of the training

@@ -1,6 +1,6 @@
 """GSM8K: grade-school math word problems, exact match on the final answer plus the NLL of the reference.
 
-Protocol (spec §8.1, adapted to models trained from scratch on tasks/corpus.py):
+Protocol (docs/algorithms.md §8.1, adapted to models trained from scratch on tasks/corpus.py):
   * data: the official test split, 1319 problems (embedded tasks/data/gsm8k/test.jsonl;
     source='hf': openai/gsm8k, config main, split test);
   * prompt: bos + "Question: {question}\\nAnswer:", the prefix of the training format

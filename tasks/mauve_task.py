@@ -1,6 +1,6 @@
 """MAUVE of generated samples against OpenWebText reference text, on LM features (SmolLM2) or MiniLM's.
 
-Protocol (spec §8.4, with an offline featuriser):
+Protocol (docs/algorithms.md §8.4, with an offline featuriser):
   * samples: as for genppl (tasks/genppl.py): prompted by the OWT 25-token fragments (default)
     or unconditional (prompted=False), max_new_tokens (default 64); the text scored is the
     generated continuation only. Each per-example row stores the sample's text (key "text").

@@ -1,6 +1,6 @@
 """Perplexity on OpenWebText fragments, LM1B, WikiText or any text file.
 
-Protocol (spec §8.5, with a bos per row):
+Protocol (docs/algorithms.md §8.5, with a bos per row):
   * documents are tokenised, each followed by eos, and concatenated into one stream
     ("wrapped", no padding); the stream is cut into rows of context_length - 1 tokens and each
     row gets a leading bos, so every example is exactly context_length tokens; the last partial

@@ -1,6 +1,6 @@
 """ROCStories infilling on the Story Cloze validation set: fill in 1 or 3 middle sentences.
 
-Protocol (spec §8.2):
+Protocol (docs/algorithms.md §8.2):
   * data: Story Cloze Test Spring-2016 validation, 1871 stories (embedded
     tasks/data/rocstories/cloze_test_val__spring2016.csv); a story is sentences 1-4 plus the
     correct ending (AnswerRightEnding), i.e. s1..s5. There is no Hugging Face source.

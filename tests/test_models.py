@@ -103,7 +103,7 @@ def test_whole_steps_same_tokens_nfe_and_steps(paradigm, threshold, late, monkey
     monkeypatch.setattr(models.steps, "whole_step", lambda *a, **k: (whole_calls.append(1), whole_step(*a, **k))[1])
     prompts = random_prompts(3, 4)
     decodes = [DecodeConfig(threshold=threshold)]
-    if paradigm == "bd3lm":   # the forced-count schedule of spec §3.3
+    if paradigm == "bd3lm":   # the forced-count schedule of docs/algorithms.md §3.3
         decodes.append(DecodeConfig(threshold=threshold, steps_per_block=3))
     if paradigm == "setdlm":   # accepted tokens enter the cache in first-hitting order
         decodes.append(DecodeConfig(threshold=threshold, commit_order="first_hitting"))

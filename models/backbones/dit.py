@@ -1,7 +1,7 @@
 """Backbone kinds "dit" and "dit_legacy": the DiT of the official SetDLM code (kuleshov-group/setdlms,
 src/backbone/dit.py and dit_legacy.py), which the paper's OWT and LM1B checkpoints use.
 
-Per block (pre-LayerNorm, ../shared/reference/published-checkpoints.md §3):
+Per block (pre-LayerNorm, docs/published-checkpoints.md §3):
 
     h = LN1(x)                       LayerNorm in float32, weight only (no bias), eps 1e-5
     qkv = W_qkv h                    rows [Q all heads; K all heads; V all heads], no bias
