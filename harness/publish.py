@@ -204,6 +204,27 @@ def benchmark_list(src: Sources) -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
+SEAMS = {   # each seam of docs/extending.md and the test that declares its worked example in the test file alone
+    "paradigm": "tests/test_extra_paradigm.py", "policy": "tests/test_policies.py", "kind": "tests/test_extra_kind.py",
+    "family": "tests/test_dllm.py", "task": "tests/test_extra_task.py", "preset": "tests/test_extra_preset.py"}
+
+
+def worked_example(seam: str) -> Callable[[Sources], str]:
+    """The lines of the seam's test between `# docs: begin <seam>` and `# docs: end <seam>`, dedented: the
+    example a user copies is the code the test runs."""
+    def render(src: Sources) -> str:
+        test = SEAMS[seam]
+        lines = (REPO / test).read_text().splitlines()
+        marks = [i for i, line in enumerate(lines) if line.strip() in (f"# docs: begin {seam}", f"# docs: end {seam}")]
+        if len(marks) != 2:
+            raise PublishError(f"{test} has no '# docs: begin {seam}' ... '# docs: end {seam}' pair")
+        body = lines[marks[0] + 1:marks[1]]
+        indent = min(len(line) - len(line.lstrip()) for line in body if line.strip())
+        code = "\n".join(line[indent:] for line in body)
+        return f"From `{test}`, which runs it:\n\n```python\n{code}\n```"
+    return render
+
+
 def _bench_part(name: str, table: Callable[[dict], str], folder: Callable[[Sources], Path | None]):
     def render(src: Sources) -> str | None:
         from .report import bench_section
