@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import models
-from harness import bench_gpu
+from harness.bench import gpu as bench_gpu
 
 
 def quick_cpu_run(tmp_path, sections: str) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench_steps import OpCounter, ops_per_step, published_forward_kernels
+from harness.bench.steps import OpCounter, ops_per_step, published_forward_kernels
 from model_utils import random_prompts, tiny
 from models import DecodeConfig
 

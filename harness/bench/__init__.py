@@ -45,18 +45,18 @@ import models
 from models import Batch, DecodeConfig
 from models.backbones import ClosedStream
 
-from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
+from .common import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
     PROMPT_LEN, cold_compile_caches, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
 )
-from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
-from .env import fingerprint
-from .paths import make_dirs, replacing
-from .estimate import model_config_of, random_model
-from .precision import PHASES, cpu_has_native_bf16, explain as precision_explain, resolve_precision
-from .presets import get_preset
-from .timing import Stopwatch
-from .cache import checkpoint_dir
-from .train import compiles_training, make_optimizer, training_forward
+from ..cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
+from ..env import fingerprint
+from ..paths import make_dirs, replacing
+from ..estimate import model_config_of, random_model
+from ..precision import PHASES, cpu_has_native_bf16, explain as precision_explain, resolve_precision
+from ..presets import get_preset
+from ..timing import Stopwatch
+from ..cache import checkpoint_dir
+from ..train import compiles_training, make_optimizer, training_forward
 
 NEW_TOKENS = 128
 PRECISION_NEW_TOKENS = 32   # bench precision's decoding rows: bf16 is emulated (~16x slower) on an AVX2 CPU
@@ -485,13 +485,13 @@ class _PerOrderMask:
 
 def bench_smollm2(args) -> dict:
     """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights (harness/bench_smollm2.py)."""
-    from .bench_smollm2 import run
+    from .smollm2 import run
 
     return run(rounds=args.rounds, new_tokens=args.new_tokens, out=None)
 
 
 def bench_steps(args) -> dict:
-    from .bench_steps import bench_steps as run
+    from .steps import bench_steps as run
 
     return run(args)
 
@@ -515,7 +515,7 @@ def why_skipped(name: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gpu"]:   # the prepared GPU check has its own flags (harness/bench_gpu.py)
-        from .bench_gpu import main as gpu_main
+        from .gpu import main as gpu_main
 
         return gpu_main(argv[1:])
     ap = Parser(prog="python -m harness.bench", description=__doc__.split("\n\n")[0])

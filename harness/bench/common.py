@@ -15,9 +15,9 @@ import torch
 
 import models
 
-from .cache import checkpoint_dir, is_cached
-from .estimate import model_config_of, random_model
-from .presets import get_preset
+from ..cache import checkpoint_dir, is_cached
+from ..estimate import model_config_of, random_model
+from ..presets import get_preset
 
 PROMPT_LEN = 32
 

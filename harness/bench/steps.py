@@ -42,7 +42,7 @@ from models import DecodeConfig
 from models import steps
 from models.steps import StopFlag, prepare_torch_compile
 
-from .bench_models import cold_compile_caches, cpu_model, prompts, table
+from .common import cold_compile_caches, cpu_model, prompts, table
 
 VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze", "aten.squeeze", "aten.permute",
                       "aten.transpose", "aten.expand", "aten.t", "aten._unsafe_view", "aten.alias", "aten.split",

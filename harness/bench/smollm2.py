@@ -65,7 +65,7 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
     from models import DecodeConfig
     from models.pretrained import SMOLLM2_PACKAGE, load_pretrained, smollm2_path
 
-    from .env import fingerprint
+    from ..env import fingerprint
 
     path = smollm2_path()
     ours, tok = load_pretrained("smollm2")
