@@ -161,6 +161,11 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
     return result
 
 
+def bench_smollm2(args) -> dict:
+    """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights."""
+    return run(rounds=args.rounds, new_tokens=args.new_tokens, out=None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
