@@ -36,25 +36,31 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from ..cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
 from ..env import fingerprint
 from ..paths import make_dirs, replacing
-from .decode import bench_decode
-from .matched import bench_matched
+from .decode import bench_decode, decode_table
+from .matched import bench_matched, matched_table
 from .policies import bench_policies
 from .precision import bench_precision
-from .smollm2 import bench_smollm2
-from .steps import bench_steps
-from .train import bench_train, bench_train_compiled
-from .vs_hf import bench_vs_hf
+from .smollm2 import bench_smollm2, smollm2_table
+from .steps import bench_steps, steps_table
+from .train import bench_train, bench_train_compiled, train_compiled_table, train_table
+from .vs_hf import bench_vs_hf, vs_hf_table
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
               "train-compiled": bench_train_compiled,
               "precision": bench_precision, "policies": bench_policies,
               "smollm2": bench_smollm2, "steps": bench_steps}
+# the published benchmark tables, in the order docs/benchmarks.md shows them: (benchmark name, its table from the
+# result <bench>/<name>.json); harness/publish.py renders each between the markers of that name (common.bench_section)
+TABLES: tuple[tuple[str, Callable[[dict], str]], ...] = (
+    ("decode", decode_table), ("vs-hf", vs_hf_table), ("smollm2", smollm2_table), ("matched", matched_table),
+    ("train", train_table), ("train-compiled", train_compiled_table), ("steps", steps_table))
 
 
 def why_skipped(name: str) -> str | None:

@@ -11,16 +11,19 @@ import contextlib
 import os
 import statistics
 import tempfile
+from pathlib import Path
+from typing import Callable
 from unittest import mock
 
 import torch
 
 import models
-from models import Batch, DecodeConfig
+from models import Batch, DecodeConfig, jsonio
 
 from ..cache import checkpoint_dir, is_cached
 from ..estimate import model_config_of, random_model
 from ..presets import get_preset
+from ..store import StoreError, malformed
 from ..timing import Stopwatch
 from ..train import make_optimizer, training_forward
 
@@ -177,3 +180,29 @@ def train_step_run(model, cfg, compiled: bool = False):
         return {"seconds": sw.seconds, "tokens": cfg.batch_size * cfg.length}
     run.warmup_s = run()["seconds"]
     return run
+
+
+# -- the result files -------------------------------------------------------------------------------
+def _bench_result(bench: Path | None, name: str) -> dict | None:
+    """A benchmark's result, <bench>/<name>.json (`python -m harness.bench <name>`), or None without it."""
+    path = None if bench is None else bench / f"{name}.json"
+    return jsonio.read_object(path, StoreError, "a benchmark result") if path is not None and path.is_file() else None
+
+
+def bench_section(bench: Path | None, name: str, table: Callable[[dict], str]) -> str | None:
+    """`table` rendered from the benchmark result <bench>/<name>.json (a malformed one: StoreError naming the file
+    and field); None without the file."""
+    run = _bench_result(bench, name)
+    if run is None:
+        return None
+    with malformed(bench / f"{name}.json", "benchmark result"):
+        return table(run)
+
+
+def bench_dir(results: Path) -> Path | None:
+    """The benchmark results that belong to a results root: <root>/bench, or its parent's (results/reference
+    shares results/bench)."""
+    for candidate in (results / "bench", results.parent / "bench"):
+        if candidate.is_dir():
+            return candidate
+    return None

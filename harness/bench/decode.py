@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import statistics
 
+import pandas as pd
+
 from models import DecodeConfig
 
+from ..env import measured_on
 from ..presets import get_preset
 from .common import (
     NEW_TOKENS, PROMPT_LEN, cold_compile_caches, cpu_model, generate_run, interleaved, paired_ratio, prompts,
@@ -55,3 +58,28 @@ def bench_decode(args) -> dict:
             "compile": "compile=on: the paradigm's whole decode steps compiled ahead of time by AOTInductor "
                        "(models/exported_step.py), one library per paradigm and batch size (BD3LM: two, its "
                        "lighter step when no block is pending too)"}
+
+
+def decode_table(run: dict) -> str:
+    """The README's generated decoding-speed table, from `python -m harness.bench decode` (bench/decode.json): per
+    paradigm and batch size, the eager decode and, in the same round-robin run, compile=on (whole steps compiled
+    ahead of time), with the compile seconds apart."""
+    def compiled(r: dict, key: str, fmt: str) -> str:
+        return "-" if r.get(key) is None else format(r[key], fmt)
+
+    rows = pd.DataFrame([{
+        "paradigm": r["paradigm"] + ("" if r["S"] is None else f" S={r['S']}"), "batch": r["batch"],
+        "eager tokens/s (min-max)": (f"{r['tokens_per_s']:,.0f} "
+                                     f"({r['tokens_per_s_min']:,.0f}-{r['tokens_per_s_max']:,.0f})"),
+        "NFE": f"{r['nfe']:.0f}", "tokens / forward": f"{r['tokens_per_forward']:.2f}",
+        "eager ms / forward": f"{r['ms_per_forward']:.2f}", "share in the Python loop": f"{r['loop_share']:.0%}",
+        "compiled tokens/s": compiled(r, "compiled_tokens_per_s", ",.0f"),
+        "compiled ms / forward": compiled(r, "compiled_ms_per_forward", ".2f"),
+        "speedup": "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x",
+        "compile s": compiled(r, "compile_s", ".1f"),
+        "same tokens": "-" if r.get("identical_tokens") is None else ("yes" if r["identical_tokens"] else "NO")}
+        for r in run["rows"]])
+    where = (f"{measured_on(run)}. {run['prompt_tokens']}-token prompts, {run['new_tokens']} new tokens, EOS ignored; "
+             f"medians of {len(run['rows'][0]['repeats'])} round-robin repeats; models: "
+             f"{', '.join(sorted({r['weights'] for r in run['rows']}))} weights.")
+    return f"{where}\n\n{rows.to_markdown(index=False)}"

@@ -3,9 +3,12 @@ the cpu preset trains (and --extra-block-sizes, random weights)."""
 
 from __future__ import annotations
 
+import pandas as pd
+
 from models import DecodeConfig
 
 from ..cache import checkpoint_dir
+from ..env import measured_on
 from .common import (
     cpu_config, cpu_model, generate_run, gsm8k_prompts, interleaved, paired_ratio, preset_block_sizes, prompts,
     round_ratios, summarize_runs, table,
@@ -38,3 +41,18 @@ def bench_matched(args) -> dict:
                         "bd3lm_tokens_per_forward", "setdlm_tokens_per_forward", "bd3lm_ms_per_forward",
                         "setdlm_ms_per_forward"]))
     return {"benchmark": "matched", "rows": rows}
+
+
+def matched_table(run: dict) -> str:
+    """The README's generated table of `python -m harness.bench matched` (bench/matched.json): SetDLM (S_max = 2S,
+    W = S) against BD3LM (S) at equal expected budget, round-robin, per S and threshold."""
+    rows = pd.DataFrame([{
+        "S": r["S"], "tau": "off" if r["tau"] is None else f"{r['tau']:g}", "budget": f"{r['budget']:g}",
+        "weights (BD3LM / SetDLM)": r["weights"],
+        "BD3LM tokens/s": f"{r['bd3lm_tokens_per_s']:,.0f}", "SetDLM tokens/s": f"{r['setdlm_tokens_per_s']:,.0f}",
+        "SetDLM / BD3LM (rounds)": f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
+        "tokens / forward (BD3LM / SetDLM)": (f"{r['bd3lm_tokens_per_forward']:.2f} / "
+                                              f"{r['setdlm_tokens_per_forward']:.2f}"),
+        "ms / forward (BD3LM / SetDLM)": f"{r['bd3lm_ms_per_forward']:.2f} / {r['setdlm_ms_per_forward']:.2f}"}
+        for r in run["rows"]])
+    return f"{measured_on(run)}.\n\n{rows.to_markdown(index=False)}"

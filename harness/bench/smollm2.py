@@ -28,7 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
+
+from ..env import measured_on
 
 PROMPT_TOKENS = 32
 BATCHES = (1, 8)
@@ -136,7 +139,6 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
             "ours_repeats": runs["ours", b], "hf_repeats": runs["hf", b],
             "ours_compiled_repeats": runs["ours_compiled", b]})
 
-    import pandas as pd
 
     cols = ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio", "ratio_min", "ratio_max", "ours_ms_per_step",
             "hf_ms_per_step", "ours_roofline_fraction", "hf_roofline_fraction", "same_greedy_tokens",
@@ -178,3 +180,25 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def smollm2_table(run: dict) -> str:
+    """The README's generated SmolLM2-135M table, from `python -m harness.bench smollm2` (bench/smollm2.json): our
+    decoding, eager and compile=on, against transformers' generate on the same weights, and the share of the
+    memory-bandwidth roofline."""
+    rows = pd.DataFrame([{
+        "batch": r["batch"], "transformers tokens/s": f"{r['hf_tokens_per_s']:.1f}",
+        "ours eager tokens/s": f"{r['ours_tokens_per_s']:.1f}",
+        "eager vs transformers (rounds)": f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
+        "ours compile=on tokens/s": f"{r['ours_compiled_tokens_per_s']:.1f}",
+        "compiled vs transformers": f"{r['compiled_ratio']:.2f}x", "compile s": f"{r['compile_s']:.0f}",
+        "roofline tokens/s": f"{r['roofline_tokens_per_s']:.0f}",
+        "share of roofline: transformers / eager / compiled": (f"{r['hf_roofline_fraction']:.0%} / "
+                                                               f"{r['ours_roofline_fraction']:.0%} / "
+                                                               f"{r['ours_compiled_roofline_fraction']:.0%}"),
+        "same greedy tokens": "yes" if r["same_greedy_tokens"] and r["compiled_same_tokens"] else "NO"}
+        for r in run["rows"]])
+    where = (f"{measured_on(run)}. {run['model']}, {run['prompt_tokens']}-token prompts, {run['new_tokens']} new tokens, "
+             f"{run['rounds']} paired rounds; roofline: {run['bytes_per_step'] / 1e6:.0f} MB of weights per step "
+             f"at {run['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read bandwidth, measured in the same run.")
+    return f"{where}\n\n{rows.to_markdown(index=False)}"

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import statistics
 
+import pandas as pd
 import torch
 
 import models
 from models import Batch
 from models.backbones import ClosedStream
 
+from ..env import measured_on
 from ..estimate import model_config_of, random_model
 from ..precision import explain as precision_explain, resolve_precision
 from ..presets import get_preset
@@ -150,3 +152,36 @@ class _PerOrderMask:
 
         model.loss = loss
         return model
+
+
+def train_table(run: dict) -> str:
+    """The README's generated tables of `python -m harness.bench train` (bench/train.json): step time and
+    throughput per paradigm, and the step-time ratios the benchmark pairs by round."""
+    steps = pd.DataFrame([{
+        "model": r["model"], "precision": r["precision"], "s / step (median)": f"{r['seconds_per_step']:.2f}",
+        "batch tokens/s": f"{r['batch_tokens_per_s']:,.0f}",
+        "tokens through the model per row": r["tokens_through_model"]}
+        for r in run["rows"]])
+    ratios = [("SetDLM / BD3LM step time", run["setdlm_over_bd3lm_step_time"]),
+              ("SetDLM with a per-order mask / its static mask", run["per_order_over_static_mask_step_time"]),
+              *((f"{model}: one masked attention call / the two-stream split", ratio)
+                for model, ratio in run["one_call_over_split_attention_step_time"].items()),
+              ("AR in bf16 autocast / fp32", run["ar_bf16_over_fp32_step_time"])]
+    paired = pd.DataFrame([{"step-time ratio (median of rounds)": name, "ratio": f"{value:.2f}x"}
+                           for name, value in ratios])
+    where = f"{measured_on(run)}; `auto` precision for training here: {run['auto_precision']}."
+    return f"{where}\n\n{steps.to_markdown(index=False)}\n\n{paired.to_markdown(index=False)}"
+
+
+def train_compiled_table(run: dict) -> str:
+    """The README's generated table of `python -m harness.bench train-compiled` (bench/train-compiled.json): eager
+    against compiled training steps of the cpu preset's text and oracle models, the compile seconds, and the balance
+    over the preset's steps."""
+    rows = pd.DataFrame([{
+        "model": r["model"], "batch x length": f"{r['batch']} x {r['length']}", "steps in the preset": r["steps"],
+        "eager s / step": f"{r['eager_s_per_step']:.3f}", "compiled s / step": f"{r['compiled_s_per_step']:.3f}",
+        "speedup": f"{r['speedup']:.2f}x", "compile s": f"{r['compile_s']:.1f}",
+        "saved over the preset's steps, s": f"{r['saved_in_preset_s']:.1f}"} for r in run["rows"]])
+    where = (f"{measured_on(run, 'precision')}. Over the preset's steps: "
+             f"{run['preset_saved_s']:.0f} s saved against {run['preset_compile_s']:.0f} s of compiling.")
+    return f"{where}\n\n{rows.to_markdown(index=False)}"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 
 from models import DecodeConfig
 
+from ..env import measured_on
 from ..timing import Stopwatch
 from .common import (
     NEW_TOKENS, PROMPT_LEN, cpu_model, generate_run, interleaved, paired_ratio, prompts, round_ratios, summarize_runs,
@@ -50,3 +52,17 @@ def bench_vs_hf(args) -> dict:
     return {"benchmark": "vs-hf", "transformers_version": transformers.__version__, "rows": rows,
             "model": f"{arch.n_layers} layers x {arch.d_model}, {arch.n_heads} heads, vocab {c.vocab_size}, "
                      f"context {c.length}", "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS}
+
+
+def vs_hf_table(run: dict) -> str:
+    """The README's generated table of `python -m harness.bench vs-hf` (bench/vs-hf.json): our cached AR decoding
+    against transformers' GPT2LMHeadModel.generate of the same shape, round-robin."""
+    rows = pd.DataFrame([{
+        "batch": r["batch"], "ours tokens/s": f"{r['ours_tokens_per_s']:,.0f}",
+        "transformers tokens/s": f"{r['hf_tokens_per_s']:,.0f}",
+        "ours / transformers (rounds)": f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"}
+        for r in run["rows"]])
+    where = (f"{measured_on(run)}. transformers {run['transformers_version']}, {run['model']}; {run['prompt_tokens']}-token "
+             f"prompts, {run['new_tokens']} new tokens; the median of {len(run['rows'][0]['hf_repeats'])} paired "
+             f"rounds.")
+    return f"{where}\n\n{rows.to_markdown(index=False)}"
