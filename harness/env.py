@@ -82,5 +82,13 @@ def fingerprint(device: torch.device | str, dtype: torch.dtype) -> dict:
     }
 
 
+def measured_on(run: dict, dtype_key: str = "dtype") -> str:
+    """Where a benchmark ran: the CPU, torch's capability, threads, dtype (under `dtype_key`), commit and time
+    (env.fingerprint)."""
+    capability = run.get("cpu_capability", "not recorded")   # runs before env.fingerprint recorded it
+    return (f"{run['device_name']}, torch capability {capability}, {run['threads']} threads, "
+            f"{run[dtype_key]}; git {run['git_sha']}, {run['timestamp']}")
+
+
 if __name__ == "__main__":
     print(json.dumps(fingerprint("cpu", torch.float32), indent=2))

@@ -227,9 +227,9 @@ def worked_example(seam: str) -> Callable[[Sources], str]:
 
 def _bench_part(name: str, table: Callable[[dict], str], folder: Callable[[Sources], Path | None]):
     def render(src: Sources) -> str | None:
-        from .report import bench_section
+        from .bench.common import bench_section
 
-        return bench_section(folder(src), name, table, "", "")
+        return bench_section(folder(src), name, table)
     return render
 
 
@@ -243,7 +243,7 @@ class Part:
 
 
 def parts() -> list[Part]:
-    from .report import BENCH_SECTIONS, MEASURED_SECTIONS
+    from . import bench, training_claims
 
     return [Part("README.md", "claims at a glance", claims_at_a_glance),
             Part("docs/results.md", "claims", claims_in_full),
@@ -251,9 +251,9 @@ def parts() -> list[Part]:
             Part("docs/results.md", "pretrained reference", pretrained_reference),
             Part("docs/benchmarks.md", "benchmark list", benchmark_list),
             *(Part("docs/benchmarks.md", name, _bench_part(name, table, lambda s: s.bench))
-              for name, table, *_ in BENCH_SECTIONS),
+              for name, table in bench.TABLES),
             *(Part("docs/benchmarks.md", name, _bench_part(name, table, lambda s: s.preset_dir))
-              for name, table, *_ in MEASURED_SECTIONS),
+              for name, table in training_claims.TABLES),
             Part("docs/usage.md", "presets", preset_list),
             Part("docs/usage.md", "tasks", task_list),
             Part("docs/usage.md", "decoding options", decoding_options),

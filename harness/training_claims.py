@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 import models
@@ -39,6 +40,7 @@ from models import Batch
 
 from .paths import replacing
 from .configs import short_hash
+from .env import measured_on
 
 MEASUREMENTS = ("gradvar", "convergence")
 GRADVAR_MINIBATCHES = 64
@@ -174,3 +176,40 @@ def training_stage(preset, train: tuple, preset_dir: Path, device: str = "auto",
         _write(preset_dir, name, {"key": key, "measurement": name, **result, **fingerprint("cpu", torch.float32),
                                   "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         print(f"{name}: {said} ({format_duration(time.perf_counter() - t0)})", file=sys.stderr, flush=True)
+
+
+def gradvar_table(run: dict) -> str:
+    """The README's generated table of the sweep's gradvar stage (<preset>/gradvar.json): each estimator's
+    gradient variance and its ratio to SetDLM's all-token loss, with the bootstrap interval."""
+    names = {"all_tokens": "SetDLM's loss on every target", "naive_mdlm": "naive MDLM-style (one cut per sequence)",
+             "half_targets": "a random half of the targets, weighted 2"}
+    rows = pd.DataFrame([{
+        "estimator": names.get(key, key), "gradient variance": f"{value:.3g}",
+        "over SetDLM's loss [95% bootstrap CI]": (
+            "1" if f"{key}_over_all_tokens" not in run else
+            "{ratio:.2f}x [{ci_low:.2f}, {ci_high:.2f}]".format(**run[f"{key}_over_all_tokens"]))}
+        for key, value in run["variance"].items()])
+    where = (f"{measured_on(run)}. {run['model']}, {run['weights']} weights, the same {run['minibatches']} minibatches of "
+             f"{run['batch']} x {run['length']} tokens for every estimator.")
+    return f"{where}\n\n{rows.to_markdown(index=False)}"
+
+
+def convergence_table(run: dict) -> str:
+    """The README's generated table of the sweep's convergence stage (<preset>/convergence.json): the mean
+    validation bound of the token-efficient and the naive run at each evaluated step, and the first evaluated step
+    at which the token-efficient run is at or below the naive run's final bound."""
+    mean = {name: [sum(rows) / len(rows) for rows in per_step] for name, per_step in run["nll"].items()}
+    eff, naive = mean["token_efficient"], mean["naive"]
+    table = pd.DataFrame({"step": run["steps"], "token-efficient, nats/token": [f"{v:.2f}" for v in eff],
+                          "naive, nats/token": [f"{v:.2f}" for v in naive]}).set_index("step").T
+    table.index.name = "step"
+    reached = next((step for step, v in zip(run["steps"], eff) if v <= naive[-1]), None)
+    where = (f"{measured_on(run)}. {run['language']}, length {run['length']}; the validation bound over {run['rows']} rows "
+             f"x {run['samples']} orders, the same at every step and in both runs. The token-efficient run reaches "
+             f"the naive run's final bound ({naive[-1]:.2f}) "
+             + (f"at step {reached} of {run['steps'][-1]}." if reached is not None else "at none of its steps."))
+    return f"{where}\n\n{table.to_markdown()}"
+
+
+# the published tables of the two stages (harness/publish.py), read from the preset's results folder: (measurement, its table)
+TABLES = (("gradvar", gradvar_table), ("convergence", convergence_table))

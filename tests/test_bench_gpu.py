@@ -1,4 +1,4 @@
-"""harness/bench_gpu.py: the GPU check's code paths, run tiny on the CPU (--device cpu --quick), and its refusal
+"""harness/bench/gpu.py: the GPU check's code paths, run tiny on the CPU (--device cpu --quick), and its refusal
 without CUDA."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import models
-from harness import bench_gpu
+from harness.bench import gpu as bench_gpu
 
 
 def quick_cpu_run(tmp_path, sections: str) -> dict:

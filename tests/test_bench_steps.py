@@ -1,4 +1,4 @@
-"""harness/bench_steps.py: the dispatched-op counter splits a decode into its backbone forwards and the loop around
+"""harness/bench/steps.py: the dispatched-op counter splits a decode into its backbone forwards and the loop around
 them, leaves views out of the kernel count, and counts the published shapes on the meta device (no memory)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench_steps import OpCounter, ops_per_step, published_forward_kernels
+from harness.bench.steps import OpCounter, ops_per_step, published_forward_kernels
 from model_utils import random_prompts, tiny
 from models import DecodeConfig
 

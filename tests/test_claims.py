@@ -17,8 +17,9 @@ import torch
 from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, frontier_area, holm, mcnemar_p, paired,
                             sign_flip_p)
 from harness.schema import STORED_KEYS
-from harness.report import (BENCH_SECTIONS, MEASURED_SECTIONS, bench_dir, bench_section, claims_markdown, load_runs,
-                            claims_tables, plot_task, task_table)
+from harness import bench, training_claims
+from harness.bench.common import bench_dir, bench_section
+from harness.report import claims_markdown, load_runs, claims_tables, plot_task, task_table
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,9 +170,9 @@ def test_the_committed_claims_table_is_what_the_report_makes_of_the_committed_re
     committed = (REFERENCE / "cpu" / "tables" / "claims.md").read_text()
     assert committed == claims_markdown(summary, details), \
         "claims.md is stale: python -m harness.report --results results/reference --plots plots"
-    for entry in BENCH_SECTIONS:
+    for entry in bench.TABLES:
         assert bench_section(bench_dir(REFERENCE), *entry) is not None, f"results/bench has no {entry[0]} result"
-    for entry in MEASURED_SECTIONS:
+    for entry in training_claims.TABLES:
         assert bench_section(REFERENCE / "cpu", *entry) is not None, f"the reference run has no {entry[0]} result"
 
 

@@ -233,7 +233,7 @@ def test_a_benchmark_needing_a_missing_wheel_is_skipped_in_one_line(monkeypatch,
 
 
 def test_bench_matched_covers_every_block_size_the_cpu_preset_trains():
-    from harness.bench import cpu_config, preset_block_sizes
+    from harness.bench.common import cpu_config, preset_block_sizes
 
     sizes = preset_block_sizes()
     assert sizes == sorted({c.block_size for c in get_preset("cpu").train_configs(("bd3lm", "setdlm"))})

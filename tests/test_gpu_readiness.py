@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import models
-from harness import bench_gpu
+from harness.bench import gpu as bench_gpu
 from models import DecodeConfig
 from models.decoding import TokenChooser
 from models.official_sampler import OfficialTokenChooser

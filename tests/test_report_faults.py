@@ -17,6 +17,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from harness import report
+from harness.bench.common import bench_section
+from harness.bench.decode import decode_table
 from harness.claims import Results
 from harness.store import StoreError
 from test_bad_input import report_row
@@ -83,10 +85,10 @@ def test_a_malformed_benchmark_result_or_example_row_names_the_file_and_field(tm
     bench.mkdir()
     (bench / "decode.json").write_text(json.dumps({"runs": "not a list"}))
     with pytest.raises(StoreError, match=r"decode.json: malformed benchmark result: no field"):
-        report.bench_section(bench, "decode", report.decode_table, "<!-- b -->", "<!-- e -->")
+        bench_section(bench, "decode", decode_table)
     (bench / "decode.json").write_text("[1, 2]")
     with pytest.raises(StoreError, match=r"decode.json holds a JSON list, not an object"):
-        report.bench_section(bench, "decode", report.decode_table, "<!-- b -->", "<!-- e -->")
+        bench_section(bench, "decode", decode_table)
     (tmp_path / "cpu" / "examples").mkdir(parents=True)
     write_jsonl(tmp_path / "cpu" / "examples" / "r1.jsonl", [{"example_id": "0", "n_tokens": "many", "seconds": 1.0,
                                                               "schema_version": 1}])

@@ -16,7 +16,7 @@ memory bandwidth at batch 1 and by GEMM throughput at batch 8):
   * RMSNorm in fewer kernels than torch's CPU rms_norm, computed as transformers does;
   * matrices stored column-major (LlamaBackbone.column_major): single-row F.linear runs MKL's faster GEMV;
   * batched inference rows go through oneDNN with weights prepacked once (`linear`, PACKED_LINEAR).
-harness/bench_smollm2.py measures it against transformers' generate on the same weights.
+harness/bench/smollm2.py measures it against transformers' generate on the same weights.
 
     python -c "from models.backbones.llama import *; print(LlamaBackbone(LlamaArch(), vocab_size=100, length=16, mask_id=99))"
 """

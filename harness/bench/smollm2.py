@@ -14,21 +14,20 @@ read_bandwidth / bytes_per_step steps/s (x batch tokens/s). The read bandwidth i
 run, with torch.sum over a 1 GiB fp32 tensor (best of several), before and after the rounds.
 
     python -m harness.bench smollm2 [--rounds 5] [--new-tokens 64]
-    python -m harness.bench_smollm2 [--rounds 5] [--new-tokens 64]     # the same, without harness.bench
 
 Writes results/bench/smollm2.json (with torch.backends.cpu.get_cpu_capability()).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
+import pandas as pd
 import torch
+
+from ..env import measured_on
 
 PROMPT_TOKENS = 32
 BATCHES = (1, 8)
@@ -59,13 +58,11 @@ def _prompts(tok, batch: int) -> list[list[int]]:
     return [ids[b:b + PROMPT_TOKENS] for b in range(batch)]
 
 
-def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results/bench") -> dict:
+def run(rounds: int = 5, new_tokens: int = 64) -> dict:
     import transformers
 
     from models import DecodeConfig
     from models.pretrained import SMOLLM2_PACKAGE, load_pretrained, smollm2_path
-
-    from .env import fingerprint
 
     path = smollm2_path()
     ours, tok = load_pretrained("smollm2")
@@ -136,7 +133,6 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
             "ours_repeats": runs["ours", b], "hf_repeats": runs["hf", b],
             "ours_compiled_repeats": runs["ours_compiled", b]})
 
-    import pandas as pd
 
     cols = ["batch", "ours_tokens_per_s", "hf_tokens_per_s", "ratio", "ratio_min", "ratio_max", "ours_ms_per_step",
             "hf_ms_per_step", "ours_roofline_fraction", "hf_roofline_fraction", "same_greedy_tokens",
@@ -153,23 +149,31 @@ def run(rounds: int = 5, new_tokens: int = 64, out: str | Path | None = "results
               "new_tokens": new_tokens, "rounds": rounds, "parameters": params, "bytes_per_step": bytes_per_step,
               "read_bandwidth_bytes_per_s": bandwidth, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "rows": rows}
-    if out is not None:
-        result.update(fingerprint("cpu", torch.float32), timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "smollm2.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--out", default="results/bench")
-    args = ap.parse_args(argv)
-    run(args.rounds, args.new_tokens, args.out)
-    return 0
+def bench_smollm2(args) -> dict:
+    """SmolLM2-135M-Instruct: our AR decoding vs transformers generate on the same weights."""
+    return run(rounds=args.rounds, new_tokens=args.new_tokens)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def smollm2_table(run: dict) -> str:
+    """The README's generated SmolLM2-135M table, from `python -m harness.bench smollm2` (bench/smollm2.json): our
+    decoding, eager and compile=on, against transformers' generate on the same weights, and the share of the
+    memory-bandwidth roofline."""
+    rows = pd.DataFrame([{
+        "batch": r["batch"], "transformers tokens/s": f"{r['hf_tokens_per_s']:.1f}",
+        "ours eager tokens/s": f"{r['ours_tokens_per_s']:.1f}",
+        "eager vs transformers (rounds)": f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
+        "ours compile=on tokens/s": f"{r['ours_compiled_tokens_per_s']:.1f}",
+        "compiled vs transformers": f"{r['compiled_ratio']:.2f}x", "compile s": f"{r['compile_s']:.0f}",
+        "roofline tokens/s": f"{r['roofline_tokens_per_s']:.0f}",
+        "share of roofline: transformers / eager / compiled": (f"{r['hf_roofline_fraction']:.0%} / "
+                                                               f"{r['ours_roofline_fraction']:.0%} / "
+                                                               f"{r['ours_compiled_roofline_fraction']:.0%}"),
+        "same greedy tokens": "yes" if r["same_greedy_tokens"] and r["compiled_same_tokens"] else "NO"}
+        for r in run["rows"]])
+    where = (f"{measured_on(run)}. {run['model']}, {run['prompt_tokens']}-token prompts, {run['new_tokens']} new tokens, "
+             f"{run['rounds']} paired rounds; roofline: {run['bytes_per_step'] / 1e6:.0f} MB of weights per step "
+             f"at {run['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read bandwidth, measured in the same run.")
+    return f"{where}\n\n{rows.to_markdown(index=False)}"

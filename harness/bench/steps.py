@@ -34,6 +34,7 @@ import statistics
 import time
 from unittest import mock
 
+import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -42,7 +43,8 @@ from models import DecodeConfig
 from models import steps
 from models.steps import StopFlag, prepare_torch_compile
 
-from .bench_models import cold_compile_caches, cpu_model, prompts, table
+from ..env import measured_on
+from .common import cold_compile_caches, cpu_model, prompts, table
 
 VIEW_OPS = frozenset({"aten.view", "aten.slice", "aten.select", "aten.unsqueeze", "aten.squeeze", "aten.permute",
                       "aten.transpose", "aten.expand", "aten.t", "aten._unsafe_view", "aten.alias", "aten.split",
@@ -261,3 +263,30 @@ def bench_steps(args) -> dict:
             "compile": "backbone: torch.compile(backbone.forward, dynamic=True), inductor cpp_wrapper; step: the "
                        "paradigm's whole decode step, DecodeConfig(compile='on'), compiled ahead of time by "
                        "AOTInductor; dynamo step: the same through torch.compile, inductor cpp_wrapper"}
+
+
+def steps_table(run: dict) -> str:
+    """The README's generated decode-step tables, from `python -m harness.bench steps` (bench/steps.json): eager
+    against compiled, per paradigm, at batch 1 on the cpu-preset models, and the launches per decode step of the
+    published shapes, eager and with each whole step one CUDA graph."""
+    cpu = pd.DataFrame([{
+        "paradigm": r["paradigm"] + ("" if r["S"] is None else f" S={r['S']}"),
+        "tau": "-" if r["threshold"] is None else f"{r['threshold']:g}",
+        "compiled": {"step": "whole steps (compile=on: AOTInductor)", "backbone": "backbone forward",
+                     "dynamo step": "whole steps (torch.compile)"}[r["compiled"]],
+        "eager tokens/s": f"{r['eager_tokens_per_s']:,.0f}", "compiled tokens/s": f"{r['compiled_tokens_per_s']:,.0f}",
+        "speedup": f"{r['speedup']:.2f}x", "compile s": f"{r['compile_s']:.1f}",
+        "same tokens": "yes" if r["identical_tokens"] else "NO",
+        "eager kernels / step": f"{r['kernels_per_step']:.0f}",
+        "kernels / step outside the graph": ("-" if r.get("outside_loop_kernels_per_step") is None
+                                             else f"{r['outside_loop_kernels_per_step']:.1f}")}
+        for r in run["cpu_rows"]])
+    published = pd.DataFrame([{
+        "shape": r["key"], "backbone": f"{r['kind']} {r['layers']} x {r['d_model']}",
+        "eager kernels / step": f"{r['kernels_per_step']:,.0f}",
+        "launches / step, whole steps as CUDA graphs": ("-" if r["graph_launches_per_step"] is None
+                                                        else f"{r['graph_launches_per_step']:.1f}"),
+        "fraction of eager": "-" if r.get("graph_over_eager") is None else f"1/{1 / r['graph_over_eager']:.0f}"}
+        for r in run["published_rows"]])
+    where = f"{measured_on(run)}; batch 1, {run['new_tokens']} new tokens"
+    return f"{where}\n\n{cpu.to_markdown(index=False)}\n\n{published.to_markdown(index=False)}"

@@ -1,8 +1,8 @@
 """The GPU check: every paradigm on every backbone kind in bf16 on CUDA, our AR vs HF generate, a short training run,
 the compiled decode steps.
 
-    python -m harness.bench_gpu                   # on a CUDA machine: writes results/bench/gpu.json (< 8 minutes)
-    python -m harness.bench_gpu --device cpu --quick --out /tmp/gpu.json   # the same code paths, tiny, on CPU
+    python -m harness.bench gpu                   # on a CUDA machine: writes results/bench/gpu.json (< 8 minutes)
+    python -m harness.bench gpu --device cpu --quick --out /tmp/gpu.json   # the same code paths, tiny, on CPU
 
 Sections (each a list of rows in the JSON; a table of each is printed):
 
@@ -426,7 +426,7 @@ def table(rows: list[dict], cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.bench gpu", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on CPU")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for checking the code paths)")
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sections", default="paradigms,vs_hf,train,steps,train_compiled,dllm_shapes")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("error: harness.bench_gpu needs a CUDA GPU and none is available here (torch "
+        print("error: harness.bench gpu needs a CUDA GPU and none is available here (torch "
               f"{torch.__version__}, cuda {torch.version.cuda}); run it on a GPU machine, or check the code paths "
               "on CPU with --device cpu --quick", file=sys.stderr)
         return 2
