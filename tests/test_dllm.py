@@ -243,9 +243,11 @@ def test_a_family_sampler_row_counts_its_calls_and_stops_at_the_task_length():
 def test_a_family_is_one_declaration(tmp_path, monkeypatch):
     """dllm's A2D models (`a2d-qwen3`: a Qwen3 made bidirectional, with a mask token) as one declaration plus one line,
     checked on SDAR's weights re-labelled: it loads as MDLM and computes SDAR's forward without a mask."""
+    # docs: begin family
     a2d = dllm.DiffusionFamily("a2d_qwen3", "A2D-Qwen3", ("a2d-qwen3",), ("A2DQwen3LMHeadModel",), base="qwen3",
                                paradigm="mdlm", shift_logits=False, mask_field="mask_token_id", mask_token=None)
     monkeypatch.setattr(dllm, "FAMILIES", [*dllm.FAMILIES, a2d])
+    # docs: end family
     folder = tmp_path / "a2d"
     shutil.copytree(FIXTURES / "sdar_b4", folder)
     cfg = json.loads((folder / "config.json").read_text())

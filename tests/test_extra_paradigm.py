@@ -28,6 +28,7 @@ from models.ar import ARModel
 
 @pytest.fixture
 def toy_paradigm():
+    # docs: begin paradigm
     class ToyModel(ARModel):
         """The extra paradigm: everything it is, declared here."""
         paradigm = "toy"
@@ -35,6 +36,7 @@ def toy_paradigm():
         likelihood = "exact"
         knobs = frozenset({"use_cache"})
         colormap = "Oranges"
+    # docs: end paradigm
 
     yield ToyModel
     models.PARADIGMS.pop("toy", None)                      # leave the registry as the other tests expect it

@@ -216,6 +216,7 @@ def test_a_policy_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eval(
     from harness.run import main as run_main
     from models.policies import CommitPolicy
 
+    # docs: begin policy
     @dataclass(frozen=True)
     class SecondBest(CommitPolicy):
         """The forced count, plus the runner-up whenever its confidence is within `gap` of the best."""
@@ -229,6 +230,7 @@ def test_a_policy_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eval(
             runner = _top(scores.masked_fill(best, -1.0), candidate & ~best, 1)
             lead = scores.masked_fill(~best, -1.0).max(dim=1, keepdim=True).values
             return best | (runner & (scores >= lead - self.gap))
+    # docs: end policy
 
     try:
         out = tmp_path / "results"
