@@ -208,6 +208,13 @@ def spec_model_id(spec: str | Path) -> str:
     return hashed_component(name)
 
 
+def source_model_id(source: models.ModelSource) -> str:
+    """The model id of a model the user brings: a saved checkpoint's config.json `model_id` (or its directory's name),
+    else the spec's short name, file stem or directory name."""
+    meta = source.saved_config()
+    return spec_model_id(source.spec) if meta is None else checkpoint_model_id(meta, Path(source.spec))
+
+
 def checkpoint_model_id(meta: dict, directory: Path) -> str:
     """The `model_id` of a checkpoint's config.json (untrusted: it must be a safe name, see harness.paths),
     else the directory's name."""

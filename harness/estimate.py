@@ -28,7 +28,6 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
-from models.pretrained import published_sizes
 from tasks import TASKS, get_task
 
 from .configs import RunCell, TrainConfig
@@ -152,7 +151,7 @@ def estimate(plan, cells: list[RunCell], to_train: list[TrainConfig], device: st
     for model_id, external in plan.external.items():
         # a paper checkpoint planned offline has a shape only, and a published diffusion LM is planned from its
         # config's sizes (not downloaded yet, billions of parameters): neither is probed
-        if hasattr(external.config, "to_dict") and published_sizes(str(external.spec)) is None:
+        if hasattr(external.config, "to_dict") and external.source.published_sizes() is None:
             configs[model_id] = external.config.to_dict()
     eval_time: dict[tuple, tuple[float, float]] = {}
     eval_seconds = 0.0
@@ -186,17 +185,16 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
     downloads = {}
     for model_id, external in plan.external.items():
         note = ""
-        if models.spec_kind(external.spec) == "paper":
-            from models.official import paper_download_bytes
-
-            downloads[model_id] = paper_download_bytes(external.spec)
-            note = f", ~{downloads[model_id] / 1e9:.1f} GB download, when its first cell runs"
-        elif (sizes := published_sizes(str(external.spec))) is not None:   # a published diffusion LM (models/dllm.py)
-            downloads[model_id] = sizes["download_bytes"]
+        size, sizes = external.source.download_bytes(), external.source.published_sizes()
+        if size is not None:
+            downloads[model_id] = size
+        if sizes is not None:   # a published diffusion LM (models/dllm.py)
             note = (f", {sizes['params'] / 1e9:.2f}B parameters: ~{sizes['download_bytes'] / 1e9:.1f} GB download "
                     f"when its first cell runs, ~{sizes['download_bytes'] / 1e9:.1f} GB of weights in bf16 "
                     f"(fp32: twice)" + (f", KV cache {sizes['kv_bytes_per_token'] / 1e3:.0f} kB per token in bf16"
                                         if sizes["paradigm"] != "mdlm" else ""))
+        elif size is not None:   # a paper checkpoint
+            note = f", ~{size / 1e9:.1f} GB download, when its first cell runs"
         if not hasattr(external.config, "to_dict"):
             note += ", not in the estimate"
         lines.append(f"  evaluate {model_id}: {external.spec} ({external.config.paradigm}, L={external.config.length}"

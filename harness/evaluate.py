@@ -27,7 +27,7 @@ from models.decoding import TeacherForcingError
 from models.tokenizers import Tokenizer
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
-from .configs import RunCell, checkpoint_model_id, spec_model_id
+from .configs import RunCell, source_model_id
 from .env import fingerprint
 from .rows import finite, result_rows
 from .precision import DTYPES, PRECISIONS
@@ -51,20 +51,19 @@ class LoadedModel:
         return self.model.config.length
 
 
-def load_model(checkpoint: Path | str, device: torch.device, model_id: str | None = None,
+def load_model(checkpoint: Path | str | models.ModelSource, device: torch.device, model_id: str | None = None,
                paradigm: str | None = None, precision: str = "fp32", length: int | None = None,
                block_size: int | None = None) -> LoadedModel:
-    """models.open_model of any model spec (a checkpoint directory, an official or a pretrained model), cast to the
-    decoding `precision` ("fp32"/"bf16"), with the id and training precision the rows record; models.CheckpointError
-    if it cannot be loaded. `length` and `block_size` apply to pretrained models (their context and, for BD3LM /
-    SetDLM, S)."""
+    """Any model spec or source (models.sources: a checkpoint directory, an official or a pretrained model) opened,
+    cast to the decoding `precision` ("fp32"/"bf16"), with the id and training precision the rows record;
+    models.CheckpointError if it cannot be loaded. `length` and `block_size` apply to pretrained models (their
+    context and, for BD3LM / SetDLM, S)."""
     dtype = DTYPES[precision]
-    model, tokenizer = models.open_model(checkpoint, paradigm, device, dtype, length=length, block_size=block_size)
-    if models.spec_kind(checkpoint) != "checkpoint":
-        return LoadedModel(model, tokenizer, model_id or spec_model_id(checkpoint), device, dtype, None)
-    meta = models.checkpoint.read_config(checkpoint)
-    return LoadedModel(model, tokenizer, model_id or checkpoint_model_id(meta, Path(checkpoint)), device, dtype,
-                       training_precision(meta))
+    source = models.parse_source(checkpoint)
+    model, tokenizer = source.open(paradigm, device, dtype, length=length, block_size=block_size)
+    meta = source.saved_config()
+    return LoadedModel(model, tokenizer, model_id or source_model_id(source), device, dtype,
+                       training_precision(meta) if meta is not None else None)
 
 
 def training_precision(meta: dict) -> str | None:

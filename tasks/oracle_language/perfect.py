@@ -30,7 +30,7 @@ from torch import nn
 
 from models.backbones import Backbone, BackboneSpec, ClosedStream
 from models.backbones.attention import KVCache
-from models.loading import register_spec_prefix
+from models.sources import register_spec_prefix
 
 from . import LANGUAGES, MISSING, language, oracle_tokenizer
 
