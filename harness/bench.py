@@ -44,11 +44,12 @@ import torch
 import models
 from models import Batch, DecodeConfig
 from models.backbones import ClosedStream
+from models.errors import UserError
 
 from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
     PROMPT_LEN, cold_compile_caches, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
 )
-from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
+from .cli import INTERRUPTED, Parser, exit_exhausted, exit_user_error, interrupt_on_sigterm, number
 from .env import fingerprint
 from .paths import make_dirs, replacing
 from .estimate import model_config_of, random_model
@@ -539,9 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (MemoryError, OSError) as e:
         return exit_exhausted(e)
-    except ValueError as e:     # a folder below --out that is a link, a file in the way
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:     # a folder below --out that is a link, a file in the way
+        return exit_user_error(e)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from models.errors import UserError, unknown
 from models.types import SAMPLING_KNOBS, DecodeConfig
 
 from .env import REPO
@@ -56,6 +57,13 @@ def exhausted(e: BaseException) -> str | None:
     return None
 
 
+def exit_user_error(e: UserError) -> int:
+    """For a CLI's `except UserError`: its one `error:` line (terminal-safe) and exit status 2. Only a UserError is
+    reported this way; any other exception is a bug and keeps its traceback."""
+    print(f"error: {printable(e)}", file=sys.stderr)
+    return 2
+
+
 def exit_exhausted(e: BaseException) -> int:
     """For a CLI's `except (MemoryError, OSError, RuntimeError)`: the one `error:` line of `exhausted(e)` and exit
     status 2; any other such error is re-raised as it is."""
@@ -77,10 +85,17 @@ def interrupt_on_sigterm() -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one `error:` line and exit status 2."""
+    """argparse whose usage errors are one `error:` line and exit status 2, an unknown choice worded as every
+    unknown name is."""
 
     def error(self, message: str):
         self.exit(2, f"error: {message}\n(see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside an argument's choices, in the one wording of an unknown name (models.errors.unknown)."""
+        if action.choices is not None and value not in action.choices:
+            kind = (action.metavar or action.dest).lstrip("-").replace("_", "-")
+            raise argparse.ArgumentError(action, unknown(kind, value, action.choices))
 
 
 def number(kind: type, low: float, high: float | None = None, strict: bool = False):
@@ -147,7 +162,7 @@ def add_decode_flags(ap: argparse.ArgumentParser) -> None:
             try:
                 value = knob_value(name, text)
                 DecodeConfig(**{name: value})          # the range checks of DecodeConfig
-            except ValueError as e:
+            except (ValueError, UserError) as e:   # knob_value's parse, DecodeConfig's ConfigError
                 raise argparse.ArgumentTypeError(str(e)) from None
             return value
         ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse, default=argparse.SUPPRESS,

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from models.checkpoint import atomic_directory, write_safetensors
+from models.errors import ConfigError
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 
 from .cache import CacheError, cache_dir, cache_target, file_lock
@@ -38,13 +39,13 @@ MIN_BPE_VOCAB = 256 + 3   # every byte and the three specials (models.tokenizers
 
 
 def bpe_vocab(spec: str) -> int:
-    """The vocabulary size of a `bpe:<vocab>` spec: a whole number in [MIN_BPE_VOCAB, MAX_FIELD] (ValueError
+    """The vocabulary size of a `bpe:<vocab>` spec: a whole number in [MIN_BPE_VOCAB, MAX_FIELD] (ConfigError
     otherwise; a negative one was an OverflowError deep in the tokenizer trainer)."""
     from models.fields import MAX_FIELD
 
     text = spec.split(":", 1)[1]
     if not text.strip().isdigit() or not MIN_BPE_VOCAB <= int(text) <= MAX_FIELD:
-        raise ValueError(f"tokenizer {spec[:40]!r}: the vocabulary of bpe:<vocab> must be a whole number in "
+        raise ConfigError(f"tokenizer {spec[:40]!r}: the vocabulary of bpe:<vocab> must be a whole number in "
                          f"[{MIN_BPE_VOCAB}, {MAX_FIELD:,}]")
     return int(text)
 

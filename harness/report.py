@@ -53,10 +53,11 @@ from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from models import get_paradigm, jsonio, paradigm_names  # noqa: E402
+from models.errors import UserError, unknown  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
 from .cli import (  # noqa: E402
-    DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, interrupt_on_sigterm, printable, reference_option,
+    DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, exit_user_error, interrupt_on_sigterm, printable, reference_option,
 )
 from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
@@ -145,7 +146,7 @@ def checked_rows(path: Path) -> list[dict]:
         if missing:
             raise ReportError(f"{where}: result row lacks {', '.join(missing[:5])}")
         if row["paradigm"] not in paradigm_names():
-            raise ReportError(f"{where}: unknown paradigm {row['paradigm']!r}; valid: {', '.join(paradigm_names())}")
+            raise ReportError(f"{where}: {unknown('paradigm', row['paradigm'], paradigm_names())}")
         safe_component(row["task"], f"{where}: task", ReportError)
         for key in ("model_id", "preset", "metric"):
             if not isinstance(row[key], str):
@@ -172,7 +173,7 @@ def checked_rows(path: Path) -> list[dict]:
         if row.get("policy") is not None:
             try:
                 commit_policy(row)
-            except ValueError as e:
+            except UserError as e:
                 raise ReportError(f"{where}: policy: {e}") from None
         rows.append(row)
     return rows
@@ -902,9 +903,8 @@ def _main(argv: list[str] | None) -> int:
         if args.readme:
             check_selection(args.results, [readme_preset])
         written = build_report(args.results, plots, args.preset, reference, args.readme, readme_preset)
-    except (ReportError, StoreError) as e:
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        return exit_user_error(e)
     except (OSError, MemoryError) as e:
         line = exhausted(e)   # a full disk or a file-size limit: the files already written are whole
         if line is None:

@@ -27,6 +27,7 @@ import torch
 
 from . import jsonio
 from .checkpoint import CONFIG_FILE, CheckpointError
+from .errors import UserError
 from .tokenizers import Tokenizer
 
 # Spec prefixes whose models a higher layer provides: prefix -> (its module, loader(spec, paradigm, device, dtype,
@@ -90,7 +91,7 @@ def open_model(spec: str | Path, paradigm: str | None = None, device: str | torc
                                   f"harness does)")
         try:
             return loader(str(spec), paradigm, device, dtype, length)
-        except ValueError as e:
+        except UserError as e:   # the layer above's own error (an oracle language's), as a checkpoint's
             raise CheckpointError(str(e)) from None
     if kind == "checkpoint":
         model = load(spec, paradigm=paradigm, device=device).to(dtype)

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 import harness.train as train_mod
 import models
+from models.errors import UserError
 from harness import run
 from harness.configs import RESULTS_SCHEMA_VERSION
 from harness.schema import STORED_KEYS
@@ -73,7 +74,7 @@ def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str]:
     if name == "unknown_paradigm":
         return ["--preset", "smoke", "--paradigm", "gpt", "--task", "gsm8k"], "unknown paradigm 'gpt'"
     if name == "unknown_task":
-        return ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm9k"], "unknown task gsm9k"
+        return ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm9k"], "unknown task 'gsm9k'"
     if name == "unknown_preset":
         return ["--sweep", "--preset", "huge"], "unknown preset 'huge'"
     if name == "window_larger_than_context":
@@ -446,7 +447,7 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
     # harness.lm_eval
     lm = ["run", "--tasks", "harness_gsm8k", "--include_path", str(REPO / "tasks" / "lm_eval"), "--model"]
     if name == "lm_eval_unknown_knob":
-        return [*lm, "ar", "--model_args", f"checkpoint={ck['ar']},temprature=0.5"], "unknown model_args temprature"
+        return [*lm, "ar", "--model_args", f"checkpoint={ck['ar']},temprature=0.5"], "unknown model_args key 'temprature'"
     if name == "lm_eval_wrong_paradigm":
         return ([*lm, "setdlm", "--model_args", f"checkpoint={ck['ar']}"],
                 "--model setdlm was given a checkpoint that holds a 'ar' model")
@@ -561,7 +562,7 @@ def test_every_string_read_from_a_file_is_checked_before_it_names_a_path(tmp_pat
     from harness.paths import hashed_component, safe_component
     from harness.configs import checkpoint_model_id
     for bad in ("../x", "a/b", ".hidden", "..", "", "x" * 200, 5, None, "a\x00b", "C:\\x"):
-        with pytest.raises(ValueError, match="is not a safe name"):
+        with pytest.raises(UserError, match="is not a safe name"):
             safe_component(bad, "name")
     assert safe_component("ar-0123_v1.2+x=y", "name") == "ar-0123_v1.2+x=y"
     with pytest.raises(StoreError, match="run id '../../x' is not a safe name"):          # store: run_id -> file
@@ -609,7 +610,7 @@ def test_lm_eval_device_meta_and_a_missing_ppl_file_are_one_line(tmp_path, monke
     import harness.lm_eval as adapter
     from tasks.lm_eval.utils import load_text_file
 
-    with pytest.raises(adapter.ModelArgsError, match="device 'meta' is not one of auto, cpu, cuda"):
+    with pytest.raises(adapter.ModelArgsError, match="unknown device 'meta'; valid: auto, cpu, cuda"):
         adapter.HarnessLM(checkpoint=str(checkpoints["ar"]), device="meta")
     monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: load_text_file(None))
     with pytest.raises(SystemExit) as e:
