@@ -102,7 +102,7 @@ def resolve_precision(requested: str, device_type: str, phase: str = "decode") -
     if requested not in CHOICES:
         raise ConfigError(unknown("precision", requested, CHOICES))
     if phase not in PHASES:
-        raise ValueError(f"phase {phase!r} is not one of {', '.join(PHASES)}")   # a caller's bug
+        raise ValueError(f"no phase {phase!r}; the phases are {', '.join(PHASES)}")   # a caller's bug
     if requested != "auto":
         return requested
     forced = forced_auto()
