@@ -49,7 +49,7 @@ from models.errors import UserError
 from .bench_models import (  # noqa: F401  (cpu_config, preset_block_sizes: also read by the tests)
     PROMPT_LEN, cold_compile_caches, cpu_config, cpu_model, gsm8k_prompts, preset_block_sizes, prompts, table,
 )
-from .cli import INTERRUPTED, Parser, exit_exhausted, exit_user_error, interrupt_on_sigterm, number
+from .cli import INTERRUPTED, Parser, check_working_directory, exit_exhausted, exit_user_error, interrupt_on_sigterm, number, user_path
 from .env import fingerprint
 from .paths import make_dirs, replacing
 from .estimate import model_config_of, random_model
@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "'' for none)")
     ap.add_argument("--rounds", type=number(int, 1), default=5, help="smollm2: paired rounds (ours, then transformers)")
     ap.add_argument("--new-tokens", type=number(int, 1), default=64, help="smollm2: tokens generated per call")
-    ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--out", type=user_path, default="results/bench")
     args = ap.parse_args(argv)
     interrupt_on_sigterm()
     try:
@@ -545,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    check_working_directory()
     torch.set_grad_enabled(True)
     results = {}
     for name in (BENCHMARKS if args.benchmark == "all" else [args.benchmark]):

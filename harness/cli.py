@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import os
 import re
 import signal
 import sys
@@ -23,6 +24,7 @@ from models.errors import UserError, unknown
 from models.types import SAMPLING_KNOBS, DecodeConfig
 
 from .env import REPO
+from .paths import PathError
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
@@ -38,9 +40,27 @@ def printable(text: object) -> str:
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+def working_directory_exists() -> bool:
+    """Whether os.getcwd() still works: a working directory deleted (or moved away) under a running command makes
+    every relative path fail with FileNotFoundError."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def check_working_directory() -> None:
+    """PathError when the working directory is gone (deleted or moved under the shell) as a command starts: every
+    relative path, and torch's lazy imports, would fail later with a FileNotFoundError traceback."""
+    if not working_directory_exists():
+        raise PathError("the working directory was deleted or moved; cd to a folder that exists and rerun")
+
+
 def exhausted(e: BaseException) -> str | None:
-    """The one line for running out of memory or disk (None for any other error): what ran out, and that finished
-    work is kept (rows and example chunks are appended whole, training state is saved every --save-every steps)."""
+    """The one line for running out of memory or disk, or losing the working directory (None for any other error):
+    what ran out, and that finished work is kept (rows and example chunks are appended whole, training state is
+    saved every --save-every steps)."""
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     if isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and any(
             marker in str(e) for marker in ("can't allocate memory", "DefaultCPUAllocator", "out of memory"))):
@@ -50,6 +70,9 @@ def exhausted(e: BaseException) -> str | None:
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"the disk is full{where} ({text[:160]}); finished work is kept — free some space and rerun to "
                 f"resume")
+    if isinstance(e, FileNotFoundError) and not working_directory_exists():   # os.getcwd() fails from then on
+        return ("the working directory was deleted or moved while the command ran; finished work is kept — cd to a "
+                "folder that exists and rerun to resume")
     if isinstance(e, OSError) and e.errno == errno.EFBIG:   # ulimit -f, or the filesystem's largest file
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"a file-size limit was reached{where} ({text[:160]}); finished work is kept — raise the limit "
@@ -172,6 +195,16 @@ def add_decode_flags(ap: argparse.ArgumentParser) -> None:
 def given_decode_knobs(args: argparse.Namespace) -> dict:
     """The decoding knobs given on the command line (see add_decode_flags)."""
     return {name: getattr(args, name) for name in DECODE_KNOBS if hasattr(args, name)}
+
+
+def user_path(text: str) -> str:
+    """An argparse type for a path the user gives: `~` and `~user` expanded as a shell would (an unknown user is a
+    usage error, not a folder literally named `~user`)."""
+    path = os.path.expanduser(text)
+    if path.startswith("~"):
+        raise argparse.ArgumentTypeError(f"{text!r}: there is no user {path[1:].split(os.sep)[0]!r} on this machine "
+                                         f"whose home ~ could name")
+    return path
 
 
 def reference_option(text: str) -> Path | None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 
-import argparse
 import math
 import os
 import sys
@@ -57,7 +56,8 @@ from models.errors import UserError, unknown  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
 from .cli import (  # noqa: E402
-    DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, exit_user_error, interrupt_on_sigterm, printable, reference_option,
+    DECODE_KNOBS, INTERRUPTED, REFERENCE, Parser, check_working_directory, exhausted, exit_user_error, interrupt_on_sigterm, printable,
+    reference_option, user_path,
 )
 from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
@@ -886,18 +886,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(description="Rebuild tables and Pareto plots from results/ alone.")
-    ap.add_argument("--results", default="results")
-    ap.add_argument("--plots", help="where figures go (default: <results>/plots)")
+    ap = Parser(prog="python -m harness.report", description="Rebuild tables and Pareto plots from results/ alone.")
+    ap.add_argument("--results", type=user_path, default="results")
+    ap.add_argument("--plots", type=user_path, help="where figures go (default: <results>/plots)")
     ap.add_argument("--preset", action="append", help="only these presets (repeatable)")
-    ap.add_argument("--reference", default=str(REFERENCE),
+    ap.add_argument("--reference", type=user_path, default=str(REFERENCE),
                     help="results drawn beside yours in the plots (default results/reference; 'none' to leave out)")
-    ap.add_argument("--readme", help="also rewrite this README's generated claims section from the results of "
+    ap.add_argument("--readme", type=user_path, help="also rewrite this README's generated claims section from the results of "
                                      "the (single) --preset, default cpu")
     args = ap.parse_args(argv)
     plots = args.plots or Path(args.results) / "plots"
     reference = reference_option(args.reference)
     try:
+        check_working_directory()
         check_selection(args.results, args.preset)
         readme_preset = (args.preset or ["cpu"])[0]
         if args.readme:

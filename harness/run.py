@@ -34,8 +34,8 @@ from models.errors import UserError, unknown
 from tasks import TASKS
 
 from .cli import (
-    INTERRUPTED, REFERENCE, Parser, add_decode_flags, given_decode_knobs, exit_exhausted, exit_user_error,
-    interrupt_on_sigterm, number, reference_option,
+    INTERRUPTED, REFERENCE, Parser, add_decode_flags, check_working_directory, given_decode_knobs, exit_exhausted, exit_user_error,
+    interrupt_on_sigterm, number, reference_option, user_path,
 )
 from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--task", help="single cell: the task")
     ap.add_argument("--block-size", type=positive_int, help="which of the preset's models with a block size S "
                                                              "(BD3LM block, SetDLM set size)")
-    ap.add_argument("--model", "--checkpoint", dest="model", metavar="SPEC",
+    ap.add_argument("--model", "--checkpoint", dest="model", metavar="SPEC", type=user_path,
                     help="single cell: evaluate this model instead of a preset model: a checkpoint directory (written "
                          "by models.save, e.g. by python -m harness.train), an official kuleshov-group checkpoint or "
                          "paper key (owt:setdlm-smax8), a Hugging Face directory, a .gguf file, a hub id, or smollm2")
@@ -75,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(default: its own, at most 8192)")
     add_decode_flags(ap)
     ap.add_argument("--limit", type=int, help="examples per cell (default: the preset's)")
-    ap.add_argument("--data", help="a user data file for the (single) task, in its documented format")
+    ap.add_argument("--data", type=user_path, help="a user data file for the (single) task, in its documented format")
     ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
-    ap.add_argument("--out", default="results", help="results root (default results/)")
-    ap.add_argument("--plots", help="where the report puts figures (default: <out>/plots)")
-    ap.add_argument("--reference", default=str(REFERENCE),
+    ap.add_argument("--out", type=user_path, default="results", help="results root (default results/)")
+    ap.add_argument("--plots", type=user_path, help="where the report puts figures (default: <out>/plots)")
+    ap.add_argument("--reference", type=user_path, default=str(REFERENCE),
                     help="committed results drawn beside yours in the plots (default results/reference; 'none' "
                          "to leave them out)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    check_working_directory()
     plan = make_plan(args)
     warn_inert_knobs(args, plan)
     for note in plan.notes:

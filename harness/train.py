@@ -36,7 +36,7 @@ from models.errors import ConfigError, UserError, unknown
 from models.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, exit_exhausted, exit_user_error, interrupt_on_sigterm, number
+from .cli import INTERRUPTED, Parser, check_working_directory, exit_exhausted, exit_user_error, interrupt_on_sigterm, number, user_path
 from .configs import PRETRAINED, PlanError, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                       ("ema", number(float, 0.0, 1.0)), ("seed", int), ("dropout", number(float, 0.0, 1.0))):
         ap.add_argument(f"--{name}", type=typ)
     ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2, bert-base-uncased or oracle:<language>")
-    ap.add_argument("--init-from", metavar="SPEC",
+    ap.add_argument("--init-from", metavar="SPEC", type=user_path,
                     help="adapt a pretrained LM (a Hugging Face directory, a .gguf file, a hub id or smollm2) into "
                          "--paradigm: its backbone, weights and tokenizer (--n-layers etc. do not apply)")
     ap.add_argument("--corpus")
@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                          "time, python -m harness.bench train-compiled)")
     args = ap.parse_args(argv)
     try:
+        check_working_directory()
         precision = resolve_precision(args.precision, resolve_device(args.device).type, "train")
         cfg = TrainConfig(paradigm=args.paradigm, block_size=args.block_size, precision=precision)
         if args.preset:

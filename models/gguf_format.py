@@ -66,6 +66,21 @@ def _field(reader, key: str, default=None):
     return value
 
 
+def _list_field(reader, key: str, kind: type, where: str) -> list | None:
+    """A GGUF metadata array whose items are all `kind` (str: tokens, merges; int: token types), or None when the
+    file lacks it; PretrainedError naming the field for anything else (a token list of integers was a traceback)."""
+    value = _field(reader, key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise PretrainedError(f"{where}: {key} must be a list, got a {type(value).__name__}")
+    if not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+        held = ", ".join(sorted({type(v).__name__ for v in value}))
+        raise PretrainedError(f"{where}: {key} must be a list of {'strings' if kind is str else 'whole numbers'}, "
+                              f"got one of {held}")
+    return value
+
+
 def dequantizable_types() -> frozenset[str]:
     """GGML tensor types gguf.quants.dequantize implements (F32, F16 and the block quantizations)."""
     q = _gguf().quants
@@ -194,13 +209,16 @@ def _gguf_tokenizer(src: Source, reader, arch_name: str) -> None:
     """The tokenizer described by the GGUF metadata (tokenizer.ggml.*), as transformers rebuilds it."""
     where = str(src.path)
     model = _field(reader, "tokenizer.ggml.model")
-    tokens = _field(reader, "tokenizer.ggml.tokens")
+    tokens = _list_field(reader, "tokenizer.ggml.tokens", str, where)
     if tokens is None:
         raise PretrainedError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.tokens)")
-    types = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    types = _list_field(reader, "tokenizer.ggml.token_type", int, where) or [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise PretrainedError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
     pre = _field(reader, "tokenizer.ggml.pre")
     if model == "gpt2":
-        src.backend = _byte_level_bpe(tokens, _field(reader, "tokenizer.ggml.merges") or [], types, pre)
+        src.backend = _byte_level_bpe(tokens, _list_field(reader, "tokenizer.ggml.merges", str, where) or [], types,
+                                      pre)
     else:  # sentencepiece and others: transformers' converter
         try:
             from transformers.integrations.gguf.gguf_tokenizer_mapping import (
