@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Iterator
 
 import models
+from models.errors import UserError
 
 from .configs import TrainConfig
 from .paths import check_no_links, make_dirs, open_below
 
 
-class CacheError(ValueError):
+class CacheError(UserError):
     """The cache cannot be written (a file where a folder should be, a link below its root)."""
 
 

@@ -206,7 +206,7 @@ def decide(d: np.ndarray, higher_is_better: bool, kind: str, margin: float, bina
             return "holds", p
         outside = min(sign_flip_p(g, -margin, "less"), sign_flip_p(g, margin, "greater"))
         return ("fails" if outside < ALPHA else "inconclusive"), p
-    raise ValueError(f"unknown test {kind!r}")
+    raise ValueError(f"no exact test of kind {kind!r} is implemented")   # a claim table's bug
 
 
 def holm(ps: list[float]) -> list[float]:

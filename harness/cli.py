@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import os
 import re
 import signal
 import sys
@@ -19,9 +20,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from models.errors import UserError, unknown
 from models.types import SAMPLING_KNOBS, DecodeConfig
 
 from .env import REPO
+from .paths import PathError
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
@@ -37,9 +40,27 @@ def printable(text: object) -> str:
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+def working_directory_exists() -> bool:
+    """Whether os.getcwd() still works: a working directory deleted (or moved away) under a running command makes
+    every relative path fail with FileNotFoundError."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def check_working_directory() -> None:
+    """PathError when the working directory is gone (deleted or moved under the shell) as a command starts: every
+    relative path, and torch's lazy imports, would fail later with a FileNotFoundError traceback."""
+    if not working_directory_exists():
+        raise PathError("the working directory was deleted or moved; cd to a folder that exists and rerun")
+
+
 def exhausted(e: BaseException) -> str | None:
-    """The one line for running out of memory or disk (None for any other error): what ran out, and that finished
-    work is kept (rows and example chunks are appended whole, training state is saved every --save-every steps)."""
+    """The one line for running out of memory or disk, or losing the working directory (None for any other error):
+    what ran out, and that finished work is kept (rows and example chunks are appended whole, training state is
+    saved every --save-every steps)."""
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     if isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and any(
             marker in str(e) for marker in ("can't allocate memory", "DefaultCPUAllocator", "out of memory"))):
@@ -49,11 +70,21 @@ def exhausted(e: BaseException) -> str | None:
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"the disk is full{where} ({text[:160]}); finished work is kept — free some space and rerun to "
                 f"resume")
+    if isinstance(e, FileNotFoundError) and not working_directory_exists():   # os.getcwd() fails from then on
+        return ("the working directory was deleted or moved while the command ran; finished work is kept — cd to a "
+                "folder that exists and rerun to resume")
     if isinstance(e, OSError) and e.errno == errno.EFBIG:   # ulimit -f, or the filesystem's largest file
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"a file-size limit was reached{where} ({text[:160]}); finished work is kept — raise the limit "
                 f"(ulimit -f) or write elsewhere, and rerun to resume")
     return None
+
+
+def exit_user_error(e: UserError) -> int:
+    """For a CLI's `except UserError`: its one `error:` line (terminal-safe) and exit status 2. Only a UserError is
+    reported this way; any other exception is a bug and keeps its traceback."""
+    print(f"error: {printable(e)}", file=sys.stderr)
+    return 2
 
 
 def exit_exhausted(e: BaseException) -> int:
@@ -77,10 +108,17 @@ def interrupt_on_sigterm() -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one `error:` line and exit status 2."""
+    """argparse whose usage errors are one `error:` line and exit status 2, an unknown choice worded as every
+    unknown name is."""
 
     def error(self, message: str):
         self.exit(2, f"error: {message}\n(see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside an argument's choices, in the one wording of an unknown name (models.errors.unknown)."""
+        if action.choices is not None and value not in action.choices:
+            kind = (action.metavar or action.dest).lstrip("-").replace("_", "-")
+            raise argparse.ArgumentError(action, unknown(kind, value, action.choices))
 
 
 def number(kind: type, low: float, high: float | None = None, strict: bool = False):
@@ -147,7 +185,7 @@ def add_decode_flags(ap: argparse.ArgumentParser) -> None:
             try:
                 value = knob_value(name, text)
                 DecodeConfig(**{name: value})          # the range checks of DecodeConfig
-            except ValueError as e:
+            except (ValueError, UserError) as e:   # knob_value's parse, DecodeConfig's ConfigError
                 raise argparse.ArgumentTypeError(str(e)) from None
             return value
         ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse, default=argparse.SUPPRESS,
@@ -157,6 +195,16 @@ def add_decode_flags(ap: argparse.ArgumentParser) -> None:
 def given_decode_knobs(args: argparse.Namespace) -> dict:
     """The decoding knobs given on the command line (see add_decode_flags)."""
     return {name: getattr(args, name) for name in DECODE_KNOBS if hasattr(args, name)}
+
+
+def user_path(text: str) -> str:
+    """An argparse type for a path the user gives: `~` and `~user` expanded as a shell would (an unknown user is a
+    usage error, not a folder literally named `~user`)."""
+    path = os.path.expanduser(text)
+    if path.startswith("~"):
+        raise argparse.ArgumentTypeError(f"{text!r}: there is no user {path[1:].split(os.sep)[0]!r} on this machine "
+                                         f"whose home ~ could name")
+    return path
 
 
 def reference_option(text: str) -> Path | None:

@@ -20,6 +20,7 @@ import models
 from models import backbones
 from models.backbones import BackboneSpec
 from models.paradigm import get_paradigm
+from models.errors import UserError
 from models.types import NEW_KNOB, SAMPLING_KNOBS, DecodeConfig, ModelConfig
 
 from .paths import hashed_component, safe_component
@@ -34,7 +35,7 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_encode)
 
 
-class PlanError(ValueError):
+class PlanError(UserError):
     """Invalid sweep input (unknown names, impossible grid values); reported before any work."""
 
 
@@ -89,13 +90,13 @@ class TrainConfig:
     init_from: "TrainConfig | str | None" = None
 
     def __post_init__(self) -> None:
-        paradigm = get_paradigm(self.paradigm)            # ValueError naming the registered paradigms
+        paradigm = get_paradigm(self.paradigm)            # ConfigError naming the registered paradigms
         paradigm.check_block_size(self.block_size, self.max_block_size, self.length)
         if self.steps < 1 or self.batch_size < 1:
-            raise ValueError("steps and batch_size must be >= 1")
+            raise PlanError("steps and batch_size must be >= 1")
         paradigm.check_naive_loss(self.naive_loss)
         if self.eval_every < 0:
-            raise ValueError(f"eval_every must be >= 0 (0: no validation curve), got {self.eval_every}")
+            raise PlanError(f"eval_every must be >= 0 (0: no validation curve), got {self.eval_every}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"a TrainConfig's precision is {' or '.join(PRECISIONS)} (resolve 'auto' with "
                              f"harness.precision.resolve_precision), got {self.precision!r}")

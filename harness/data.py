@@ -16,7 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from models.checkpoint import atomic_directory, write_safetensors
+from models.errors import ConfigError
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
+from tasks.base import TaskError
 
 from .cache import CacheError, cache_dir, cache_target, file_lock
 from .configs import short_hash
@@ -38,13 +40,13 @@ MIN_BPE_VOCAB = 256 + 3   # every byte and the three specials (models.tokenizers
 
 
 def bpe_vocab(spec: str) -> int:
-    """The vocabulary size of a `bpe:<vocab>` spec: a whole number in [MIN_BPE_VOCAB, MAX_FIELD] (ValueError
+    """The vocabulary size of a `bpe:<vocab>` spec: a whole number in [MIN_BPE_VOCAB, MAX_FIELD] (ConfigError
     otherwise; a negative one was an OverflowError deep in the tokenizer trainer)."""
     from models.fields import MAX_FIELD
 
     text = spec.split(":", 1)[1]
     if not text.strip().isdigit() or not MIN_BPE_VOCAB <= int(text) <= MAX_FIELD:
-        raise ValueError(f"tokenizer {spec[:40]!r}: the vocabulary of bpe:<vocab> must be a whole number in "
+        raise ConfigError(f"tokenizer {spec[:40]!r}: the vocabulary of bpe:<vocab> must be a whole number in "
                          f"[{MIN_BPE_VOCAB}, {MAX_FIELD:,}]")
     return int(text)
 
@@ -77,8 +79,13 @@ def hub_documents(name: str, split: str) -> list[str]:
 
     path, config, hf_split, field = HUB_CORPORA.get(name, (name, None, "train", "text"))
     limit = int(os.environ.get("HARNESS_HF_MAX_DOCS", "200000"))
-    stream = datasets.load_dataset(path, config, split=hf_split, streaming=True, trust_remote_code=False)
-    docs = [row[field] for row in itertools.islice(stream, limit + HUB_VALIDATION_DOCS)]
+    try:
+        stream = datasets.load_dataset(path, config, split=hf_split, streaming=True, trust_remote_code=False)
+        docs = [row[field] for row in itertools.islice(stream, limit + HUB_VALIDATION_DOCS)]
+    except Exception as e:   # offline, no such dataset, no access, no such field: one line, as a task's hf source
+        raise TaskError(f"corpus hf:{name}: could not load it through `datasets` ({type(e).__name__}: "
+                        f"{str(e)[:200]}); offline, train on the embedded corpus (the default) or an "
+                        f"oracle:<language> corpus") from None
     return docs[:limit] if split == "train" else docs[limit:]
 
 

@@ -86,7 +86,7 @@ def execute_nll(loaded: LoadedModel, requests: list[NllRequest], seed: int) -> l
         return []
     L = max(len(r.ids) for r in requests)
     if L > loaded.length:
-        raise ValueError(f"a scoring request has {L} tokens, more than the context length {loaded.length}")
+        raise models.ContextOverflowError(f"a scoring request has {L} tokens, more than the context length {loaded.length}")
     ids = torch.full((len(requests), L), loaded.tokenizer.pad_id, dtype=torch.long)
     att = torch.zeros(len(requests), L, dtype=torch.bool)
     ctx = torch.zeros(len(requests), L, dtype=torch.bool)

@@ -82,7 +82,7 @@ class ARJudge:
 
     def __init__(self, loaded, name: str):   # a harness.evaluate.LoadedModel
         if loaded.model.paradigm != "ar":
-            raise ValueError(f"the gen-PPL judge must be an AR model, got {loaded.model.paradigm} ({loaded.model_id})")
+            raise PlanError(f"the gen-PPL judge must be an AR model, got {loaded.model.paradigm} ({loaded.model_id})")
         self.loaded = loaded
         self.name = name
         self.precision = DTYPE_PRECISIONS[loaded.dtype]

@@ -41,6 +41,7 @@ import models
 from models import get_paradigm
 from models.steps import compiled_step_graphs
 from models.checkpoint import atomic_directory
+from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 
 from .configs import RunCell, TrainConfig
@@ -65,7 +66,7 @@ RAY_INSTALL_HINT = '--launcher ray needs Ray: pip install -e ".[ray]"'
 RAY_EXCLUDES = [".venv", ".cache", "results", "plots", ".git"]
 
 
-class LauncherError(ValueError):
+class LauncherError(UserError):
     """A launcher cannot start (e.g. Ray is not installed); reported by the CLI with exit status 2."""
 
 
@@ -524,7 +525,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
     `eval_workers(plan, ..., jobs)` processes (the CLI's default is `auto`; here this process, unless asked); the
     plan and its time estimate are printed first, the measured time last."""
     if launcher not in LAUNCHERS:
-        raise LauncherError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
+        raise LauncherError(unknown("launcher", launcher, LAUNCHERS))
     workers, threads = eval_workers(plan, plan.cells[0].device if plan.cells else device, jobs, launcher,
                                     delete_downloads)
     if launcher == "ray":

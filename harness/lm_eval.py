@@ -97,7 +97,8 @@ from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from models.fields import MAX_FIELD
-from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, TaskError
+from models.errors import UserError, unknown
+from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
 from tasks.base import INFILL_MARKER, fit_generation, fit_infill
 
 logger = logging.getLogger("harness.lm_eval")
@@ -149,9 +150,14 @@ def cut_at_stop(text: str, until: list[str]) -> str:
     return text
 
 
-class ModelArgsError(ValueError):
-    """Bad --model_args (unknown name, a value of the wrong type or range, the wrong paradigm); with a
-    models.CheckpointError, reported by `main` as one `error:` line, exit status 2."""
+class ModelArgsError(UserError):
+    """Bad --model_args (unknown name, a value of the wrong type or range, the wrong paradigm), reported by `main`
+    as one `error:` line, exit status 2 (as every UserError: a checkpoint that cannot be loaded, a task's data)."""
+
+
+class RequestError(UserError):
+    """An lm-eval request this model cannot answer as asked (an infilling context after few-shot examples, a
+    continuation longer than the context)."""
 
 
 def knob_value(name: str, value: Any) -> Any:
@@ -180,7 +186,7 @@ class HarnessLM(LM):
             return create(args, additional_config)
         except (ModelArgsError, models.CheckpointError):
             raise
-        except (TypeError, ValueError, RuntimeError) as e:   # e.g. device=foo, max_length=abc, precision=x
+        except (TypeError, ValueError, RuntimeError, UserError) as e:   # e.g. device=foo, max_length=abc, precision=x
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ModelArgsError(f"model {cls.paradigm_name or 'harness'!r}: bad model_args {args!r} ({first})"
                                  ) from None
@@ -196,10 +202,10 @@ class HarnessLM(LM):
         if checkpoint is None:
             raise ModelArgsError(f"model {name!r} needs model_args checkpoint=SPEC (a directory written by models.save, "
                                  f"an official checkpoint, a Hugging Face directory, a .gguf file, a hub id or smollm2)")
-        unknown = sorted(set(knobs) - set(KNOBS))
-        if unknown:
-            raise ModelArgsError(f"model {name!r}: unknown model_args {', '.join(unknown)}; valid: checkpoint, device, "
-                                 f"max_length, max_gen_toks, precision, add_bos_token, {', '.join(KNOBS)}")
+        extra = sorted(set(knobs) - set(KNOBS))
+        if extra:
+            valid = ["checkpoint", "device", "max_length", "max_gen_toks", "precision", "add_bos_token", *KNOBS]
+            raise ModelArgsError(f"model {name!r}: {unknown('model_args key', extra, valid)}")
         self.knobs = {k: knob_value(k, v) for k, v in knobs.items() if v is not None}
         seed = self.knobs.get("seed", 0)
         if not 0 <= seed <= MAX_SEED:   # seed * SEED_STRIDE must stay a torch seed (10**30 was a traceback)
@@ -210,11 +216,11 @@ class HarnessLM(LM):
                 raise ModelArgsError(f"model {name!r}: model_args {field} must be a whole number in [{low}, "
                                      f"{MAX_FIELD:,}], got {str(value)[:40]!r}")
         if device is not None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", str(device)):
-            raise ModelArgsError(f"model {name!r}: device {str(device)[:40]!r} is not one of auto, cpu, cuda[:N] "
+            raise ModelArgsError(f"model {name!r}: {unknown('device', str(device)[:40], ['auto', 'cpu', 'cuda[:N]', 'mps'])} "
                                  f"(lm-eval's --device, or model_args device=...)")
         try:
             self.decode = DecodeConfig(**self.knobs)
-        except ValueError as e:
+        except UserError as e:
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         spec = str(checkpoint)
         self.checkpoint = Path(spec).expanduser() if Path(spec).expanduser().exists() else spec
@@ -230,7 +236,7 @@ class HarnessLM(LM):
         try:
             self.loaded = load_model(source, dev, precision=decoding_precision(precision, source, dev.type),
                                      paradigm=self.paradigm_name if source.is_pretrained_lm else None)
-        except (TypeError, RuntimeError, ValueError) as e:   # a file that cannot be loaded is not a bad argument
+        except (TypeError, RuntimeError, ValueError, UserError) as e:   # a file that cannot be loaded is not a bad argument
             if isinstance(e, (models.CheckpointError, ModelArgsError)):
                 raise
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -261,7 +267,7 @@ class HarnessLM(LM):
                                  ) from None
         try:
             self.decode = self.loaded.model.resolve_decode(self.decode, self.loaded.model.config)
-        except ValueError as e:
+        except UserError as e:
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         self._warned: set[str] = set()
 
@@ -345,7 +351,7 @@ class HarnessLM(LM):
         if context.startswith(INFILL_MARKER):
             return self._infill_request(context), decode, until
         if INFILL_MARKER in context:
-            raise ValueError("an infilling context must start with the infill marker: run infilling tasks 0-shot, "
+            raise RequestError("an infilling context must start with the infill marker: run infilling tasks 0-shot, "
                              "without a description or chat template")
         return self._generate_request(context, max_gen), decode, until
 
@@ -369,7 +375,7 @@ class HarnessLM(LM):
         suffix = tok.encode(parts["suffix"]) + [tok.eos_id]
         fitted = fit_infill(prefix, n_masked, suffix, L)   # the context policy of every task (tasks/base.py)
         if fitted is None:
-            raise ValueError(f"an infilling span of {n_masked} tokens does not fit in the context length {L}")
+            raise RequestError(f"an infilling span of {n_masked} tokens does not fit in the context length {L}")
         if fitted != (prefix, suffix):
             self._warn_once(f"an infilling request does not fit in the context length {L}: suffix tokens are "
                             f"dropped from the right, then prefix tokens from the left")
@@ -383,11 +389,11 @@ class HarnessLM(LM):
         whole, ctx = self.tokenizer.encode(context + continuation), self.tokenizer.encode(context)
         cont = whole[len(ctx):]
         if not cont:
-            raise ValueError(f"loglikelihood request with an empty continuation (context {context[-50:]!r})")
+            raise RequestError(f"loglikelihood request with an empty continuation (context {context[-50:]!r})")
         lead = 1 if self.add_bos or not ctx else 0   # bos, or the prefix token of an empty context
         room = self.max_length - lead - len(cont)
         if room < 0:
-            raise ValueError(f"a continuation of {len(cont)} tokens does not fit in the context length "
+            raise RequestError(f"a continuation of {len(cont)} tokens does not fit in the context length "
                              f"{self.max_length}{' after bos' if lead else ''}")
         if len(ctx) > room:
             self._warn_once("loglikelihood contexts too long for the context length are truncated from the left")
@@ -473,7 +479,8 @@ def register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The `harness-lm-eval` console script: lm-eval's CLI with our models registered (`argv`: instead of
-    sys.argv[1:]). Bad --model_args or a checkpoint that cannot be loaded: one `error:` line, exit 2."""
+    sys.argv[1:]). A UserError (bad --model_args, a checkpoint that cannot be loaded): one `error:` line, exit 2;
+    lm-eval itself catches no ValueError of a model's, so our errors need not be ValueErrors."""
     import sys
 
     register()
@@ -484,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [saved[0], *argv]
     try:
         cli_evaluate()
-    except (ModelArgsError, models.CheckpointError, TaskError) as e:   # TaskError: a task's data (ppl_file)
+    except UserError as e:   # bad model_args, a checkpoint that cannot be loaded, a task's data (ppl_file)...
         print(f"error: {cli.printable(e)}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:

@@ -23,7 +23,7 @@ examples file (harness.store), a report row's task (harness.report), corpus name
 (harness.train); the Ray worker names its checkpoint copy itself and checks a payload's file names
 (harness.launchers). So nothing is written outside --out, --plots and the cache (tests/test_bad_input.py).
 
-    python -c "from harness.paths import safe_component; safe_component('../x', 'task')"   # ValueError
+    python -c "from harness.paths import safe_component; safe_component('../x', 'task')"   # PathError
 """
 
 from __future__ import annotations
@@ -37,14 +37,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from models.errors import UserError
+
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,127}")
+
+
+class PathError(UserError):
+    """A path the harness will not write through (a link, a file in the way) or a name that is not safe as one; the
+    default error of the functions below, which callers replace with their own (StoreError, CacheError, ...)."""
 
 
 def is_safe_component(text) -> bool:
     return isinstance(text, str) and SAFE_NAME.fullmatch(text) is not None and ".." not in text
 
 
-def safe_component(text, what: str, error: type[Exception] = ValueError) -> str:
+def safe_component(text, what: str, error: type[Exception] = PathError) -> str:
     """`text` if it is safe as one path component, else `error` naming `what`."""
     if not is_safe_component(text):
         raise error(f"{what} {text!r} is not a safe name (letters, digits and . _ + = - only, not starting with "
@@ -67,7 +74,7 @@ def _below(path: Path, root: Path | None) -> list[Path]:
     return chain[::-1]
 
 
-def check_no_links(path: str | Path, root: str | Path | None, error: type[Exception] = ValueError) -> None:
+def check_no_links(path: str | Path, root: str | Path | None, error: type[Exception] = PathError) -> None:
     """`error` unless every existing component of `path` below `root` is a plain directory or, at the end, a regular
     file with one link: no symlink (a `tables -> ~/docs` would put the report's files there) and no file with a
     second hard link (appending to it writes to the other name too)."""
@@ -91,7 +98,7 @@ def check_no_links(path: str | Path, root: str | Path | None, error: type[Except
                             f"would change the other one too): remove it")
 
 
-def make_dirs(directory: str | Path, root: str | Path | None, error: type[Exception] = ValueError) -> Path:
+def make_dirs(directory: str | Path, root: str | Path | None, error: type[Exception] = PathError) -> Path:
     """mkdir -p of `directory`, refusing (`error`) a link below `root` before and after (a folder planted meanwhile)."""
     directory = Path(directory)
     check_no_links(directory, root, error)
@@ -100,7 +107,7 @@ def make_dirs(directory: str | Path, root: str | Path | None, error: type[Except
     return directory
 
 
-def open_below(path: str | Path, flags: int, root: str | Path | None, error: type[Exception] = ValueError) -> int:
+def open_below(path: str | Path, flags: int, root: str | Path | None, error: type[Exception] = PathError) -> int:
     """os.open(path, flags) of a file to write or append under the rule above: no link below `root`, a regular file
     with one link (checked on the opened descriptor too, so a swap between check and open is caught), never a FIFO
     that would block or swallow the rows. The caller closes the descriptor."""
@@ -125,7 +132,7 @@ def open_below(path: str | Path, flags: int, root: str | Path | None, error: typ
 
 
 @contextmanager
-def replacing(path: Path, root: str | Path | None = None, error: type[Exception] = ValueError) -> Iterator[Path]:
+def replacing(path: Path, root: str | Path | None = None, error: type[Exception] = PathError) -> Iterator[Path]:
     """A temporary file beside `path` (same suffix, so writers that go by it still do) to write instead; it replaces
     `path` atomically when the block succeeds, and is removed when it fails, so a failed write (a full disk, an
     interrupted plot) never leaves a truncated figure or table over a good one. The folders below `root` must hold

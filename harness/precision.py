@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from models.errors import ConfigError, unknown
 from models.types import DTYPES, PRECISIONS
 
 CHOICES = ("auto",) + PRECISIONS
@@ -50,11 +51,11 @@ INSTRUMENT_PRECISION = "fp32"   # the gen-PPL judge, the MAUVE featuriser and pr
 
 
 def resolve_device(device: str) -> torch.device:
-    """'auto' (CUDA when available, else CPU), 'cpu' or 'cuda' (ValueError when CUDA is missing)."""
+    """'auto' (CUDA when available, else CPU), 'cpu' or 'cuda' (ConfigError when CUDA is missing)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was requested but CUDA is not available")
+        raise ConfigError("--device cuda was requested but CUDA is not available")
     return torch.device(device)
 
 
@@ -86,12 +87,12 @@ def native_bf16(device_type: str) -> bool:
 
 
 def forced_auto() -> str | None:
-    """What HARNESS_AUTO_PRECISION forces `auto` to (None when unset); ValueError for another value."""
+    """What HARNESS_AUTO_PRECISION forces `auto` to (None when unset); ConfigError for another value."""
     value = os.environ.get(FORCE_AUTO_ENV, "").strip()
     if not value:
         return None
     if value not in PRECISIONS:
-        raise ValueError(f"{FORCE_AUTO_ENV}={value!r}: choose one of {', '.join(PRECISIONS)} (or unset it)")
+        raise ConfigError(f"{FORCE_AUTO_ENV}: {unknown('precision', value, PRECISIONS)} (or unset it)")
     return value
 
 
@@ -99,9 +100,9 @@ def resolve_precision(requested: str, device_type: str, phase: str = "decode") -
     """'fp32'/'bf16' as given; 'auto' -> the table of the module docstring for `phase` ('train' or 'decode')
     on `device_type`, or what HARNESS_AUTO_PRECISION forces."""
     if requested not in CHOICES:
-        raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(CHOICES)}")
+        raise ConfigError(unknown("precision", requested, CHOICES))
     if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}; choose one of {', '.join(PHASES)}")
+        raise ValueError(f"no phase {phase!r}; the phases are {', '.join(PHASES)}")   # a caller's bug
     if requested != "auto":
         return requested
     forced = forced_auto()

@@ -27,14 +27,15 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, field
 
 from models import DecodeConfig, Grid, get_paradigm, paradigm_names
 from models.backbones import gpt_spec
+from models.errors import unknown
 
-from .configs import TrainConfig
+from .cli import Parser
+from .configs import PlanError, TrainConfig
 from .precision import resolve_precision
 from .speed import SpeedConfig, SpeedSpec
 
@@ -423,12 +424,12 @@ PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRE
 
 def get_preset(name: str) -> Preset:
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        raise PlanError(unknown("preset", name, PRESETS))
     return PRESETS[name]
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m harness.presets", description="Print what a preset trains and runs.")
+    ap = Parser(prog="python -m harness.presets", description="Print what a preset trains and runs.")
     ap.add_argument("preset", choices=sorted(PRESETS))
     print(get_preset(ap.parse_args(argv).preset).summary())
 

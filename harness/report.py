@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 
-import argparse
 import math
 import os
 import sys
@@ -49,10 +48,12 @@ from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from models import get_paradigm, paradigm_names  # noqa: E402
+from models.errors import UserError, unknown  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
 from .cli import (  # noqa: E402
-    DECODE_KNOBS, INTERRUPTED, REFERENCE, exhausted, interrupt_on_sigterm, printable, reference_option,
+    DECODE_KNOBS, INTERRUPTED, REFERENCE, Parser, check_working_directory, exhausted, exit_user_error, interrupt_on_sigterm, printable,
+    reference_option, user_path,
 )
 from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
@@ -141,7 +142,7 @@ def checked_rows(path: Path) -> list[dict]:
         if missing:
             raise ReportError(f"{where}: result row lacks {', '.join(missing[:5])}")
         if row["paradigm"] not in paradigm_names():
-            raise ReportError(f"{where}: unknown paradigm {row['paradigm']!r}; valid: {', '.join(paradigm_names())}")
+            raise ReportError(f"{where}: {unknown('paradigm', row['paradigm'], paradigm_names())}")
         safe_component(row["task"], f"{where}: task", ReportError)
         for key in ("model_id", "preset", "metric"):
             if not isinstance(row[key], str):
@@ -168,7 +169,7 @@ def checked_rows(path: Path) -> list[dict]:
         if row.get("policy") is not None:
             try:
                 commit_policy(row)
-            except ValueError as e:
+            except UserError as e:
                 raise ReportError(f"{where}: policy: {e}") from None
         rows.append(row)
     return rows
@@ -575,21 +576,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(description="Rebuild tables and Pareto plots from results/ alone.")
-    ap.add_argument("--results", default="results")
-    ap.add_argument("--plots", help="where figures go (default: <results>/plots)")
+    ap = Parser(prog="python -m harness.report", description="Rebuild tables and Pareto plots from results/ alone.")
+    ap.add_argument("--results", type=user_path, default="results")
+    ap.add_argument("--plots", type=user_path, help="where figures go (default: <results>/plots)")
     ap.add_argument("--preset", action="append", help="only these presets (repeatable)")
-    ap.add_argument("--reference", default=str(REFERENCE),
+    ap.add_argument("--reference", type=user_path, default=str(REFERENCE),
                     help="results drawn beside yours in the plots (default results/reference; 'none' to leave out)")
     args = ap.parse_args(argv)
     plots = args.plots or Path(args.results) / "plots"
     reference = reference_option(args.reference)
     try:
+        check_working_directory()
         check_selection(args.results, args.preset)
         written = build_report(args.results, plots, args.preset, reference)
-    except (ReportError, StoreError) as e:
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        return exit_user_error(e)
     except (OSError, MemoryError) as e:
         line = exhausted(e)   # a full disk or a file-size limit: the files already written are whole
         if line is None:

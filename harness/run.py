@@ -30,18 +30,18 @@ import time
 from pathlib import Path
 
 from models import get_paradigm, paradigm_names
-from tasks import TASKS, TaskError
+from models.errors import UserError, unknown
+from tasks import TASKS
 
 from .cli import (
-    INTERRUPTED, REFERENCE, Parser, add_decode_flags, given_decode_knobs, exit_exhausted, interrupt_on_sigterm, number,
-    printable, reference_option,
+    INTERRUPTED, REFERENCE, Parser, add_decode_flags, check_working_directory, given_decode_knobs, exit_exhausted, exit_user_error,
+    interrupt_on_sigterm, number, reference_option, user_path,
 )
 from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
-from .store import ResultsStore, StoreError
+from .store import ResultsStore
 from .summary import sweep_summary
 from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
-from .train import TrainingError
 
 positive_int = number(int, 1)
 
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--task", help="single cell: the task")
     ap.add_argument("--block-size", type=positive_int, help="which of the preset's models with a block size S "
                                                              "(BD3LM block, SetDLM set size)")
-    ap.add_argument("--model", "--checkpoint", dest="model", metavar="SPEC",
+    ap.add_argument("--model", "--checkpoint", dest="model", metavar="SPEC", type=user_path,
                     help="single cell: evaluate this model instead of a preset model: a checkpoint directory (written "
                          "by models.save, e.g. by python -m harness.train), an official kuleshov-group checkpoint or "
                          "paper key (owt:setdlm-smax8), a Hugging Face directory, a .gguf file, a hub id, or smollm2")
@@ -75,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(default: its own, at most 8192)")
     add_decode_flags(ap)
     ap.add_argument("--limit", type=int, help="examples per cell (default: the preset's)")
-    ap.add_argument("--data", help="a user data file for the (single) task, in its documented format")
+    ap.add_argument("--data", type=user_path, help="a user data file for the (single) task, in its documented format")
     ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
-    ap.add_argument("--out", default="results", help="results root (default results/)")
-    ap.add_argument("--plots", help="where the report puts figures (default: <out>/plots)")
-    ap.add_argument("--reference", default=str(REFERENCE),
+    ap.add_argument("--out", type=user_path, default="results", help="results root (default results/)")
+    ap.add_argument("--plots", type=user_path, help="where the report puts figures (default: <out>/plots)")
+    ap.add_argument("--reference", type=user_path, default=str(REFERENCE),
                     help="committed results drawn beside yours in the plots (default results/reference; 'none' "
                          "to leave them out)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 def make_plan(args):
     preset = get_preset(args.preset)
     if args.launcher not in LAUNCHERS:
-        raise PlanError(f"unknown launcher {args.launcher!r}; valid: {', '.join(LAUNCHERS)}")
+        raise PlanError(unknown("launcher", args.launcher, LAUNCHERS))
     if args.launcher != "ray" and args.ray_address:
         raise PlanError("--ray-address applies to --launcher ray")
     if args.launcher == "ray" and args.delete_downloads:
@@ -138,7 +138,7 @@ def make_plan(args):
     if not (args.paradigm and args.task):
         raise PlanError("give --sweep, or --paradigm and --task for a single cell")
     if args.paradigm not in paradigm_names():
-        raise PlanError(f"unknown paradigm {args.paradigm!r}; valid: {', '.join(paradigm_names())}")
+        raise PlanError(unknown("paradigm", args.paradigm, paradigm_names()))
     if get_paradigm(args.paradigm).block_size_meaning is not None and args.block_size is None:
         sizes = sorted({c.block_size for c in preset.train_configs((args.paradigm,))})
         raise PlanError(f"{args.paradigm} needs --block-size; the {preset.name} preset has {sizes}")
@@ -180,41 +180,38 @@ def warn_inert_knobs(args, plan) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The CLI: exit 0, 2 with one `error:` line for any bad input, 130 on Ctrl-C (with one line saying how
-    to resume: finished cells and example chunks, and saved training state, are kept); SIGTERM as Ctrl-C."""
+    """The CLI: exit 0, 2 with one `error:` line for any bad input (a UserError) or an exhausted machine (memory,
+    disk), 130 on Ctrl-C (with one line saying how to resume: finished cells and example chunks, and saved training
+    state, are kept); SIGTERM as Ctrl-C. Any other exception is a bug: it keeps its traceback (exit 1)."""
     interrupt_on_sigterm()
     try:
         return _main(argv)
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return 130
-    except StoreError as e:                  # also harness.report.ReportError: results it cannot draw
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:   # bad input of any kind, also harness.report.ReportError: results it cannot draw
+        return exit_user_error(e)
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the rows survive
         return exit_exhausted(e)
 
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        plan = make_plan(args)
-        warn_inert_knobs(args, plan)
-        for note in plan.notes:
-            print(f"note: {note}", file=sys.stderr)
-        if args.plan:   # nothing is loaded: a paper preset's plan works offline
-            store = ResultsStore(results_dir(args.out, plan.preset.name))
-            print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
-            return 0
-        preflight(plan)
-        pending = len(pending_cells(plan, ResultsStore(results_dir(args.out, plan.preset.name))))
-        started = time.perf_counter()
-        store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
-                        args.ray_cpus, args.delete_downloads, args.jobs)
-        seconds = time.perf_counter() - started
-    except (PlanError, TaskError, StoreError, TrainingError, ValueError) as e:   # CheckpointError is a ValueError
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    check_working_directory()
+    plan = make_plan(args)
+    warn_inert_knobs(args, plan)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.plan:   # nothing is loaded: a paper preset's plan works offline
+        store = ResultsStore(results_dir(args.out, plan.preset.name))
+        print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
+        return 0
+    preflight(plan)
+    pending = len(pending_cells(plan, ResultsStore(results_dir(args.out, plan.preset.name))))
+    started = time.perf_counter()
+    store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
+                    args.ray_cpus, args.delete_downloads, args.jobs)
+    seconds = time.perf_counter() - started
     ids = {c.run_id for c in plan.cells}
     if not args.sweep:   # one cell or a few: their rows are the summary
         print(summary_table([r for r in store.runs() if r["run_id"] in ids]))

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from models import jsonio
+from models.errors import UserError
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
@@ -51,22 +52,22 @@ RUN_ROW_KEYS = ("run_id", "metric")       # what a runs.jsonl line must hold to 
 EXAMPLE_ROW_KEYS = ("example_id",)        # and an examples/<run_id>.jsonl line
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError):
     """The results directory cannot be used (locked by another sweep, or another schema)."""
 
 
 @contextmanager
 def malformed(path: Path, what: str) -> Iterator[None]:
     """Reading the fields of file `path` (`what` it holds) inside the block: a field that is missing, or of the wrong
-    type or value, is one StoreError naming the file and the field (the KeyError, TypeError, ValueError, IndexError
-    or AttributeError the block raised), not a traceback."""
+    type or value, is one StoreError naming the file and the field (the KeyError, TypeError, ValueError, IndexError,
+    AttributeError or UserError, e.g. a DecodeConfig's ConfigError, the block raised), not a traceback."""
     try:
         yield
     except StoreError:
         raise
     except KeyError as e:
         raise StoreError(f"{path}: malformed {what}: no field {str(e.args[0])[:80]!r}") from None
-    except (TypeError, ValueError, IndexError, AttributeError) as e:
+    except (TypeError, ValueError, IndexError, AttributeError, UserError) as e:
         raise StoreError(f"{path}: malformed {what}: a field of the wrong type or value ({str(e)[:160]})") from None
 
 

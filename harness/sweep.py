@@ -22,6 +22,7 @@ from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
 from models.sources import ModelShape, ModelSource, parse_source
 from models.dllm import is_family_sampler
+from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
@@ -77,9 +78,9 @@ def _split(value: str | None, valid, what: str) -> tuple[str, ...] | None:
     if value is None:
         return None
     names = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [n for n in names if n not in valid]
-    if unknown or not names:
-        raise PlanError(f"unknown {what} {', '.join(unknown) or repr(value)}; valid: {', '.join(valid)}")
+    unknown_names = [n for n in names if n not in valid]
+    if unknown_names or not names:
+        raise PlanError(unknown(what, unknown_names or [value], valid))
     return names
 
 
@@ -90,7 +91,7 @@ def resolve_decode(cfg: TrainConfig | ModelConfig, decode: DecodeConfig, task: T
     try:
         decode = paradigm.resolve_decode(decode, cfg)
         paradigm.check_task_decode(decode, cfg, getattr(task, "max_new_tokens", None))
-    except ValueError as e:
+    except UserError as e:
         raise PlanError(f"{cfg.paradigm}: {e}") from None
     return decode
 
@@ -194,7 +195,7 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
 
     precision = _protocol_precision(preset, precision)
     decode_precision = _precision(precision, device, "decode")
-    _precision(precision, device, "train")   # an unknown name is a PlanError here, not a ValueError later
+    _precision(precision, device, "train")   # an unknown name is a PlanError here, not a ConfigError later
     train, cells, external, notes = [], [], {}, []
     for i, family in enumerate(families):
         # a task runs on the family that lists it; a task no family lists runs on the first (natural-text) one
@@ -245,7 +246,7 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     precision = _protocol_precision(preset, precision)
     decode_precision = _precision(precision, device, "decode")
     if paradigm is not None and paradigm not in paradigm_names():
-        raise PlanError(f"unknown paradigm {paradigm!r}; valid: {', '.join(paradigm_names())}")
+        raise PlanError(unknown("paradigm", paradigm, paradigm_names()))
     chosen_tasks = _split(task, tuple(TASKS), "task")
     if len(chosen_tasks) != 1:
         raise PlanError("--model evaluates one task: give --task NAME")
@@ -291,17 +292,17 @@ def _protocol_precision(preset: Preset, requested: str) -> str:
 def _precision(requested: str, device: str, phase: str) -> str:
     try:
         return resolve_precision(requested, device, phase)
-    except ValueError as e:
+    except UserError as e:
         raise PlanError(str(e)) from None
 
 
 def resolve_device(device: str) -> str:
     """harness.precision.resolve_device, with the CLI's choices and a PlanError."""
     if device not in ("auto", "cpu", "cuda"):
-        raise PlanError(f"unknown device {device!r}; valid: auto, cpu, cuda")
+        raise PlanError(unknown("device", device, ["auto", "cpu", "cuda"]))
     try:
         return torch_device(device).type
-    except ValueError as e:
+    except UserError as e:
         raise PlanError(f"{e}; use --device cpu or auto") from None
 
 

@@ -32,18 +32,19 @@ import torch
 import models
 from models import Batch
 from models.steps import prepare_torch_compile
+from models.errors import ConfigError, UserError, unknown
 from models.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
-from .cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
-from .configs import PRETRAINED, TrainConfig
+from .cli import INTERRUPTED, Parser, check_working_directory, exit_exhausted, exit_user_error, interrupt_on_sigterm, number, user_path
+from .configs import PRETRAINED, PlanError, TrainConfig
 from .data import get_tokenizer, random_windows, token_stream, validation_rows
 from .env import kill_point
 from .precision import CHOICES, resolve_device, resolve_precision
 from .progress import progress as progress_bar
 from .train_state import load_state, save_state
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError):
     """Training cannot continue (e.g. a non-finite loss); nothing is written for the final checkpoint."""
 
 
@@ -113,7 +114,7 @@ def compiles_training(setting: str, device: torch.device) -> bool:
     cpu preset's sizes the step is bound by its GEMMs, and what compiling gains over the preset's steps does not pay
     for its 20-50 s per model (python -m harness.bench train-compiled)."""
     if setting not in TRAIN_COMPILE:
-        raise ValueError(f"compile must be one of {', '.join(TRAIN_COMPILE)}, got {setting!r}")
+        raise ConfigError(unknown("compile", setting, TRAIN_COMPILE))
     return setting == "on" or (setting == "auto" and device.type == "cuda")
 
 
@@ -238,7 +239,7 @@ def build_parser() -> Parser:
                       ("ema", number(float, 0.0, 1.0)), ("seed", int), ("dropout", number(float, 0.0, 1.0))):
         ap.add_argument(f"--{name}", type=typ)
     ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2, bert-base-uncased or oracle:<language>")
-    ap.add_argument("--init-from", metavar="SPEC",
+    ap.add_argument("--init-from", metavar="SPEC", type=user_path,
                     help="adapt a pretrained LM (a Hugging Face directory, a .gguf file, a hub id or smollm2) into "
                          "--paradigm: its backbone, weights and tokenizer (--n-layers etc. do not apply)")
     ap.add_argument("--corpus")
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupt_on_sigterm()
     args = build_parser().parse_args(argv)
     try:
+        check_working_directory()
         precision = resolve_precision(args.precision, resolve_device(args.device).type, "train")
         cfg = TrainConfig(paradigm=args.paradigm, block_size=args.block_size, precision=precision)
         if args.preset:
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             matches = [c for c in get_preset(args.preset).train_configs(precision=precision)
                        if c.paradigm == args.paradigm and (args.block_size is None or c.block_size == args.block_size)]
             if not matches:
-                raise ValueError(f"preset {args.preset!r} has no {args.paradigm} model with block size {args.block_size}")
+                raise PlanError(f"preset {args.preset!r} has no {args.paradigm} model with block size {args.block_size}")
             cfg = matches[0]
         overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                      if f.name not in ("paradigm", "precision") and getattr(args, f.name, None) is not None}
@@ -280,16 +282,15 @@ def main(argv: list[str] | None = None) -> int:
                 if getattr(args, k) is not None}
         if args.init_from is not None:
             if arch or args.tokenizer:
-                raise ValueError("--init-from takes the backbone and tokenizer of the pretrained model: drop "
+                raise PlanError("--init-from takes the backbone and tokenizer of the pretrained model: drop "
                                  f"{', '.join(['--' + k.replace('_', '-') for k in arch] + (['--tokenizer'] if args.tokenizer else []))}")
             overrides.update(backbone=None, tokenizer=PRETRAINED)
         cfg = cfg.replace(**overrides)
         if arch:
             cfg = cfg.with_arch(**arch)
         path = train(cfg, args.device, save_every=args.save_every, compile=args.compile)
-    except (ValueError, TrainingError) as e:
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        return exit_user_error(e)
     except KeyboardInterrupt:                # the state of the last --save-every step is on disk
         print(INTERRUPTED, file=sys.stderr)
         return 130

@@ -59,6 +59,7 @@ from .backbones import ClosedStream
 from .backbones.attention import StepCache
 from .decoding import Canvas, left_aligned
 from .dllm import is_family_sampler
+from .errors import ConfigError
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
 from .paradigm import Grid
@@ -77,12 +78,12 @@ def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Te
 
 
 def check_unshifted(config: ModelConfig) -> None:
-    """ValueError for a block-causal model whose logits are shifted within each forward (Fast-dLLM v2): the first
+    """ConfigError for a block-causal model whose logits are shifted within each forward (Fast-dLLM v2): the first
     position of its blocks is predicted by the previous block's completing forward (its sampler's bonus token), which
     neither our block decoder nor the two-stream bound makes."""
     if getattr(getattr(getattr(config, "backbone", None), "arch", None), "shift_logits", False):   # (a shape planned
         # offline has no backbone)
-        raise ValueError("a block-causal model with shifted logits (Fast-dLLM v2) decodes with its own sampler only, "
+        raise ConfigError("a block-causal model with shifted logits (Fast-dLLM v2) decodes with its own sampler only, "
                          "sampler=fastdllm_v2(...): its blocks start with the previous block's bonus token, which the "
                          "BD3LM decoder and likelihood bound do not make")
 
@@ -101,7 +102,7 @@ class BD3LMModel(MDLMModel):
     def check_block_size(cls, block_size, max_block_size, length):
         super().check_block_size(block_size, max_block_size, length)
         if length % block_size:
-            raise ValueError(f"block_size S={block_size} must divide the length L={length} for BD3LM")
+            raise ConfigError(f"block_size S={block_size} must divide the length L={length} for BD3LM")
 
     @classmethod
     def budget(cls, length, block_size, max_block_size):
@@ -116,7 +117,7 @@ class BD3LMModel(MDLMModel):
         if decode.decode_block is None:
             decode = decode.replace(decode_block=config.block_size)
         if decode.decode_block > config.length or config.length % decode.decode_block:
-            raise ValueError(f"BD3LM decode block size {decode.decode_block} must divide the context length "
+            raise ConfigError(f"BD3LM decode block size {decode.decode_block} must divide the context length "
                              f"L={config.length}")
         return decode
 

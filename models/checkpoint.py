@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from . import jsonio
 from .fields import MAX_FIELD
 from .types import SCHEMA_VERSION, ModelConfig
+from .errors import UserError
 
 if TYPE_CHECKING:
     from .paradigm import ParadigmModel
@@ -44,7 +45,7 @@ CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 CHECKPOINT_FILES = (CONFIG_FILE, WEIGHTS_FILE, "tokenizer.json", "tokenizer_meta.json")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint directory that cannot be loaded (missing files, corrupt, wrong paradigm or schema)."""
 
 
@@ -381,7 +382,7 @@ def read_model_config(directory: str | Path) -> ModelConfig:
     meta = read_config(directory)
     try:
         return resolve_config(ModelConfig.from_dict(meta["model"]))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, UserError) as e:
         raise CheckpointError(f"{directory / CONFIG_FILE}: invalid model config ({e})") from None
 
 

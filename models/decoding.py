@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from .types import ContextOverflowError, DecodeConfig, Generation, count_generated_tokens
+from .errors import ConfigError
 
 
 @dataclass
@@ -168,7 +169,7 @@ def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Gene
     return g
 
 
-class TeacherForcingError(ValueError):
+class TeacherForcingError(ConfigError):
     """Teacher forcing asked of a decoder whose q_dec cannot be computed (greedy, or a commit set that depends on
     sampled values): harness.evaluate then leaves the forced request unanswered (tasks/oracle.py OracleKL reports
     the one-sided metrics only)."""

@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from .fields import split_call
+from .errors import UserError, unknown
 
 
 
-class FamilyError(ValueError):
+class FamilyError(UserError):
     """A diffusion-LM checkpoint that cannot be loaded as its family (one line naming the field); the loaders raise it
     as their PretrainedError."""
 
@@ -226,11 +227,11 @@ def family_named(name: str) -> DiffusionFamily:
     for family in FAMILIES:
         if family.name == name:
             return family
-    raise ValueError(f"unknown diffusion family {name!r}; known: {', '.join(f.name for f in FAMILIES)}")
+    raise FamilyError(unknown("diffusion family", name, [f.name for f in FAMILIES]))
 
 
 # -- the options of each family's own sampler (models/dllm_samplers.py runs them) ------------------------------
-class SamplerError(ValueError):
+class SamplerError(UserError):
     """A family sampler spec that cannot be run (one line naming the option)."""
 
 
@@ -333,7 +334,7 @@ def parse_sampler(spec: str) -> SamplerOptions:
     values = {}
     for key, value in pairs:
         if key not in kinds:
-            raise SamplerError(f"sampler {name}: unknown option {key!r}; valid: {', '.join(kinds)}")
+            raise SamplerError(f"sampler {name}: {unknown('option', key, kinds)}")
         kind = str(kinds[key].type)
         try:
             if value.lower() == "none" and "None" in kind:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .backbones import KINDS, BackboneSpec
+from .errors import ConfigError, unknown
 from .paradigm import ParadigmModel, get_paradigm
 from .types import ModelConfig
 
@@ -27,7 +28,7 @@ def build(paradigm: str, backbone: str | BackboneSpec = "gpt", **kwargs) -> Para
     n_layers=2, ...). Keywords that are fields of the backbone kind's architecture go to it."""
     if isinstance(backbone, str):
         if backbone not in KINDS:
-            raise ValueError(f"unknown backbone kind {backbone!r}; known: {', '.join(sorted(KINDS))}")
+            raise ConfigError(unknown("backbone kind", backbone, sorted(KINDS)))
         arch_type = KINDS[backbone].arch_type
         arch_fields = {f.name for f in dataclasses.fields(arch_type)}
         arch = {k: kwargs.pop(k) for k in list(kwargs) if k in arch_fields}

@@ -19,6 +19,7 @@ import torch
 from .backbones.llama import LlamaArch
 from .checkpoint import check_memory, whole_field
 from .dllm import FAMILIES, UNSUPPORTED, family_of_gguf
+from .errors import UserError, unknown
 from .hf_format import check_window, context_length, family_errors
 from .llama_layout import GGUF_LAYER_NAMES, GGUF_TOP_NAMES, MAX_DEFAULT_LENGTH, PretrainedError, Source, hf_shapes
 
@@ -65,6 +66,21 @@ def _field(reader, key: str, default=None):
     return value
 
 
+def _list_field(reader, key: str, kind: type, where: str) -> list | None:
+    """A GGUF metadata array whose items are all `kind` (str: tokens, merges; int: token types), or None when the
+    file lacks it; PretrainedError naming the field for anything else (a token list of integers was a traceback)."""
+    value = _field(reader, key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise PretrainedError(f"{where}: {key} must be a list, got a {type(value).__name__}")
+    if not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+        held = ", ".join(sorted({type(v).__name__ for v in value}))
+        raise PretrainedError(f"{where}: {key} must be a list of {'strings' if kind is str else 'whole numbers'}, "
+                              f"got one of {held}")
+    return value
+
+
 def dequantizable_types() -> frozenset[str]:
     """GGML tensor types gguf.quants.dequantize implements (F32, F16 and the block quantizations)."""
     q = _gguf().quants
@@ -93,9 +109,9 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
         raise PretrainedError(f"{where}: {UNSUPPORTED[arch_name]} ({arch_name}) is a mixture-of-experts diffusion LM, "
                               f"which is not supported")
     if arch_name not in GGUF_ARCHITECTURES and family is None:
-        raise PretrainedError(f"{where}: unsupported GGUF architecture {arch_name!r}; supported: "
-                              f"{', '.join(GGUF_ARCHITECTURES + tuple(f.gguf_arch for f in FAMILIES if f.gguf_arch))} "
-                              f"(Mistral files are 'llama')")
+        supported = GGUF_ARCHITECTURES + tuple(f.gguf_arch for f in FAMILIES if f.gguf_arch)
+        raise PretrainedError(f"{where}: {unknown('GGUF architecture', arch_name, supported)} (Mistral files are "
+                              f"'llama')")
 
     def meta(key, default=None, required=True):
         value = _field(reader, f"{arch_name}.{key}", default)
@@ -130,7 +146,7 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
             rope_theta=float(meta("rope.freq_base", 10_000.0)), qk_norm="blk.0.attn_q_norm.weight" in names,
             qkv_bias="blk.0.attn_q.bias" in names, o_bias="blk.0.attn_output.bias" in names,
             tie_embeddings="output.weight" not in names)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, UserError) as e:
         raise PretrainedError(f"{where}: {e}") from None
     if family is not None:
         shift = _field(reader, "diffusion.shift_logits", family.shift_logits)
@@ -163,8 +179,8 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
             raise PretrainedError(f"{where}: unexpected tensor {t.name!r} (not part of a {arch_name} model we run)")
         qtype = t.tensor_type.name
         if qtype not in ok:
-            raise PretrainedError(f"{where}: tensor {t.name!r} has quantization type {qtype}, which cannot be "
-                                  f"dequantized; supported: {', '.join(sorted(ok))}")
+            raise PretrainedError(f"{where}: tensor {t.name!r}: {unknown('quantization type', qtype, sorted(ok))} "
+                                  f"(the others cannot be dequantized)")
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
         if hf_name not in shapes:
             raise PretrainedError(f"{where}: tensor {t.name!r} is not part of the {src.arch.n_layers}-layer model its "
@@ -193,13 +209,16 @@ def _gguf_tokenizer(src: Source, reader, arch_name: str) -> None:
     """The tokenizer described by the GGUF metadata (tokenizer.ggml.*), as transformers rebuilds it."""
     where = str(src.path)
     model = _field(reader, "tokenizer.ggml.model")
-    tokens = _field(reader, "tokenizer.ggml.tokens")
+    tokens = _list_field(reader, "tokenizer.ggml.tokens", str, where)
     if tokens is None:
         raise PretrainedError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.tokens)")
-    types = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    types = _list_field(reader, "tokenizer.ggml.token_type", int, where) or [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise PretrainedError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
     pre = _field(reader, "tokenizer.ggml.pre")
     if model == "gpt2":
-        src.backend = _byte_level_bpe(tokens, _field(reader, "tokenizer.ggml.merges") or [], types, pre)
+        src.backend = _byte_level_bpe(tokens, _list_field(reader, "tokenizer.ggml.merges", str, where) or [], types,
+                                      pre)
     else:  # sentencepiece and others: transformers' converter
         try:
             from transformers.integrations.gguf.gguf_tokenizer_mapping import (

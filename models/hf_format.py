@@ -21,6 +21,7 @@ from . import jsonio
 from .backbones.llama import LlamaArch
 from .checkpoint import number_field, shard_files, whole_field
 from .dllm import FamilyError, family_of
+from .errors import UserError, unknown
 from .llama_layout import MAX_DEFAULT_LENGTH, PretrainedError, Source
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -63,8 +64,7 @@ def arch_from_hf_config(cfg: dict, where: str = "config.json") -> tuple[LlamaArc
     """(LlamaArch, vocab rows, max positions, sliding window that applies or None) of a transformers config."""
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise PretrainedError(f"{where}: unsupported model_type {model_type!r}; supported: "
-                              f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise PretrainedError(f"{where}: {unknown('model_type', model_type, SUPPORTED_MODEL_TYPES)}")
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise PretrainedError(f"{where}: hidden_act {act!r} is not supported (SwiGLU with silu only)")
@@ -94,7 +94,7 @@ def arch_from_hf_config(cfg: dict, where: str = "config.json") -> tuple[LlamaArc
         vocab = whole("vocab_size")
     except KeyError as e:
         raise PretrainedError(f"{where}: missing field {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, UserError) as e:
         raise PretrainedError(f"{where}: {e}") from None
     max_positions = whole("max_position_embeddings", MAX_DEFAULT_LENGTH)
     window = None

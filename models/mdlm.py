@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned
+from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, check_sampler, official_commit_counts, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .policies import StepContext
@@ -68,7 +69,7 @@ class MDLMModel(ParadigmModel):
         if decode.steps and decode.chunk_size and max_new_tokens:
             chunks = -(-min(max_new_tokens, config.length) // decode.chunk_size)
             if decode.steps < chunks:
-                raise ValueError(f"steps={decode.steps} is fewer than the {chunks} chunks of {decode.chunk_size} "
+                raise ConfigError(f"steps={decode.steps} is fewer than the {chunks} chunks of {decode.chunk_size} "
                                  f"tokens in {max_new_tokens} new tokens; use steps >= {chunks} or a larger chunk size")
 
     @classmethod
@@ -132,7 +133,7 @@ class MDLMModel(ParadigmModel):
         if steps is None:
             return [None] * len(sizes)
         if steps < len(sizes):
-            raise ValueError(f"steps={steps} is fewer than the {len(sizes)} chunks of the span; "
+            raise ConfigError(f"steps={steps} is fewer than the {len(sizes)} chunks of the span; "
                              f"use at least {len(sizes)} steps or a larger chunk_size")
         total = sum(sizes)
         exact = [steps * n / total for n in sizes]
@@ -236,7 +237,7 @@ class MDLMModel(ParadigmModel):
         chunk_steps = self._share_steps(decode.steps, [chunk] * max_chunks)
         schedules = [official_commit_counts(chunk, s) for s in chunk_steps]
         if canvas.forced is not None:
-            raise ValueError("teacher forcing is not offered with the official MDLM sampler (it decodes mask padding "
+            raise ConfigError("teacher forcing is not offered with the official MDLM sampler (it decodes mask padding "
                              "beyond the span); use sampler='harness'")
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device))
         log = StepLog(B, sum(len(k) for k in schedules), device)

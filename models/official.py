@@ -60,6 +60,7 @@ from .backbones import BackboneSpec
 from .backbones.dit import DiTArch, DiTLegacyArch
 from .backbones.llama import LlamaArch
 from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
+from .errors import ConfigError, UserError, unknown
 from .tokenizers import Tokenizer
 
 HUB_PREFIX = "kuleshov-group"
@@ -107,7 +108,7 @@ def paper_key(spec: str) -> str:
     """The key (`owt:bd3lm-s4`) of a paper key, alias or hub id; CheckpointError for anything else."""
     key = PAPER_KEYS.get(spec, PAPER_ALIASES.get(spec, spec))
     if key not in PAPER_CHECKPOINTS:
-        raise CheckpointError(f"unknown paper checkpoint {spec!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
+        raise CheckpointError(unknown("paper checkpoint", spec, PAPER_CHECKPOINTS))
     return key
 
 
@@ -211,7 +212,7 @@ def official_paradigm(cfg: dict, where: str = "config.json") -> str:
     noise = _target_name((cfg.get("noise_config") or {}).get("_target_"))
     if isinstance(arch, list) and arch:
         if arch[0] not in ARCHITECTURES:
-            raise CheckpointError(f"{where}: architectures[0]={arch[0]!r} is not one of {', '.join(ARCHITECTURES)}")
+            raise CheckpointError(f"{where}: {unknown('architectures[0]', arch[0], ARCHITECTURES)}")
         paradigm = ARCHITECTURES[arch[0]]
     else:   # no architectures: model_type, with SetDLM told apart by its schedule
         model_type = cfg.get("model_type")
@@ -232,8 +233,7 @@ def backbone_kind(cfg: dict, where: str = "config.json") -> str:
     target = bc.get("_target_")
     name = _target_name(target)
     if name not in BACKBONE_CLASSES:
-        raise CheckpointError(f"{where}: unknown backbone_config._target_ {target!r}; supported: "
-                              f"{', '.join(BACKBONE_TARGETS.values())}")
+        raise CheckpointError(f"{where}: {unknown('backbone_config._target_', target, BACKBONE_TARGETS.values())}")
     return BACKBONE_CLASSES[name]
 
 
@@ -312,9 +312,9 @@ def read_official_weights(directory: str | Path) -> dict[str, torch.Tensor]:
 
 # -- backbones -----------------------------------------------------------------------------------------
 def _dit_arch(bc: dict, kind: str, where: str) -> DiTArch:
-    unknown = sorted(set(bc) - DIT_KEYS)
-    if unknown:
-        raise CheckpointError(f"{where}: unknown DiT backbone_config keys: {', '.join(unknown)}")
+    extra = sorted(set(bc) - DIT_KEYS)
+    if extra:
+        raise CheckpointError(f"{where}: {unknown('DiT backbone_config key', extra, sorted(DIT_KEYS))}")
     if bc.get("norm_type") not in (None, "layernorm"):
         raise CheckpointError(f"{where}: DiT norm_type {bc['norm_type']!r} is not supported (layernorm only)")
     try:
@@ -325,7 +325,7 @@ def _dit_arch(bc: dict, kind: str, where: str) -> DiTArch:
             cond_dim=_int(bc.get("cond_dim", 128), "backbone_config.cond_dim", where),
             adaln=bool(bc.get("adaln", False)), causal=bool(bc.get("causal_attention", False)),
             dropout=float(bc.get("dropout", 0.0) or 0.0))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, UserError) as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{where}: {e}") from None
@@ -556,7 +556,7 @@ def resolve_paper_key(key: str, download: bool = True, local_dir: str | Path | N
     elif key in PAPER_CHECKPOINTS.values():
         repo = key
     else:
-        raise CheckpointError(f"unknown paper checkpoint {key!r}; known: {', '.join(PAPER_CHECKPOINTS)}")
+        raise CheckpointError(unknown("paper checkpoint", key, PAPER_CHECKPOINTS))
     name = repo.split("/", 1)[1]
     folders = [Path(local_dir) / name, Path(local_dir)] if local_dir is not None else []
     if os.environ.get(CHECKPOINTS_ENV):
@@ -607,11 +607,14 @@ def main(argv: list[str] | None = None) -> int:
             folder = resolve_paper_key(args.checkpoint, download=not args.no_download)
         model, tok = load_official(folder)
         if args.prompt_ids:
-            ids = [int(x) for x in args.prompt_ids.split(",")]
+            try:
+                ids = [int(x) for x in args.prompt_ids.split(",")]
+            except ValueError:
+                raise ConfigError(f"--prompt-ids takes comma-separated token ids, got {args.prompt_ids!r}") from None
         else:
             ids = ([tok.bos_id] if tok.add_bos or not args.prompt else []) + (tok.encode(args.prompt) if args.prompt else [])
         gen = model.generate([ids], args.new_tokens, DecodeConfig(sampler=args.sampler, stop_at_eos=False))[0]
-    except (CheckpointError, ValueError) as e:
+    except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"# {folder}: {model.config.paradigm} on {model.config.backbone.kind}, {gen.n_tokens} tokens, NFE {gen.nfe}",

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from .decoding import TokenChooser
 from .dllm import family_named, is_family_sampler, parse_sampler
+from .errors import ConfigError, unknown
 from .types import DecodeConfig
 
 HARNESS = "harness"
@@ -76,17 +77,16 @@ def sampler_policy(decode: DecodeConfig, backbone_kind: str | None = None) -> Sa
 
 
 def check_sampler(cls, decode: DecodeConfig) -> None:
-    """ValueError unless the paradigm class `cls` implements decode.sampler (its `samplers`)."""
+    """ConfigError unless the paradigm class `cls` implements decode.sampler (its `samplers`)."""
     allowed = getattr(cls, "samplers", (HARNESS,))
     if is_family_sampler(decode.sampler):   # a diffusion family's sampler drives its family's paradigm
         family = family_named(parse_sampler(decode.sampler).family)
         if family.paradigm != cls.paradigm:
-            raise ValueError(f"sampler={decode.sampler} decodes {family.title} ({family.paradigm}) models, not "
+            raise ConfigError(f"sampler={decode.sampler} decodes {family.title} ({family.paradigm}) models, not "
                              f"{cls.paradigm}")
         return
     if decode.sampler not in allowed:
-        raise ValueError(f"sampler={decode.sampler!r} does not apply to {cls.paradigm}; choose one of "
-                         f"{', '.join(allowed)}")
+        raise ConfigError(f"{cls.paradigm}: {unknown('sampler', decode.sampler, allowed)}")
 
 
 def official_numerics(backbone, decode: DecodeConfig) -> ContextManager:

@@ -33,6 +33,7 @@ from torch import nn
 
 from .decoding import Canvas
 from .dllm import is_family_sampler
+from .errors import ConfigError, unknown
 from .dllm_samplers import family_generate
 from .official_sampler import official_numerics
 from .policies import CommitPolicy, parse_policy
@@ -43,7 +44,7 @@ PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definitio
 
 def get_paradigm(name: str) -> type["ParadigmModel"]:
     if name not in PARADIGMS:
-        raise ValueError(f"unknown paradigm {name!r}; choose one of {', '.join(PARADIGMS)}")
+        raise ConfigError(unknown("paradigm", name, PARADIGMS))
     return PARADIGMS[name]
 
 
@@ -53,7 +54,7 @@ def paradigm_names() -> tuple[str, ...]:
 
 def parse_model_tag(tag: str, max_size: int = 1024) -> dict:
     """The inverse of `ParadigmModel.model_tag` at the default S_max: 'bd3lm-s4' -> {"paradigm": "bd3lm",
-    "block_size": 4, "max_block_size": None}, 'setdlm-smax8' -> S 4, S_max 8; ValueError for any other tag."""
+    "block_size": 4, "max_block_size": None}, 'setdlm-smax8' -> S 4, S_max 8; ConfigError for any other tag."""
     name = tag.partition("-")[0]
     cls = get_paradigm(name)
     for S in (None, *range(1, max_size + 1)) if cls.block_size_meaning is not None else (None,):
@@ -61,7 +62,7 @@ def parse_model_tag(tag: str, max_size: int = 1024) -> dict:
         if S is not None or cls.block_size_meaning is None:
             if cls.model_tag(S, s_max) == tag:
                 return {"paradigm": name, "block_size": S, "max_block_size": s_max}
-    raise ValueError(f"{tag!r} is no model tag (examples: ar, mdlm, bd3lm-s4, setdlm-smax8)")
+    raise ConfigError(f"{tag!r} is no model tag (examples: ar, mdlm, bd3lm-s4, setdlm-smax8)")
 
 
 @dataclass(frozen=True)
@@ -113,20 +114,20 @@ class ParadigmModel(nn.Module):
 
     @classmethod
     def check_block_size(cls, block_size: int | None, max_block_size: int | None, length: int) -> None:
-        """ValueError unless (S, S_max) suit this paradigm and a context of `length`."""
+        """ConfigError unless (S, S_max) suit this paradigm and a context of `length`."""
         if cls.block_size_meaning is None:
             if block_size is not None:
-                raise ValueError(f"{cls.paradigm} has no block size")
+                raise ConfigError(f"{cls.paradigm} has no block size")
         elif block_size is None:
-            raise ValueError(f"{cls.paradigm} needs a block size S ({cls.block_size_meaning})")
+            raise ConfigError(f"{cls.paradigm} needs a block size S ({cls.block_size_meaning})")
         elif not 1 <= block_size <= length:
-            raise ValueError(f"block_size S={block_size} must be in [1, L={length}]")
+            raise ConfigError(f"block_size S={block_size} must be in [1, L={length}]")
         if max_block_size is not None and cls.resolved_max_block_size(block_size, None, length) is None:
-            raise ValueError(f"max_block_size (S_max) does not apply to {cls.paradigm}")
+            raise ConfigError(f"max_block_size (S_max) does not apply to {cls.paradigm}")
 
     @classmethod
     def resolve_config(cls, config: ModelConfig) -> ModelConfig:
-        """`config` checked against this paradigm (ValueError) with its derived fields filled in (S_max): the one
+        """`config` checked against this paradigm (ConfigError) with its derived fields filled in (S_max): the one
         place they are derived; a model is always built from a resolved config."""
         cls.check_block_size(config.block_size, config.max_block_size, config.length)
         cls.check_naive_loss(config.naive_loss)
@@ -135,9 +136,9 @@ class ParadigmModel(nn.Module):
 
     @classmethod
     def check_naive_loss(cls, naive_loss: bool) -> None:
-        """ValueError when the naive MDLM-style loss is asked of a paradigm that has none (SetDLM has it)."""
+        """ConfigError when the naive MDLM-style loss is asked of a paradigm that has none (SetDLM has it)."""
         if naive_loss and not cls.has_naive_loss:
-            raise ValueError(f"{cls.paradigm} has no naive_loss (SetDLM's MDLM-style baseline); it trains its own loss")
+            raise ConfigError(f"{cls.paradigm} has no naive_loss (SetDLM's MDLM-style baseline); it trains its own loss")
 
     @classmethod
     def derived_sizes(cls, config) -> tuple[int | None, float | None]:
@@ -167,7 +168,7 @@ class ParadigmModel(nn.Module):
     @classmethod
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         """The settings this paradigm decodes `config` with: knobs it does not read back at their defaults,
-        its own defaults filled in; ValueError for values it cannot honour."""
+        its own defaults filled in; ConfigError for values it cannot honour."""
         defaults = {f.name: f.default for f in dataclasses.fields(DecodeConfig)}
         inert = set(defaults) - cls.knobs - SAMPLING_KNOBS
         decode = decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
@@ -175,22 +176,22 @@ class ParadigmModel(nn.Module):
             own = sorted(k for k in defaults if k not in ("sampler", "seed", "stop_at_eos", "compile")
                          and getattr(decode, k) != defaults[k])
             if own:
-                raise ValueError(f"sampler={decode.sampler} decodes with its own options (models/dllm_samplers.py); "
+                raise ConfigError(f"sampler={decode.sampler} decodes with its own options (models/dllm_samplers.py); "
                                  f"leave {', '.join(own)} at the default or use sampler harness")
             return decode.replace(compile="off")
         if decode.sampler != "harness" and decode.policy != "confidence":
-            raise ValueError(f"the official samplers commit by the confidence rule; policy={decode.policy} needs "
+            raise ConfigError(f"the official samplers commit by the confidence rule; policy={decode.policy} needs "
                              f"sampler harness")
         if decode.compile == "auto" and (not decode.use_cache or decode.sampler != "harness"):
             decode = decode.replace(compile="off")   # auto: where a fixed step exists
         if decode.compile != "off" and (not decode.use_cache or decode.sampler != "harness"):
-            raise ValueError(f"compile={decode.compile} is a step of the cached harness sampler: it needs use_cache "
+            raise ConfigError(f"compile={decode.compile} is a step of the cached harness sampler: it needs use_cache "
                              f"true and sampler harness")
         return decode
 
     @classmethod
     def check_task_decode(cls, decode: DecodeConfig, config: ModelConfig, max_new_tokens: int | None) -> None:
-        """ValueError for resolved settings that cannot decode a task generating `max_new_tokens` tokens."""
+        """ConfigError for resolved settings that cannot decode a task generating `max_new_tokens` tokens."""
 
     @classmethod
     def decode_grid(cls, config: ModelConfig, grid: Grid) -> list[DecodeConfig]:
@@ -278,7 +279,7 @@ class ParadigmModel(nn.Module):
         decode = self.resolve_decode(decode, self.config)
         if is_family_sampler(decode.sampler):
             if forced is not None or probe:
-                raise ValueError(f"sampler={decode.sampler} draws its own tokens: no teacher forcing or probes")
+                raise ConfigError(f"sampler={decode.sampler} draws its own tokens: no teacher forcing or probes")
             return family_generate(self, prompts, max_new_tokens, decode)
         with Timer(self.device) as timer:
             canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
@@ -295,7 +296,7 @@ class ParadigmModel(nn.Module):
                decode: DecodeConfig = DecodeConfig(), forced: Sequence[int] | None = None) -> Generation:
         decode = self.resolve_decode(decode, self.config)
         if is_family_sampler(decode.sampler):
-            raise ValueError(f"sampler={decode.sampler} generates after a prompt; it does not infill (use sampler "
+            raise ConfigError(f"sampler={decode.sampler} generates after a prompt; it does not infill (use sampler "
                              f"harness)")
         with Timer(self.device) as timer:
             canvas = Canvas.for_infill(prefix, n_masked, suffix, self.mask_id, self.device)

@@ -42,11 +42,12 @@ from typing import ClassVar
 import torch
 
 from .fields import split_call
+from .errors import UserError, unknown
 
 POLICIES: dict[str, type["CommitPolicy"]] = {}
 
 
-class PolicyError(ValueError):
+class PolicyError(UserError):
     """A policy spec that names no policy, or parameters a policy does not take or cannot use."""
 
 
@@ -370,7 +371,7 @@ class KLStable(CommitPolicy):
 def _parse_value(cls: type[CommitPolicy], name: str, text: str):
     kinds = {f.name: f for f in dataclasses.fields(cls)}
     if name not in kinds:
-        raise PolicyError(f"policy {cls.name}: unknown parameter {name!r}; valid: {', '.join(kinds) or 'none'}")
+        raise PolicyError(f"policy {cls.name}: {unknown('parameter', name, kinds or ['none'])}")
     default = kinds[name].default
     if text.lower() == "none" and default is None:
         return None

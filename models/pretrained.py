@@ -59,6 +59,7 @@ from .backbones import BackboneSpec
 from .checkpoint import assemble
 from .gguf_format import read_gguf
 from .dllm import published_config
+from .errors import UserError
 from .hf_format import context_length, read_hf, read_hf_config
 from .llama_layout import PretrainedError, Source, backbone_state
 from .tokenizers import Tokenizer
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         model, tok = load_pretrained(args.spec, paradigm=args.paradigm, length=args.length, block_size=args.block_size)
         loaded = time.perf_counter() - t
-    except ValueError as e:   # CheckpointError (PretrainedError) included
+    except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     ids = ([tok.bos_id] if tok.add_bos else []) + tok.encode(args.prompt)

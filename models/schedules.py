@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import ConfigError
+
 SAMPLING_EPS = 1e-3
 
 
@@ -47,11 +49,11 @@ class StaggeredSchedule:
 
     def __post_init__(self) -> None:
         if self.length < 1:
-            raise ValueError(f"length must be >= 1, got {self.length}")
+            raise ConfigError(f"length must be >= 1, got {self.length}")
         if not 1 <= self.set_size <= self.length:
-            raise ValueError(f"set size S must be in [1, L={self.length}], got {self.set_size}")
+            raise ConfigError(f"set size S must be in [1, L={self.length}], got {self.set_size}")
         if not self.set_size <= self.s_max <= self.length:
-            raise ValueError(f"S_max must be in [S={self.set_size}, L={self.length}], got {self.s_max}")
+            raise ConfigError(f"S_max must be in [S={self.set_size}, L={self.length}], got {self.s_max}")
 
     @property
     def s_max(self) -> int:

@@ -64,6 +64,7 @@ from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
 from .decoding import Canvas, left_aligned
+from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule, sample_t
@@ -110,9 +111,9 @@ class SetDLMModel(ParadigmModel):
         if decode.window is None:
             decode = decode.replace(window=config.block_size)
         if decode.window > config.length:
-            raise ValueError(f"SetDLM window W={decode.window} exceeds the context length L={config.length}")
+            raise ConfigError(f"SetDLM window W={decode.window} exceeds the context length L={config.length}")
         if not cls.decodes_with(decode.commit_policy()):
-            raise ValueError(f"policy {decode.policy} commits by position within a block; SetDLM decodes a sliding "
+            raise ConfigError(f"policy {decode.policy} commits by position within a block; SetDLM decodes a sliding "
                              f"window, which has none (use it with MDLM or BD3LM)")
         return decode
 

@@ -40,6 +40,7 @@ import torch
 
 from . import jsonio
 from .checkpoint import CONFIG_FILE, CheckpointError
+from .errors import UserError
 from .pretrained import Location, PretrainedError, locate
 from .tokenizers import Tokenizer
 
@@ -132,7 +133,7 @@ class PerfectModel(ModelSource):
                                   f"(the harness does)")
         try:
             return loader(self.spec, paradigm, device, dtype, length)
-        except ValueError as e:
+        except UserError as e:   # the layer above's own error (an oracle language's), as a checkpoint's
             raise CheckpointError(str(e)) from None
 
     def describe(self, paradigm=None, length=None, block_size=None):

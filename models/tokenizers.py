@@ -23,6 +23,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from . import jsonio
+from .errors import ConfigError, unknown
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "tokenizers"
 BUILTIN = ("gpt2", "bert-base-uncased")
@@ -42,7 +43,7 @@ class Tokenizer:
         ids = {role: backend.token_to_id(tok) for role, tok in self.special_tokens.items()}
         missing = [f"{role}={self.special_tokens[role]!r}" for role, i in ids.items() if i is None]
         if missing:
-            raise ValueError(f"tokenizer {name!r} lacks special tokens: {', '.join(missing)}")
+            raise ConfigError(f"tokenizer {name!r} lacks special tokens: {', '.join(missing)}")
         self.bos_id, self.eos_id, self.pad_id, self.mask_id = ids["bos"], ids["eos"], ids["pad"], ids["mask"]
         self._hidden = {self.pad_id, self.mask_id, self.bos_id, self.eos_id}
 
@@ -126,4 +127,4 @@ def load_tokenizer(spec: str | Path) -> Tokenizer:
     path = Path(spec)
     if (path / "tokenizer.json").is_file() and (path / "tokenizer_meta.json").is_file():
         return Tokenizer.from_directory(path)
-    raise ValueError(f"unknown tokenizer {str(spec)!r}: expected one of {BUILTIN} or a directory with tokenizer.json")
+    raise ConfigError(unknown("tokenizer", spec, [*BUILTIN, "a directory with tokenizer.json"]))

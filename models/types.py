@@ -23,6 +23,7 @@ from .fields import check_fields
 from .dllm import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
 from .policies import CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
+from .errors import ConfigError, UserError, unknown
 
 SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
 COMMIT_ORDERS = ("position", "first_hitting")
@@ -141,24 +142,23 @@ class DecodeConfig:
         if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty}")
         if self.commit_order not in COMMIT_ORDERS:
-            problems.append(f"commit_order must be one of {COMMIT_ORDERS}, got {self.commit_order!r}")
+            problems.append(unknown("commit_order", self.commit_order, COMMIT_ORDERS))
         if is_family_sampler(self.sampler):   # a diffusion family's own sampler, spelled canonically (run ids)
             try:
                 object.__setattr__(self, "sampler", parse_sampler(self.sampler).spec())
             except SamplerError as e:
                 problems.append(str(e))
         elif self.sampler not in SAMPLERS:
-            problems.append(f"sampler must be one of {SAMPLERS} or a family sampler "
-                            f"({', '.join(f'{name}(...)' for name in FAMILY_SAMPLERS)}), got {self.sampler!r}")
+            problems.append(unknown("sampler", self.sampler, [*SAMPLERS, *(f"{name}(...)" for name in FAMILY_SAMPLERS)]))
         if self.confidence not in CONFIDENCES:
-            problems.append(f"confidence must be one of {CONFIDENCES}, got {self.confidence!r}")
+            problems.append(unknown("confidence", self.confidence, CONFIDENCES))
         if self.compile not in COMPILE_MODES:
-            problems.append(f"compile must be one of {COMPILE_MODES}, got {self.compile!r}")
+            problems.append(unknown("compile", self.compile, COMPILE_MODES))
         if self.infill_context not in INFILL_CONTEXTS:
-            problems.append(f"infill_context must be one of {INFILL_CONTEXTS}, got {self.infill_context!r}")
+            problems.append(unknown("infill_context", self.infill_context, INFILL_CONTEXTS))
         if problems:
-            raise ValueError("; ".join(problems))
-        policy = parse_policy(self.policy, self.threshold)   # PolicyError (a ValueError) for a bad spec
+            raise ConfigError("; ".join(problems))
+        policy = parse_policy(self.policy, self.threshold)   # PolicyError for a bad spec
         if policy.name == "confidence":   # one spelling per setting, so one run id: tau lives in `threshold`
             object.__setattr__(self, "threshold", policy.tau)
             object.__setattr__(self, "policy", "confidence")
@@ -241,7 +241,7 @@ class Batch:
         return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.context_mask.to(device))
 
 
-class ContextOverflowError(ValueError):
+class ContextOverflowError(UserError):
     """A prompt (plus the tokens to generate) does not fit in the model's context length."""
 
 
@@ -275,9 +275,9 @@ class ModelConfig:
         if self.pad_id is None:
             object.__setattr__(self, "pad_id", self.eos_id if self.eos_id is not None else self.mask_id)
         if self.length < 2:
-            raise ValueError(f"length must be >= 2, got {self.length}")
+            raise ConfigError(f"length must be >= 2, got {self.length}")
         if self.nll_samples < 1:
-            raise ValueError("nll_samples must be >= 1")
+            raise ConfigError("nll_samples must be >= 1")
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -290,13 +290,13 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ConfigError(unknown("model config key", extra, sorted(known)))
         check_fields(cls, d)
         config = cls(**d)
         for name in ("mask_id", "eos_id", "pad_id"):
             value = getattr(config, name)
             if value is not None and value >= config.vocab_size:
-                raise ValueError(f"{name} {value} is not a token id of a {config.vocab_size}-token vocabulary")
+                raise ConfigError(f"{name} {value} is not a token id of a {config.vocab_size}-token vocabulary")
         return config

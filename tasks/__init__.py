@@ -16,6 +16,8 @@ oracle_kl, oracle_offsets, oracle_greedy, oracle_infill (TASKS below is the list
 from __future__ import annotations
 
 import inspect
+
+from models.errors import unknown
 from typing import Any
 
 from tasks.base import (
@@ -54,10 +56,10 @@ def get_task(name: str, **options: Any) -> Task:
     """The task called `name`, built with `options`; TaskError for an unknown name or option."""
     cls = TASKS.get(name)
     if cls is None:
-        raise TaskError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
-    unknown = sorted(set(options) - set(task_options(cls)))
-    if unknown:
-        raise TaskError(f"task {name}: unknown option(s) {', '.join(unknown)}; valid: {', '.join(task_options(cls))}")
+        raise TaskError(unknown("task", name, TASKS))
+    extra = sorted(set(options) - set(task_options(cls)))
+    if extra:
+        raise TaskError(f"task {name}: {unknown('option', extra, task_options(cls))}")
     return cls(**options)
 
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, Union
 import numpy as np
 
 from models import jsonio
+from models.errors import UserError, unknown
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SOURCES = ("embedded", "file", "hf")
@@ -46,7 +47,7 @@ BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 
 
-class TaskError(ValueError):
+class TaskError(UserError):
     """Bad task input (unknown task, bad file, missing field, empty data, prompt too long...)."""
 
 
@@ -422,7 +423,7 @@ class Task(abc.ABC):
         if data_path is not None and source == "embedded":
             source = "file"
         if source not in SOURCES:
-            raise TaskError(f"unknown data source {source!r} for task {self.name}; expected one of {', '.join(SOURCES)}")
+            raise TaskError(f"task {self.name}: {unknown('data source', source, SOURCES)}")
         if source == "file" and data_path is None:
             raise TaskError(f"task {self.name}: source='file' needs a data path (--data PATH: {self.data_format})")
         if source != "file" and data_path is not None:

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from models.errors import unknown
 from tasks import cnndm, gsm8k
 from tasks.base import DATA_DIR, TaskError, read_records
 from tasks.splits import lm1b_split, wikitext_split
@@ -123,7 +124,7 @@ def _source_documents(source: str) -> list[str]:
         return wikitext_split("train")
     if source == "lm1b":
         return lm1b_split("train")
-    raise TaskError(f"unknown corpus {source!r}; expected 'mixture' or one of {', '.join(SOURCES)}")
+    raise TaskError(unknown("corpus", source, ["mixture", *SOURCES]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,7 +141,7 @@ def _split(source: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
 def _documents(name: str, part: int) -> list[str]:
     if name != "mixture":
         if name not in SOURCES:
-            raise TaskError(f"unknown corpus {name!r}; expected 'mixture' or one of {', '.join(SOURCES)}")
+            raise TaskError(unknown("corpus", name, ["mixture", *SOURCES]))
         return list(_split(name)[part])
     documents = [d for source in SOURCES for d in _split(source)[part]]
     random.Random(MIXTURE_SEED).shuffle(documents)

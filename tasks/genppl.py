@@ -38,6 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from models.errors import unknown
 from tasks.base import (
     Example, GenerateRequest, MetricValue, Record, Request, Task, TaskError, TextOutput, check_context_length,
     exp_clipped, file_format, mean_ci, output, ratio_ci, read_text,
@@ -126,8 +127,7 @@ class GenPPL(SampledText):
         if not isinstance(judge, str) or not judge.strip():
             raise TaskError(f"task genppl: judge must be a causal LM spec or {OWN_AR_JUDGE!r}, got {judge!r}")
         if judge_precision not in PRECISIONS:
-            raise TaskError(f"task genppl: judge_precision must be one of {', '.join(PRECISIONS)}, "
-                            f"got {judge_precision!r}")
+            raise TaskError(f"task genppl: {unknown('judge_precision', judge_precision, PRECISIONS)}")
         self.judge = judge
         self.judge_precision = judge_precision
 

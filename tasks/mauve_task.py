@@ -48,6 +48,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from models.errors import unknown
 from tasks.base import (
     DATA_DIR, Example, MetricValue, TaskError, TextOutput, file_format, output, read_records, read_text,
 )
@@ -157,8 +158,7 @@ class Mauve(SampledText):
 
         super().__init__(**options)
         if features_precision not in PRECISIONS:
-            raise TaskError(f"task mauve: features_precision must be one of {', '.join(PRECISIONS)}, "
-                            f"got {features_precision!r}")
+            raise TaskError(f"task mauve: {unknown('features_precision', features_precision, PRECISIONS)}")
         self.features_precision = features_precision
         if n_subsets < 1:
             raise TaskError(f"task mauve: n_subsets must be >= 1, got {n_subsets}")

@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Sequence
 
+from models.errors import unknown
 from tasks.base import (
     DATA_DIR, Example, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, check_context_length,
     check_samples,
@@ -162,7 +163,7 @@ class PplOwt(_Perplexity):
 
     def __init__(self, fragment_tokens: int = 100, **source: Any):
         if fragment_tokens not in self.fragment_sizes:
-            raise TaskError(f"task ppl_owt: fragment_tokens must be one of {self.fragment_sizes}, got {fragment_tokens}")
+            raise TaskError(f"task ppl_owt: {unknown('fragment_tokens', fragment_tokens, self.fragment_sizes)}")
         self.embedded_file = f"openwebtext/owt_eval_fragments_ctx{fragment_tokens}.jsonl"
         super().__init__(**source)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 
+from models.errors import unknown
 from tasks.base import DATA_DIR, TaskError, read_text
 
 WIKITEXT_FILE = "wikitext2/wiki.test.raw.gz"
@@ -47,7 +48,7 @@ def wikitext_articles(text: str) -> list[str]:
 
 def _check_part(part: str) -> None:
     if part not in PARTS:
-        raise TaskError(f"unknown split part {part!r}; expected one of {PARTS}")
+        raise TaskError(unknown("split part", part, PARTS))
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,6 +17,7 @@ import torch
 import models
 from models import dllm
 from models import dllm_samplers as S
+from models.errors import UserError
 from models.llama_layout import PretrainedError
 from models.types import DecodeConfig
 
@@ -217,17 +218,17 @@ def test_family_sampler_settings_are_validated_and_spelled_once():
     assert DecodeConfig(sampler="sdar").sampler == "sdar"
     for bad, message in (("dream(alg=greedy)", "alg must be"), ("llada(stepz=3)", "unknown option 'stepz'"),
                          ("sdar(top_k=-1)", ">= 0"), ("fastdllm_v2(use_block_cache=yes)", "true or false"),
-                         ("llada(steps=0)", "steps must be >= 1"), ("mystery", "sampler must be one of")):
-        with pytest.raises(ValueError, match=message):
+                         ("llada(steps=0)", "steps must be >= 1"), ("mystery", "unknown sampler 'mystery'")):
+        with pytest.raises(UserError, match=message):
             DecodeConfig(sampler=bad)
     llada, _ = load("llada_mha")
-    with pytest.raises(ValueError, match="decodes Dream|not mdlm|SDAR"):
+    with pytest.raises(UserError, match="decodes Dream|not mdlm|SDAR"):
         llada.generate([[1, 2]], 4, DecodeConfig(sampler="sdar"))
-    with pytest.raises(ValueError, match="leave threshold"):
+    with pytest.raises(UserError, match="leave threshold"):
         llada.generate([[1, 2]], 4, DecodeConfig(sampler="llada(steps=4)", threshold=0.5))
     with pytest.raises(S.SamplerError, match="multiple of block_length"):
         llada.generate([[1, 2]], 6, DecodeConfig(sampler="llada(steps=4,block_length=4)"))
-    with pytest.raises(ValueError, match="does not infill"):
+    with pytest.raises(UserError, match="does not infill"):
         llada.infill([1, 2], 4, [3], DecodeConfig(sampler="llada(steps=4)"))
     dream, _ = load("dream_gqa")   # LLaDA's sampler on Dream's weights: the model's own shift applies
     assert len(dream.generate([[1, 2]], 4, DecodeConfig(sampler="llada(steps=4)", stop_at_eos=False))[0].tokens) == 4
@@ -381,9 +382,9 @@ def test_a_gguf_of_a_family_reads_its_diffusion_metadata(case, arch, tmp_path):
 def test_fast_dllm_v2_decodes_and_scores_with_its_own_sampler_only():
     from models.types import Batch
     model, _ = load("fastdllm_v2_bd8")
-    with pytest.raises(ValueError, match="bonus token"):
+    with pytest.raises(UserError, match="bonus token"):
         model.generate([[101, 50, 32]], 8, DecodeConfig())
-    with pytest.raises(ValueError, match="bonus token"):
+    with pytest.raises(UserError, match="bonus token"):
         model.nll(Batch(torch.tensor([[101, 50, 32, 98, 36, 74, 111, 1]])))
     out = model.generate([[101, 50, 32]], 8, DecodeConfig(sampler="fastdllm_v2(small_block_size=4,threshold=0.9)"))
     assert 0 < len(out[0].tokens) <= 8

@@ -34,6 +34,7 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 import harness.lm_eval as adapter  # noqa: E402
 import models  # noqa: E402
 from models import DecodeConfig  # noqa: E402
+from models.errors import UserError  # noqa: E402
 from models.tokenizers import train_bpe  # noqa: E402
 from tasks import InfillRequest, get_task  # noqa: E402
 from tasks.base import infill_context  # noqa: E402
@@ -153,12 +154,12 @@ def test_registered_names_resolve_and_builtins_stay():
 
 
 def test_checkpoint_paradigm_must_match_the_name(checkpoints):
-    with pytest.raises(ValueError, match="holds a 'setdlm' model.*--model setdlm or --model harness"):
+    with pytest.raises(UserError, match="holds a 'setdlm' model.*--model setdlm or --model harness"):
         get_model("ar").create_from_arg_string(f"checkpoint={checkpoints['setdlm']}")
     assert get_model("harness").create_from_arg_string(f"checkpoint={checkpoints['setdlm']}").paradigm == "setdlm"
-    with pytest.raises(ValueError, match="unknown model_args treshold"):
+    with pytest.raises(UserError, match="unknown model_args key 'treshold'"):
         lm(checkpoints, "mdlm", treshold=0.9)
-    with pytest.raises(ValueError, match="checkpoint=SPEC"):
+    with pytest.raises(UserError, match="checkpoint=SPEC"):
         get_model("mdlm").create_from_arg_string("")
 
 
@@ -183,7 +184,7 @@ def test_gsm8k_few_shot_from_the_embedded_train_split(checkpoints):
 
 def test_ppl_file_needs_a_path(checkpoints):
     manager = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
-    with pytest.raises(ValueError, match="--metadata ppl_file=PATH"):
+    with pytest.raises(UserError, match="--metadata ppl_file=PATH"):
         lm_eval.simple_evaluate(model=lm(checkpoints, "ar"), tasks=["harness_ppl_file"], task_manager=manager)
 
 
@@ -261,7 +262,7 @@ def test_infill_marker_routes_to_model_infill(checkpoints, tok, decode_calls):
         assert isinstance(request, InfillRequest) and request.n_masked == len(tok.encode(middle))
         assert request.prefix[0] == tok.bos_id and request.suffix[-1] == tok.eos_id
         assert isinstance(text, str)
-    with pytest.raises(ValueError, match="must start with the infill marker"):
+    with pytest.raises(UserError, match="must start with the infill marker"):
         lm(checkpoints, "mdlm").generate_until([instance("generate_until", "Q: A\n\n" + context, {"until": []})])
     calls.clear()
     long_story = infill_context("Tom found a dog. " * 30, middle, " He named it Rex." * 30)

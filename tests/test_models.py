@@ -11,6 +11,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
+from models.errors import UserError
 from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
 from models.steps import StopFlag
 import model_utils
@@ -512,16 +513,16 @@ def test_same_seed_same_tokens_and_losses(paradigm):
 # -- interface, validation, checkpoints ----------------------------------------------------------
 def test_decode_config_validation():
     for bad in (dict(threshold=0.0), dict(threshold=1.5), dict(window=0), dict(top_p=0), dict(commit_order="x")):
-        with pytest.raises(ValueError):
+        with pytest.raises(UserError):
             DecodeConfig(**bad)
 
 
 def test_model_config_validation():
-    with pytest.raises(ValueError, match="divide"):
+    with pytest.raises(UserError, match="divide"):
         models.build("bd3lm", vocab_size=10, length=30, block_size=4)
-    with pytest.raises(ValueError, match="unknown paradigm"):
+    with pytest.raises(UserError, match="unknown paradigm"):
         models.build("gpt", vocab_size=10, length=30)
-    with pytest.raises(ValueError, match="needs a block size"):
+    with pytest.raises(UserError, match="needs a block size"):
         models.build("setdlm", vocab_size=10, length=30)
 
 
@@ -529,7 +530,7 @@ def test_context_overflow_is_a_clear_error():
     model = tiny("setdlm")
     with pytest.raises(models.ContextOverflowError, match="context length"):
         model.generate([[3] * 40], 20)
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(UserError, match="window"):
         model.generate([[3]], 4, DecodeConfig(window=LENGTH + 1))
 
 

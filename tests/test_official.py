@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import models
 from models import CheckpointError, DecodeConfig
+from models.errors import UserError
 from models.official import (PAPER_ALIASES, PAPER_CHECKPOINTS, describe_official, is_official_checkpoint,
                              load_official, official_paradigm, read_official_weights, resolve_paper_key)
 from official_layout import trace_calls
@@ -474,10 +475,10 @@ def test_paper_checkpoint_table(tmp_path, monkeypatch, written):
 
 # -- the decoding field ----------------------------------------------------------------------------------
 def test_sampler_field():
-    with pytest.raises(ValueError, match="sampler"):
+    with pytest.raises(UserError, match="sampler"):
         DecodeConfig(sampler="reference")
     model = build("dit_adaln_mdlm")
-    with pytest.raises(ValueError, match="official_unfused"):
+    with pytest.raises(UserError, match="official_unfused"):
         model.generate([[0, 1]], 4, DecodeConfig(sampler="official_unfused"))
     for paradigm in PARADIGMS:
         assert "sampler" in models.get_paradigm(paradigm).knobs

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from models.tokenizers import Tokenizer, load_tokenizer
+from models.errors import UserError
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, TaskError, TextOutput, get_task
 from tasks.oracle import INVALID_NLL
 from tasks.oracle_language import LANGUAGES, MISSING, OracleLanguage, documents, oracle_tokenizer
@@ -410,7 +411,7 @@ def test_teacher_forcing_a_decoders_own_sample_reproduces_its_log_q():
         again = model.generate([[1, 2, 3], [4, 5, 6]], 8, d, forced=[g.tokens for g in own])
         for g, f in zip(own, again):
             assert f.tokens == g.tokens and f.nfe == g.nfe and f.log_q == pytest.approx(g.log_q, abs=1e-4)
-    with pytest.raises(ValueError, match="value-independent"):
+    with pytest.raises(UserError, match="value-independent"):
         model.generate([[1, 2, 3]], 4, DecodeConfig(greedy=False), forced=[[1, 2, 3, 4]])
 
 
@@ -473,7 +474,7 @@ def test_a_bad_language_says_which_parameter(name, says):
         language(name)
     with pytest.raises(TaskError, match=re.escape(says)):
         get_task("oracle_kl", language=name)
-    with pytest.raises(ValueError, match=re.escape(says)):
+    with pytest.raises(UserError, match=re.escape(says)):
         get_tokenizer(f"oracle:{name}", f"oracle:{name}")
 
 

@@ -18,6 +18,7 @@ import models
 import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: specs)
 from harness.configs import canonical_json
 from models import DecodeConfig
+from models.errors import UserError
 from models.policies import POLICIES, PolicyError, parse_policy
 
 SPECS = ["confidence", "confidence(tau=0.3)", "kfloor(tau=0.3)", "topk(k=2)", "margin(tau=0.2)",
@@ -167,7 +168,7 @@ def test_teacher_forcing_only_where_the_rule_is_value_independent():
             assert f.tokens == g.tokens and f.nfe == g.nfe and f.log_q == pytest.approx(g.log_q, abs=1e-5)
     for spec in ("factor(f=1.3)", "kfloor(tau=0.3)", "confidence(tau=0.3)"):
         d = DecodeConfig(policy=spec, greedy=False, confidence="sampled", stop_at_eos=False)
-        with pytest.raises(ValueError, match="value-independent"):
+        with pytest.raises(UserError, match="value-independent"):
             model.generate(prompts, 4, d, forced=[[1] * 4, [2] * 4])
 
 
@@ -179,7 +180,7 @@ def test_the_official_samplers_keep_the_confidence_rule_and_whole_steps_run_the_
     from models import steps
 
     model = models.build("setdlm", vocab_size=40, length=32, n_layers=1, d_model=32, n_heads=2, block_size=4).eval()
-    with pytest.raises(ValueError, match="official samplers commit by the confidence rule"):
+    with pytest.raises(UserError, match="official samplers commit by the confidence rule"):
         model.generate([[1, 2]], 4, DecodeConfig(policy="margin(tau=0.3)", sampler="official"))
     whole_calls, whole_step = [], steps.whole_step
     monkeypatch.setattr(steps, "whole_step", lambda *a, **k: (whole_calls.append(1), whole_step(*a, **k))[1])
@@ -344,7 +345,7 @@ def test_dilated_unmasking_decodes_blocks_and_chunks_not_windows():
         again = model.generate(prompts, 16, sampled, forced=[g.tokens for g in own])
         assert [g.log_q for g in again] == pytest.approx([g.log_q for g in own], abs=1e-5)
     setdlm, tok = models.open_model("perfect:hmm-strong:setdlm-smax8")
-    with pytest.raises(ValueError, match="SetDLM decodes a sliding window"):
+    with pytest.raises(UserError, match="SetDLM decodes a sliding window"):
         setdlm.generate([[tok.bos_id, 1]], 4, DecodeConfig(policy="dus"))
     grid = Grid(thresholds=(None,), policies=("dus", "margin(tau=0.3)"))
     assert [d.policy for d in type(setdlm).decode_grid(setdlm.config, grid)] == ["confidence", "margin(tau=0.3)"]

@@ -73,7 +73,7 @@ def test_registry_names_and_errors():
         assert cls.name == name
         assert cls.decode_kind in base.DECODE_KINDS
         assert cls.primary_metric in cls.higher_is_better
-    with pytest.raises(TaskError, match=r"unknown task 'gsm9k'; valid tasks: gsm8k, roc_infill1"):
+    with pytest.raises(TaskError, match=r"unknown task 'gsm9k'; valid: gsm8k, roc_infill1"):
         get_task("gsm9k")
     with pytest.raises(TaskError, match="unknown option.*max_tokens.*valid: max_new_tokens"):
         get_task("gsm8k", max_tokens=3)

@@ -24,6 +24,7 @@ import models
 from harness.launchers import checkpoint_payload
 from harness.store import ResultsStore, StoreError, append_jsonl
 from models.checkpoint import check_tensors, shard_files
+from models.errors import UserError
 
 
 @pytest.fixture
@@ -303,16 +304,16 @@ def test_no_write_goes_through_a_link_below_its_root(tmp_path, outside, monkeypa
     root = tmp_path / "root"
     (root / "a").mkdir(parents=True)
     (root / "b").symlink_to(outside.parent)                     # a folder below the root that is a link
-    with pytest.raises(ValueError, match=r"b is a symlink"):
+    with pytest.raises(UserError, match=r"b is a symlink"):
         check_no_links(root / "b" / "c" / "x.md", root)
-    with pytest.raises(ValueError, match=r"b is a symlink"):
+    with pytest.raises(UserError, match=r"b is a symlink"):
         with replacing(root / "b" / "secret.txt", root) as tmp:
             tmp.write_text("overwritten\n")
     os.link(outside, root / "a" / "rows.jsonl")                 # a second name of an outside file
     with pytest.raises(StoreError, match="rows.jsonl has 2 hard links"):
         append_jsonl(root / "a" / "rows.jsonl", [{"run_id": "a", "metric": "m"}], root)
     os.mkfifo(root / "a" / "fifo")                              # would block, or swallow what is written
-    with pytest.raises(ValueError, match="fifo is not a regular file"):
+    with pytest.raises(UserError, match="fifo is not a regular file"):
         open_below(root / "a" / "fifo", os.O_WRONLY | os.O_APPEND, root)
     planted = root / "a" / f".t.tmp{os.getpid()}.md"            # the temporary name, planted as a link
     planted.symlink_to(outside)

@@ -44,7 +44,10 @@ from typing import Callable
 
 import torch
 
-from ..cli import INTERRUPTED, Parser, exit_exhausted, interrupt_on_sigterm, number, printable
+from models.errors import UserError
+
+from ..cli import (INTERRUPTED, Parser, check_working_directory, exit_exhausted, exit_user_error, interrupt_on_sigterm,
+                   number, user_path)
 from ..env import fingerprint
 from ..paths import make_dirs, replacing
 from .decode import bench_decode, decode_table
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "'' for none)")
     ap.add_argument("--rounds", type=number(int, 1), default=5, help="smollm2: paired rounds (ours, then transformers)")
     ap.add_argument("--new-tokens", type=number(int, 1), default=64, help="smollm2: tokens generated per call")
-    ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--out", type=user_path, default="results/bench")
     args = ap.parse_args(argv)
     interrupt_on_sigterm()
     try:
@@ -104,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (MemoryError, OSError) as e:
         return exit_exhausted(e)
-    except ValueError as e:     # a folder below --out that is a link, a file in the way
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:     # a folder below --out that is a link, a file in the way
+        return exit_user_error(e)
 
 
 def _run(args: argparse.Namespace) -> int:
+    check_working_directory()
     torch.set_grad_enabled(True)
     results = {}
     for name in (BENCHMARKS if args.benchmark == "all" else [args.benchmark]):

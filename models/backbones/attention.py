@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ClosedStream:
@@ -145,19 +147,19 @@ class StepCache:
 
 
 def check_heads(d_model: int, n_heads: int) -> None:
-    """ValueError unless the heads split d_model evenly into even head dimensions (rotary needs pairs)."""
+    """ConfigError unless the heads split d_model evenly into even head dimensions (rotary needs pairs)."""
     if d_model % n_heads:
-        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        raise ConfigError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     if (d_model // n_heads) % 2:
-        raise ValueError("the head dimension must be even for rotary embeddings")
+        raise ConfigError("the head dimension must be even for rotary embeddings")
 
 
 def check_physical(**values: float) -> None:
-    """ValueError naming the field unless each value is a finite number > 0 (a rotary base, a norm epsilon: a
+    """ConfigError naming the field unless each value is a finite number > 0 (a rotary base, a norm epsilon: a
     negative or zero base would give NaN or constant angles, silently)."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError, unknown
 from ..fields import check_fields
 from .attention import ClosedStream, KVCache
 
@@ -109,7 +110,7 @@ class BackboneSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"unknown backbone kind {self.kind!r}; known: {', '.join(sorted(KINDS))}")
+            raise ConfigError(unknown("backbone kind", self.kind, sorted(KINDS)))
         if not isinstance(self.arch, KINDS[self.kind].arch_type):
             raise TypeError(f"backbone kind {self.kind!r} needs a {KINDS[self.kind].arch_type.__name__}")
 
@@ -119,15 +120,15 @@ class BackboneSpec:
     @classmethod
     def from_dict(cls, d: dict) -> "BackboneSpec":
         if not isinstance(d, dict) or not isinstance(d.get("arch"), dict):
-            raise ValueError("a backbone spec is an object with 'kind', 'arch' and 'source'")
+            raise ConfigError("a backbone spec is an object with 'kind', 'arch' and 'source'")
         kind = d.get("kind")
         if kind not in KINDS:
-            raise ValueError(f"unknown backbone kind {kind!r}; known: {', '.join(sorted(KINDS))}")
+            raise ConfigError(unknown("backbone kind", kind, sorted(KINDS)))
         arch_type = KINDS[kind].arch_type
         known = {f.name for f in dataclasses.fields(arch_type)}
-        unknown = sorted(set(d["arch"]) - known)
-        if unknown:
-            raise ValueError(f"unknown {kind} architecture keys: {', '.join(unknown)}")
+        extra = sorted(set(d["arch"]) - known)
+        if extra:
+            raise ConfigError(unknown(f"{kind} architecture key", extra, sorted(known)))
         check_fields(arch_type, d["arch"], low=1)   # every whole-number field of an architecture is a size >= 1
         return cls(kind, arch_type(**d["arch"]), d.get("source"))
 

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Backbone, BackboneSpec
+from ..errors import ConfigError
 from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_heads, check_physical
 
 FREQUENCY_EMBEDDING_SIZE = 256   # TimestepEmbedder's sinusoidal input width (official default)
@@ -71,7 +72,7 @@ class DiTArch:
         check_heads(self.d_model, self.n_heads)
         check_physical(rope_base=self.rope_base)
         if self.adaln and self.cond_dim < 1:
-            raise ValueError("adaln needs cond_dim >= 1")
+            raise ConfigError("adaln needs cond_dim >= 1")
 
 
 @dataclass(frozen=True)

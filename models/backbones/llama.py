@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Backbone
+from ..errors import ConfigError
 from .attention import ClosedStream, KVCache, Rotary, apply_rotary, attend, check_physical
 
 
@@ -55,9 +56,9 @@ class LlamaArch:
 
     def __post_init__(self) -> None:
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+            raise ConfigError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
-            raise ValueError("the head dimension must be even for rotary embeddings")
+            raise ConfigError("the head dimension must be even for rotary embeddings")
         check_physical(rope_theta=self.rope_theta, rms_eps=self.rms_eps)
 
 

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
+from models.errors import UserError, unknown
 
 if TYPE_CHECKING:
     from models.tokenizers import Tokenizer
@@ -73,6 +74,10 @@ def _as_batch(x: Sequence[int] | np.ndarray) -> np.ndarray:
     return a.reshape(1, -1) if a.ndim == 1 else a
 
 
+class LanguageError(UserError):
+    """An oracle language that is not registered or whose parameters are invalid."""
+
+
 @dataclass(frozen=True)
 class OracleLanguage:
     """A stationary HMM over `n_symbols` symbols; see the module docstring for the construction.
@@ -88,13 +93,13 @@ class OracleLanguage:
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_states <= self.n_symbols:
-            raise ValueError(f"need 1 <= n_states <= n_symbols, got {self.n_states} and {self.n_symbols}")
+            raise LanguageError(f"need 1 <= n_states <= n_symbols, got {self.n_states} and {self.n_symbols}")
         if not 0.0 <= self.coupling <= 1.0:
-            raise ValueError(f"coupling must be in [0, 1], got {self.coupling}")
+            raise LanguageError(f"coupling must be in [0, 1], got {self.coupling}")
         if not 0.0 < self.emission_noise <= 1.0:
-            raise ValueError(f"emission_noise must be in (0, 1], got {self.emission_noise}")
+            raise LanguageError(f"emission_noise must be in (0, 1], got {self.emission_noise}")
         if self.branching < 1 or self.length < 1:
-            raise ValueError(f"branching and length must be >= 1, got {self.branching} and {self.length}")
+            raise LanguageError(f"branching and length must be >= 1, got {self.branching} and {self.length}")
 
     # --- the model
 
@@ -366,10 +371,6 @@ REQUIRED = ("states", "symbols", "coupling", "seed")
 _PARAMETRIC = re.compile(r"hmm\((.*)\)")
 
 
-class LanguageError(ValueError):
-    """An oracle language that is not registered or whose parameters are invalid."""
-
-
 def language(name: str) -> OracleLanguage:
     """The oracle language `name`: a registered one (LANGUAGES) or hmm(<parameter>=<value>, ...); LanguageError
     (one line naming the parameter) otherwise."""
@@ -377,13 +378,13 @@ def language(name: str) -> OracleLanguage:
         return LANGUAGES[name]
     match = _PARAMETRIC.fullmatch(str(name).replace(" ", ""))
     if match is None:
-        raise LanguageError(f"unknown oracle language {name!r}; valid: {', '.join(LANGUAGES)}, or "
-                            f"hmm({','.join(f'{k}=...' for k in REQUIRED)}[,branching=...][,noise=...])")
+        raise LanguageError(unknown("oracle language", name, [
+            *LANGUAGES, f"hmm({','.join(f'{k}=...' for k in REQUIRED)}[,branching=...][,noise=...])"]))
     values: dict[str, int | float] = {}
     for item in filter(None, match.group(1).split(",")):
         key, eq, text = item.partition("=")
         if key not in PARAMETERS:
-            raise LanguageError(f"oracle language {name!r}: unknown parameter {key!r}; valid: {', '.join(PARAMETERS)}")
+            raise LanguageError(f"oracle language {name!r}: {unknown('parameter', key, PARAMETERS)}")
         if not eq or key in values:
             raise LanguageError(f"oracle language {name!r}: parameter {key!r} needs exactly one value ({key}=...)")
         field_name, kind = PARAMETERS[key]
@@ -402,7 +403,7 @@ def language(name: str) -> OracleLanguage:
         raise LanguageError(f"oracle language {name!r}: missing {', '.join(missing)} (needs {', '.join(REQUIRED)})")
     try:
         return OracleLanguage(**{PARAMETERS[k][0]: v for k, v in values.items()})
-    except ValueError as e:
+    except LanguageError as e:
         raise LanguageError(f"oracle language {name!r}: {e}") from None
 
 

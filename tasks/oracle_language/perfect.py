@@ -30,6 +30,7 @@ from torch import nn
 
 from models.backbones import Backbone, BackboneSpec, ClosedStream
 from models.backbones.attention import KVCache
+from models.errors import ConfigError
 from models.sources import register_spec_prefix
 
 from . import LANGUAGES, MISSING, language, oracle_tokenizer
@@ -159,18 +160,18 @@ def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def open_perfect(spec: str, paradigm: str | None = None, device="cpu", dtype: torch.dtype = torch.float32,
                  length: int | None = None):
-    """(model, tokenizer) of `perfect:<language>:<model tag>`; ValueError for a malformed spec."""
+    """(model, tokenizer) of `perfect:<language>:<model tag>`; ConfigError for a malformed spec."""
     from models import ModelConfig, get_paradigm, parse_model_tag
 
     parts = str(spec)[len(PREFIX):].split(":")
     if len(parts) != 2:
-        raise ValueError(f"a perfect-model spec is perfect:<language>:<model tag> with a language of "
+        raise ConfigError(f"a perfect-model spec is perfect:<language>:<model tag> with a language of "
                          f"{', '.join(LANGUAGES)} or hmm(...) and a tag such as ar, mdlm, bd3lm-s4, setdlm-smax8; "
                          f"got {spec!r}")
     lang = language(parts[0])
     shape = parse_model_tag(parts[1])
     if paradigm is not None and paradigm != shape["paradigm"]:
-        raise ValueError(f"{spec} is a {shape['paradigm']} model, not {paradigm!r}")
+        raise ConfigError(f"{spec} is a {shape['paradigm']} model, not {paradigm!r}")
     tokenizer = oracle_tokenizer(lang)
     config = ModelConfig(paradigm=shape["paradigm"], vocab_size=tokenizer.vocab_size, length=length or DEFAULT_LENGTH,
                          backbone=BackboneSpec("oracle", OracleArch(parts[0])), mask_id=tokenizer.mask_id,
