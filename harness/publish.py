@@ -225,6 +225,19 @@ def worked_example(seam: str) -> Callable[[Sources], str]:
     return render
 
 
+def commonest_errors(src: Sources) -> str:
+    """The five commonest refusals (harness/troubleshooting.py: the data tests/test_bad_input.py asserts)."""
+    from .troubleshooting import markdown
+
+    return markdown(common=True)
+
+
+def every_error(src: Sources) -> str:
+    from .troubleshooting import markdown
+
+    return markdown()
+
+
 def _bench_part(name: str, table: Callable[[dict], str], folder: Callable[[Sources], Path | None]):
     def render(src: Sources) -> str | None:
         from .bench.common import bench_section
@@ -259,7 +272,10 @@ def parts() -> list[Part]:
             Part("docs/usage.md", "decoding options", decoding_options),
             Part("docs/usage.md", "lm-eval adapter", lm_eval_reference),
             Part("docs/usage.md", "command reference", command_reference),
-            Part("docs/layout.md", "layout", module_layout)]
+            Part("docs/layout.md", "layout", module_layout),
+            *(Part("docs/extending.md", f"example: {seam}", worked_example(seam)) for seam in SEAMS),
+            Part("README.md", "commonest errors", commonest_errors),
+            Part("docs/troubleshooting.md", "errors", every_error)]
 
 
 # -- the pipeline ----------------------------------------------------------------------------------------------
