@@ -11,7 +11,7 @@ import torch
 
 import models
 from models import Batch, DecodeConfig
-from models.errors import UserError
+from models.errors import ConfigError, UserError
 from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
 from models.steps import StopFlag
 import model_utils
@@ -443,7 +443,7 @@ def test_mdlm_steps_bound_nfe():
     for steps, chunk, n in ((4, 3, 10), (16, 32, 40), (7, 5, 23)):   # chunks that do not divide the budget
         g = model.generate([[3, 4]], n, DecodeConfig(steps=steps, chunk_size=chunk, stop_at_eos=False))[0]
         assert g.nfe <= steps and len(g.tokens) == n
-    with pytest.raises(ValueError, match="fewer than"):
+    with pytest.raises(ConfigError, match="fewer than"):
         model.generate([[3]], 16, DecodeConfig(steps=2, chunk_size=4))
 
 
