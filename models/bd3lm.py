@@ -61,10 +61,10 @@ from .decoding import Canvas, left_aligned
 from .dllm import is_family_sampler
 from .errors import ConfigError
 from .mdlm import MDLMModel
-from .official_sampler import OfficialTokenChooser, official_commit_counts, sampler_policy
+from .official_sampler import OfficialTokenChooser, sampler_policy
 from .paradigm import Grid
 from .policies import StepContext
-from .schedules import block_expected_budget, sample_t
+from .schedules import block_expected_budget, forced_counts, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
 
@@ -260,12 +260,10 @@ class BD3LMModel(MDLMModel):
         forced, context = 1, ()
         if s.steps_in_block is not None:   # per row; with steps >= masks it is 1
             n_masks = candidate.sum(dim=1)
-            masks_in_block = torch.where(s.new_block, n_masks, s.masks_in_block)
+            # the schedule runs over the block's masks at its first step (the official one: over the block size)
+            masks_in_block = torch.where(s.new_block, S if s.official_schedule else n_masks, s.masks_in_block)
             steps_in_block = torch.where(s.new_block, 0, s.steps_in_block)
-            if s.official_k is not None:
-                forced = s.official_k[steps_in_block.clamp(max=s.official_k.shape[0] - 1)].minimum(n_masks)
-            else:
-                forced = self._forced(masks_in_block, steps_in_block, s.steps).minimum(n_masks)
+            forced = self._forced(s.forced_table, masks_in_block, steps_in_block).minimum(n_masks)
             if s.policy.in_blocks:   # where each candidate sits in its block (DUS)
                 context = (StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block),)
             s.put(masks_in_block=masks_in_block, steps_in_block=steps_in_block + 1)
@@ -328,21 +326,18 @@ class BD3LMModel(MDLMModel):
         return self.backbone.logits(h)
 
     @staticmethod
-    def _forced(masks_in_block: torch.Tensor, step: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
-        """k_n of docs/algorithms.md §3.3 per row: round(t_n m) - round(t_{n+1} m), t = linspace(1, 0, min(T, m) + 1);
-        `steps` T as a 0-d float64 tensor (one compiled step serves every T), None: T = m."""
-        m = masks_in_block.double()
-        T = m.clamp(min=1, max=steps)
-        hi = torch.round((1 - step / T).clamp(min=0) * m)
-        lo = torch.round((1 - (step + 1) / T).clamp(min=0) * m)
-        return (hi - lo).long().clamp(min=1)
+    def _forced(table: torch.Tensor, masks_in_block: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        """k_n of docs/algorithms.md §3.3 per row: step `step` of the schedule over `masks_in_block` masks, read from `table`
+        (models.schedules.forced_counts over 0 .. S masks, the step budget T in its values: one compiled step serves
+        every T); at least one (a row past its schedule, or without masks: the caller caps it at the masks left)."""
+        return table[masks_in_block, step.clamp(max=table.shape[1] - 1)].clamp(min=1)
 
 
 class _BlockState(steps.StepState):
     """BD3LM's decoding state: the canvas with its scratch column and, per row, its left padding (`pad`: the column
     of position 0), current block, one past its last mask (`span_end`), whether it is active, its leftmost committed
     EOS (`eos_at`), whether its block is new (`new_block`: the forced-count schedule restarts there), the schedule's
-    counters, and the columns pending for the cache (the block completed at the last step; at step 0 the prompt's
+    counters and table (`forced_table`), and the columns pending for the cache (the block completed at the last step; at step 0 the prompt's
     complete blocks)."""
 
     COLUMNS = ("pend_cols", "eos_at")
@@ -378,14 +373,12 @@ class _BlockState(steps.StepState):
         self.pend_cols = (self.pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
         self.pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
         self.arange_s = torch.arange(S, device=device)
-        self.steps_in_block = self.masks_in_block = self.steps = self.official_k = None   # one forced commit a step
+        self.official_schedule = policy.official_schedule   # its counts run over the block size S, not the masks
+        self.steps_in_block = self.masks_in_block = self.forced_table = None   # one forced commit a step
         if decode.steps_per_block is not None or policy.official_schedule or self.policy.in_blocks:
             self.steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
             self.masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
-            if decode.steps_per_block is not None:   # T as a tensor: one compiled step serves every T
-                self.steps = torch.full((), float(decode.steps_per_block), dtype=torch.float64, device=device)
-        if policy.official_schedule:   # k_i of the official schedule over the block size S (not the masks left)
-            self.official_k = torch.tensor(official_commit_counts(S, decode.steps_per_block), device=device)
+            self.forced_table = forced_counts(torch.arange(S + 1), decode.steps_per_block).to(device)   # [S + 1, S]
 
     def widths(self) -> dict[str, int]:
         return {"pend_cols": self.S, "pend_valid": self.S}

@@ -256,7 +256,7 @@ class TokenChooser:
         conf = probs.max(dim=-1).values if d.confidence == "max_prob" else token_p
         if self.policy.needs == ("confidence",):
             return tokens, conf
-        return tokens, policy_scores(self.policy.needs, probs, conf, None, lambda p: self._stable(p, cols))
+        return tokens, policy_scores(self.policy.needs, conf, probs, stable=lambda p: self._stable(p, cols))
 
     def _stable(self, probs: torch.Tensor, cols: torch.Tensor | None) -> torch.Tensor:
         """[B, M] for each row's canvas column: how many consecutive steps, this one included, its distribution
@@ -280,24 +280,35 @@ class TokenChooser:
         return stable
 
 
-def policy_scores(needs: tuple[str, ...], probs: torch.Tensor, conf: torch.Tensor, log_p: torch.Tensor | None = None,
-                  stable=None) -> torch.Tensor:
-    """The scores a commit policy `needs` from the step's distributions probs [B, M, V] (conf: the confidence;
-    log_p: their logs, when at hand; stable: probs -> the `stable` count, which the chooser tracks): stacked on a
-    last dimension in the order of `needs` when there are several."""
+def policy_scores(needs: tuple[str, ...], conf: torch.Tensor, probs: torch.Tensor | None = None,
+                  log_p: torch.Tensor | None = None, tokens: torch.Tensor | None = None, stable=None) -> torch.Tensor:
+    """The scores a commit policy `needs` from the step's distributions over the vocabulary, given as probs [B, M, V]
+    (sampling: what the tokens were drawn from) or as their logs log_p (greedy: the log-softmax of the logits, read
+    without a vocabulary-wide exp where a score allows it, with `tokens` its argmax and conf = exp(its max)); stable:
+    probs -> the `stable` count, which the chooser tracks. Stacked on a last dimension in the order of `needs` when
+    there are several.
+
+    From log_p, the margin is conf minus exp(the largest log-probability but the argmax's): exp is monotone, so this
+    is p1 - p2 bit for bit, without a top-k or an exp over the vocabulary; the entropy is one exp and an in-place
+    product, summed by nansum: a suppressed token has p log p = 0 * -inf = NaN, which nansum adds as 0 (the same sum
+    as nan_to_num then sum)."""
     out = []
     for need in needs:
         if need == "confidence":
             out.append(conf)
         elif need == "margin":
-            top2 = probs.topk(2, dim=-1).values
-            out.append(top2[..., 0] - top2[..., 1])
+            if probs is not None:
+                top2 = probs.topk(2, dim=-1).values
+                out.append(top2[..., 0] - top2[..., 1])
+            else:
+                second = log_p.scatter(-1, tokens[..., None], -math.inf).amax(dim=-1)
+                out.append(conf - second.exp())
         elif need == "stable":
-            out.append(stable(probs).float())
-        elif log_p is not None:   # entropy, nats
-            out.append(-(probs * log_p).nan_to_num().sum(dim=-1))
-        else:
+            out.append(stable(probs if probs is not None else log_p.exp()).float())
+        elif probs is not None:   # entropy, nats
             out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
+        else:
+            out.append(-log_p.exp().mul_(log_p).nansum(dim=-1))
     return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
 
 
@@ -308,7 +319,7 @@ def greedy_scores(logits: torch.Tensor, needs: tuple[str, ...], stable=None) -> 
         return greedy_choice(logits)
     log_p = logits.log_softmax(-1)   # one pass serves the choice and every score
     top, tokens = log_p.max(dim=-1)
-    return tokens, policy_scores(needs, log_p.exp(), top.exp(), log_p, stable)
+    return tokens, policy_scores(needs, top.exp(), log_p=log_p, tokens=tokens, stable=stable)
 
 
 def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -43,7 +43,7 @@ from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, check_sampler, official_commit_counts, sampler_policy
 from .paradigm import Grid, ParadigmModel
 from .policies import StepContext
-from .schedules import confidence_commit_counts, sample_t
+from .schedules import forced_counts, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
 
 
@@ -145,6 +145,13 @@ class MDLMModel(ParadigmModel):
             parts[i] += 1
         return parts
 
+    @staticmethod
+    def _chunk_schedule(size: int, steps: int | None) -> list[int]:
+        """The forced counts of a chunk of `size` masks decoded in `steps` steps (docs/algorithms.md §3.3,
+        models.schedules.forced_counts), one per step of the chunk: its zeros (the steps past min(steps, size))
+        dropped."""
+        return [k for k in forced_counts(torch.tensor([size]), steps)[0].tolist() if k > 0]
+
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         if sampler_policy(decode, self.backbone.kind).official_schedule:   # whole chunks, the official schedule
             return self._decode_official(canvas, decode, stop_at_eos)
@@ -162,20 +169,20 @@ class MDLMModel(ParadigmModel):
         # only ones whose logits are read; every other row still feeds the keys and values below it
         bounds = [(int(c[0]), int(c[-1]) + 1) for c in chunks]
         chunk_steps = self._share_steps(decode.steps, [len(c) for c in chunks])
-        max_steps = sum(len(confidence_commit_counts(len(c), s)) for c, s in zip(chunks, chunk_steps))
+        schedules = [self._chunk_schedule(len(c), s) for c, s in zip(chunks, chunk_steps)]
         attn_mask = None
         if not bool(real.all()):
             attn_mask = (real[:, None, :] | torch.eye(C, dtype=torch.bool, device=device))[:, None]
         chooser = canvas.track(TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, forced=canvas.forced))
-        log = StepLog(B, max_steps, device)
+        log = StepLog(B, sum(map(len, schedules)), device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
 
-        for cols, steps, (lo, hi) in zip(chunks, chunk_steps, bounds):
+        for cols, counts, (lo, hi) in zip(chunks, schedules, bounds):
             cols = cols.expand(B, -1)
             candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
             n_left = int(candidate.sum(dim=1).max())
-            for step_no, k in enumerate(confidence_commit_counts(len(cols[0]), steps)):
+            for step_no, k in enumerate(counts):
                 if n_left == 0:
                     break
                 # only the still-masked positions need logits: left-align them per row

@@ -11,8 +11,8 @@ pieces here:
 * `official_numerics`: the legacy DiT's bf16 autocast (models/backbones/dit.py), entered for the
   whole decode when the official sampler is asked for; a no-op for every other kind.
 * `official_commit_counts`: the official predict-and-noise schedule k_i = round(t_i B) - round(t_{i+1} B),
-  t = linspace(1, 0, min(T, B) + 1) in float64, with B the block (chunk, window set) size, not the
-  number of masks left in it.
+  t = linspace(1, 0, min(T, B) + 1) in float64 (models.schedules.forced_counts), with B the block (chunk, window
+  set) size, not the number of masks left in it.
 * `OfficialTokenChooser`: with an official sampler, greedy choice as the official denoisers compute it
   when the logits are in bf16/fp16 (log-softmax, exp and argmax in the logits' dtype); with the harness
   sampler, or float32 logits, it is the TokenChooser, whose confidences are float32 whatever the
@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from .decoding import TokenChooser
 from .dllm import family_named, is_family_sampler, parse_sampler
 from .errors import ConfigError, unknown
+from .schedules import forced_counts
 from .types import DecodeConfig
 
 HARNESS = "harness"
@@ -98,15 +99,14 @@ def official_numerics(backbone, decode: DecodeConfig) -> ContextManager:
 
 
 def official_commit_counts(block: int, steps: int | None) -> list[int]:
-    """Tokens the official predict-and-noise step forces at each step of a block of `block` positions
-    decoded in `steps` steps (None: one step per position). Official: timesteps = linspace(1, 0,
+    """Tokens the official predict-and-noise step forces at each of the T = min(steps, block) steps of a block of
+    `block` positions (None: one step per position): the schedule (models.schedules.forced_counts) over the block
+    size, not over the masks left in it, all T counts kept. Official: timesteps = linspace(1, 0,
     min(T + 1, B + 1))[:-1], k_i = round(t_i B) - round(t_{i+1} B) (t after the last is 0)."""
     if block <= 0:
         return []
     T = block if steps is None else min(steps, block)
-    t = torch.linspace(1.0, 0.0, T + 1, dtype=torch.float64)
-    marks = (t * block).round().to(torch.int64)
-    return (marks[:-1] - marks[1:]).tolist()
+    return forced_counts(torch.tensor([block]), steps)[0, :T].tolist()
 
 
 def raw_logits(backbone, hidden: torch.Tensor) -> torch.Tensor:

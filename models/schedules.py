@@ -7,6 +7,9 @@
   w and k come from the set size S and the maximum set size S_max (= 2S by default):
   w = S_max / (L + S_max - 1), and k solves w k / (k + 1) = S / (2L). S = 1 is exactly
   left-to-right (AR); S = S_max gives k = 1, w = S / L (w = 1 at S = L: uniform random order).
+* Forced-count schedule (docs/algorithms.md §3.3, `forced_counts`): how many masked positions each decoding step commits at
+  least, k_n = round(t_n m) - round(t_{n+1} m) over t = linspace(1, 0, T + 1); the one copy MDLM, BD3LM and the
+  official samplers read (SetDLM, without a step budget, forces its value at T >= m: one a step).
 * Expected prediction budget: BD3LM S/2; SetDLM L w k / (k + 1) (= S/2 by construction), so
   SetDLM (S, S_max = 2S) is budget-matched to BD3LM with block S. Each paradigm's `budget`
   (models/paradigm.py) picks its formula from here.
@@ -112,19 +115,33 @@ def block_expected_budget(block_size: int) -> float:
     return block_size / 2.0
 
 
-def confidence_commit_counts(n_masked: int, steps: int | None) -> list[int]:
-    """Tokens to commit per step when n_masked positions are decoded in `steps` steps (docs/algorithms.md §3.3).
+def forced_counts(masks: torch.Tensor, steps: int | None) -> torch.Tensor:
+    """THE forced-count schedule of docs/algorithms.md §3.3, which every decoder and the official samplers read: for each entry m
+    of `masks` (int [R]), the tokens step n of decoding m positions in T = min(steps, m) steps commits at least,
+    k_n = round(t_n m) - round(t_{n+1} m) with t = linspace(1, 0, T + 1) (steps None: T = m, one token per step).
+    Returns int64 [R, W] on the CPU, W = max(masks) (at least 1): row r holds k_0 .. k_{T-1}, then zeros.
 
-    k_n = round(t_n N) - round(t_{n+1} N) with t = linspace(1, 0, min(T, N) + 1); T >= N gives one
-    token per step. The confidence threshold may commit more; a step never commits fewer.
+    The grid is torch.linspace's in float64 on the CPU, the official predict-and-noise step's own call
+    (`_sample_generation_timesteps`), not 1 - n/T: where t_n m is a tie k + 1/2 in exact arithmetic, the grid's last
+    bit decides which way torch.round (half to even) goes: 1 - n/T gives other counts for 1,429 of the 32,896 pairs
+    T <= m <= 256 (the first at m = 9, T = 6). With T a power of two (every step budget of the presets), or T = m, the
+    grid is exact and so are the counts (tests/test_schedules.py). Every k_n with n < T is >= 1 (T <= m).
+
+    Callers take what they need: MDLM the counts of a chunk's masks (zeros dropped), the official samplers the T
+    counts over the block size (models.official_sampler.official_commit_counts), BD3LM a table over every number of
+    masks a block can hold, which its decode step (eager or compiled) indexes per row with a floor of one.
     """
-    if n_masked <= 0:
-        return []
-    T = n_masked if steps is None else min(steps, n_masked)
-    grid = torch.linspace(1.0, 0.0, T + 1, dtype=torch.float64)
-    marks = torch.round(grid * n_masked).long()
-    counts = (marks[:-1] - marks[1:]).tolist()
-    return [c for c in counts if c > 0]
+    sizes = torch.as_tensor(masks).reshape(-1).tolist()
+    counts = torch.zeros(len(sizes), max(sizes + [1]), dtype=torch.int64)
+    grids: dict[int, torch.Tensor] = {}
+    for row, m in enumerate(sizes):
+        T = m if steps is None else min(steps, m)
+        if T > 0:
+            if T not in grids:
+                grids[T] = torch.linspace(1.0, 0.0, T + 1, dtype=torch.float64)
+            marks = torch.round(grids[T] * m).long()
+            counts[row, :T] = marks[:-1] - marks[1:]
+    return counts
 
 
 def main() -> None:

@@ -304,6 +304,7 @@ class SetDLMModel(ParadigmModel):
         window_ids = inp[:, inp.shape[1] - Tw:]
         logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, s.no_keys[:, :Tw]], dim=1))
         tokens, scores = chooser(logits, s.win_cols)
+        # the forced count: the schedule's (models.schedules.forced_counts) without a step budget, one a step
         chosen = s.policy.select(scores, s.candidate, 1)
         s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
         chooser.mark(tokens, chosen)

@@ -12,7 +12,7 @@ import torch
 import models
 from models import Batch, DecodeConfig
 from models.errors import ConfigError, UserError
-from models.schedules import StaggeredSchedule, block_expected_budget, confidence_commit_counts
+from models.schedules import StaggeredSchedule, block_expected_budget
 from models.steps import StopFlag
 import model_utils
 from model_utils import EOS, FIXED_STEPS, LENGTH, VOCAB, LogitsRecorder, random_prompts, tiny
@@ -272,12 +272,6 @@ def test_reveal_times_follow_the_cdf():
         empirical = (R <= tau).double().mean(0)
         expected = sched.reveal_cdf(torch.tensor(tau, dtype=torch.float64))
         assert torch.allclose(empirical, expected, atol=0.02)
-
-
-def test_commit_counts():
-    assert confidence_commit_counts(10, None) == [1] * 10
-    assert sum(confidence_commit_counts(10, 4)) == 10 and len(confidence_commit_counts(10, 4)) == 4
-    assert confidence_commit_counts(3, 8) == [1, 1, 1]
 
 
 # -- 3. limiting case: BD3LM with one block is MDLM ------------------------------------------
