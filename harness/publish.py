@@ -136,9 +136,15 @@ def _commands() -> list[tuple[str, Callable]]:
             ("python -m models.pretrained", pretrained.main)]
 
 
+def argparse_version() -> str:
+    """The Python whose argparse printed the command reference (its layout differs between Python versions)."""
+    return f"Python {sys.version_info.major}.{sys.version_info.minor}"
+
+
 def command_reference(src: Sources) -> str:
-    """Every command's --help, as its parser prints it."""
-    return "\n\n".join(f"### `{prog}`\n\n```\n{_help(fn, prog)}\n```" for prog, fn in _commands())
+    """Every command's --help, as its parser prints it (under the Python version it names)."""
+    return (f"As printed by {argparse_version()}'s argparse:\n\n"
+            + "\n\n".join(f"#### `{prog}`\n\n```\n{_help(fn, prog)}\n```" for prog, fn in _commands()))
 
 
 def decoding_options(src: Sources) -> str:
@@ -291,11 +297,11 @@ def render_page(text: str, page: str, rendered: dict[str, str | None]) -> str:
     return text
 
 
-def publish(src: Sources, root: Path = REPO, check: bool = False) -> list[str]:
-    """Rewrite every page's generated parts (check: write nothing); returns the pages that were, or would be,
-    changed, each with its stale parts named."""
+def publish(src: Sources, root: Path = REPO, check: bool = False, skip: tuple[str, ...] = ()) -> list[str]:
+    """Rewrite every page's generated parts but those named in `skip` (check: write nothing); returns the pages
+    that were, or would be, changed, each with its stale parts named."""
     by_page: dict[str, dict[str, str | None]] = {}
-    for part in parts():
+    for part in (p for p in parts() if p.name not in skip):
         by_page.setdefault(part.page, {})[part.name] = part.render(src)
     changed = []
     for page, rendered in by_page.items():

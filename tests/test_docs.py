@@ -29,7 +29,11 @@ NAMING = {page: text for page, text in WRITTEN.items() if page != "docs/troubles
 
 
 def test_every_generated_part_equals_a_fresh_rendering():
-    stale = publish.publish(publish.Sources(REPO / "results" / "reference", REPO / "results" / "bench"), check=True)
+    """The command reference is argparse's layout, which differs between Python versions: it is compared only under
+    the version that printed it (the page names it)."""
+    same_python = f"As printed by {publish.argparse_version()}'s argparse" in PAGES["docs/usage.md"]
+    stale = publish.publish(publish.Sources(REPO / "results" / "reference", REPO / "results" / "bench"), check=True,
+                            skip=() if same_python else ("command reference",))
     assert not stale, f"stale generated parts: {stale}; rebuild them with python -m harness.publish"
 
 
