@@ -13,7 +13,6 @@ is stale, so the pages cannot drift from the results or from the code they descr
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import dataclasses
@@ -29,7 +28,9 @@ import pandas as pd
 
 from models import jsonio
 
-from .cli import KNOB_HELP, printable
+from models.errors import UserError
+
+from .cli import KNOB_HELP, Parser, exit_user_error, user_path
 from .paths import replacing
 from .store import StoreError
 
@@ -65,9 +66,15 @@ class Sources:
 
         return load_runs(self.preset_dir)
 
+    def table(self, name: str) -> Path:
+        """A table the report wrote under <preset>/tables (PublishError naming the command if it is missing)."""
+        path = self.preset_dir / "tables" / name
+        if not path.is_file():
+            raise PublishError(f"{path} not found: run python -m harness.report --results {self.results} first")
+        return path
+
     def claims(self) -> dict:
-        path = self.preset_dir / "tables" / "claims.json"
-        return jsonio.read_object(path, PublishError, "a claims table (python -m harness.report writes it)")
+        return jsonio.read_object(self.table("claims.json"), PublishError, "a claims table")
 
 
 # -- the parts -----------------------------------------------------------------------------------------------
@@ -90,10 +97,7 @@ def claims_at_a_glance(src: Sources) -> str:
 
 def claims_in_full(src: Sources) -> str:
     """docs/results.md's claims: the summary table, then every comparison folded away (tables/claims.md)."""
-    path = src.preset_dir / "tables" / "claims.md"
-    if not path.is_file():
-        raise PublishError(f"{path} not found: run python -m harness.report --results {src.results} first")
-    head, _, rest = path.read_text().rstrip("\n").partition("\n\nEvery comparison:\n\n")
+    head, _, rest = src.table("claims.md").read_text().rstrip("\n").partition("\n\nEvery comparison:\n\n")
     return (f"{head}\n\n<details><summary>Every comparison (results/reference/{PRESET}/tables/claims.md)</summary>"
             f"\n\n{rest}\n\n</details>")
 
@@ -319,18 +323,17 @@ def publish(src: Sources, root: Path = REPO, check: bool = False, skip: tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.publish", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", default="results/reference",
+    ap = Parser(prog="python -m harness.publish", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=user_path, default="results/reference",
                     help="the results root whose cpu preset the pages show (default: the committed reference)")
-    ap.add_argument("--bench", default="results/bench", help="the benchmark results (default: results/bench)")
+    ap.add_argument("--bench", type=user_path, default="results/bench", help="the benchmark results (default: results/bench)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if any part is stale")
     args = ap.parse_args(argv)
     bench = Path(args.bench)
     try:
         changed = publish(Sources(Path(args.results), bench if bench.is_dir() else None), check=args.check)
-    except StoreError as e:
-        print(f"error: {printable(e)}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        return exit_user_error(e)
     for page in changed:
         print(("stale: " if args.check else "rewrote: ") + page)
     return 1 if args.check and changed else 0

@@ -114,3 +114,10 @@ def test_no_page_or_module_points_at_files_users_do_not_have():
 def test_every_task_is_in_the_task_list():
     for name in tasks.TASKS:
         assert name in tasks.__doc__, f"tasks/__init__.py's docstring lacks task {name}"
+
+
+def test_publishing_from_results_without_the_reports_tables_is_one_line(tmp_path, capsys):
+    assert publish.main(["--results", str(tmp_path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "claims.json not found: run python -m harness.report" in err
+    assert err.count("\n") == 1
