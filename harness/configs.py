@@ -165,6 +165,7 @@ class RunCell:
     max_block_size: int | None = field(default=None, metadata=UNHASHED)      # SetDLM's S_max
     expected_budget: float | None = field(default=None, metadata=UNHASHED)
     reference: bool = False              # a pretrained reference (e.g. SmolLM2), kept out of the paradigm comparison
+    train_seed: int = field(default=0, metadata=UNHASHED)   # the model's training seed (in its model id already)
 
     @property
     def run_id(self) -> str:

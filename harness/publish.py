@@ -84,14 +84,19 @@ def _estimate(claim: dict) -> str:
     if claim.get("estimate") is None:
         return ""
     n = claim.get("n")
-    return _fmt(claim["estimate"], claim.get("ci_low"), claim.get("ci_high")) + (f", n {int(n)}" if n else "")
+    seeds = not str(claim.get("evidence", "examples of one")).startswith("examples of one")
+    return (_fmt(claim["estimate"], claim.get("ci_low"), claim.get("ci_high"))
+            + (f", {int(n)} seeds (first language)" if n and seeds else f", n {int(n)}" if n else ""))
 
 
 def claims_at_a_glance(src: Sources) -> str:
     """The README's narrow claims table: claim, short statement, verdict (its first words), primary estimate."""
     rows = [{"claim": c["claim"], "statement": c.get("short") or c["statement"],
              "verdict": "not testable" if str(c["verdict"]).startswith("not testable") else c["verdict"],
-             "primary estimate [95% CI]": _estimate(c)} for c in src.claims()["claims"]]
+             "primary estimate [95% CI]": _estimate(c),
+             "over": "one training run" if c.get("evidence", "examples of one").startswith("examples of one")
+             else c["evidence"].replace(" training seeds x ", " seeds x ").replace(" oracle languages", " languages")}
+            for c in src.claims()["claims"]]
     return pd.DataFrame(rows).to_markdown(index=False)
 
 

@@ -57,7 +57,8 @@ from .cli import (  # noqa: E402
 )
 from .paths import make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
-from .rows import commit_policy, is_reference, policy_spec, series_of, setting  # noqa: E402
+from tasks.oracle_language import DEFAULT_LANGUAGE  # noqa: E402
+from .rows import commit_policy, is_reference, language, policy_spec, series_of, setting, train_seed  # noqa: E402
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
 from .store import StoreError, numbered_jsonl  # noqa: E402
 
@@ -121,6 +122,8 @@ def load_runs(preset_dir: Path) -> pd.DataFrame:
     df["setting"] = [setting(r) for r in unique]
     df["order"] = df["paradigm"].map(paradigm_order())
     df["default_policy"] = [policy_spec(r) == "confidence" for r in unique]   # other policies: policy_ranking
+    df["train_seed"] = [train_seed(r) for r in unique]
+    df["language"] = [language(r) or "" for r in unique]
     return df.sort_values(["task", "order", "series", "setting", "metric"], kind="stable").reset_index(drop=True)
 
 
@@ -429,15 +432,23 @@ def claims_markdown(summary: pd.DataFrame, details: pd.DataFrame) -> str:
                                                    zip(details.difference, details.ci_low, details.ci_high)]})
     if "p_holm" not in shown:
         shown = shown.assign(p_holm=None)
-    shown = shown[["claim", "role", "task", "a", "b", "metric", "test", "a_mean", "b_mean", "A - B [95% CI]",
-                   "p_value", "p_holm", "verdict", "n"]]
+    shown = shown[["claim", "role", "language", "seed", "task", "a", "b", "metric", "test", "a_mean", "b_mean",
+                   "A - B [95% CI]", "p_value", "p_holm", "verdict", "n"]]
     head = summary.assign(**{"primary estimate [95% CI]": [_fmt(v, lo, hi) for v, lo, hi in
                                                            zip(summary.estimate, summary.ci_low, summary.ci_high)]})
-    head = head[["claim", "statement", "verdict", "primary", "primary estimate [95% CI]", "n", "paper", "secondary"]]
+    for column in ("per_language", "evidence"):   # (claims tables written before seeds and languages)
+        if column not in head:
+            head[column] = ""
+    head = head[["claim", "statement", "verdict", "primary", "primary estimate [95% CI]", "n", "evidence",
+                 "per_language", "paper", "secondary"]].rename(columns={"per_language": "per language (pooled)"})
     untested = "\n".join(f"* {what}: {why}" for what, why in NOT_AT_THIS_SCALE.items())
     return ("Claims of the paper tested on these results (harness/claims.py): one primary test per claim (exact "
             "sign-flip permutation or McNemar tests at 5%, a frontier area with a paired bootstrap for the oracle "
-            "trade-off), secondary comparisons with Holm-adjusted p-values, speed as tokens per forward.\n\n"
+            "trade-off), secondary comparisons with Holm-adjusted p-values, speed as tokens per forward. An oracle "
+            "claim is tested on every training seed of each oracle language, decided per language by the seed-level "
+            "t test of the per-seed estimates (its interval holds the variance between training runs; n is the "
+            "number of seeds), and holds (fails) only if it holds (fails) on every language where it is testable; "
+            "the other claims rest on one training run, their intervals on examples.\n\n"
             + head.to_markdown(index=False, floatfmt=".4g") + "\n\nNot tested at this scale:\n\n" + untested
             + "\n\nEvery comparison:\n\n" + shown.to_markdown(index=False, floatfmt=".4g") + "\n")
 
@@ -466,7 +477,10 @@ def pretrained_table(df: pd.DataFrame) -> str | None:
     """The table of the pretrained reference (docs/results.md) next to the trained models: per task and primary
     metric, the reference's value, the trained AR model's (its default setting) and the best trained
     configuration's, with CIs; None when the results have no pretrained reference."""
-    if "reference" not in df or not (~compared(df)).any():
+    if "reference" not in df:
+        return None
+    df = df[~df.model_id.astype(str).str.startswith("perfect-")]   # the perfect oracle model has its own tables
+    if not (~compared(df)).any():
         return None
     rows = []
     for task in dict.fromkeys(df[~compared(df)].task):
@@ -498,6 +512,25 @@ def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "", root
         tmp.write_text((f"{note}\n\n" if note else "") + md + "\n")
 
 
+def _task_figures(df: pd.DataFrame, task: str, name: str, plots: Path, ref: pd.DataFrame | None) -> list[Path]:
+    """The figures of one task's rows (one oracle language's): its primary metric's and those the task declares."""
+    written = []
+    primary = df[df.primary].metric
+    extra = TASKS[task].extra_plots if task in TASKS else ()   # a task declares what else is drawn
+    for metric in list(dict.fromkeys(primary)) + list(extra):
+        path = plots / (name + ("" if metric in set(primary) else f"-{metric}") + ".png")
+        rows = df[df.metric == metric]
+        if rows.empty:
+            continue
+        if decoding_independent(rows):   # one bar per model (perplexities: in the combined plot)
+            if metric != "perplexity" and plot_per_model(df, [task], {task: metric},
+                                                          rows.iloc[0].get("metric_label") or metric, path):
+                written.append(path)
+        elif plot_task(df, task, metric, path, ref):
+            written.append(path)
+    return written
+
+
 def build_report(results: str | Path = "results", plots: str | Path = "results/plots",
                  presets: list[str] | None = None, reference: str | Path | None = None) -> list[Path]:
     """Rebuild every table and plot of the chosen presets (default: all under `results`); plots also draw
@@ -516,24 +549,16 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
             continue
         ref = load_runs(Path(reference) / preset_dir.name) if reference is not None else None
         tables = preset_dir / "tables"
-        all_rows, df = df, df[df.default_policy]   # the task figures draw the confidence rule; tables hold every cell
+        # the task figures draw the confidence rule and each model's first training seed, one figure per oracle
+        # language (the default language's keeps the task's name); tables hold every cell
+        all_rows, df = df, df[df.default_policy & (df.train_seed == df.groupby("language").train_seed.transform("min"))]
         ref = ref[ref.default_policy] if ref is not None and not ref.empty else ref
         for task in dict.fromkeys(all_rows.task):
             _write(task_table(all_rows, task).drop(columns=["run_id"]), tables, task, root=preset_dir)
-            primary = df[(df.task == task) & df.primary].metric
-            extra = TASKS[task].extra_plots if task in TASKS else ()   # a task declares what else is drawn
-            for metric in list(dict.fromkeys(primary)) + list(extra):
-                name = f"{preset_dir.name}-{task}" + ("" if metric in set(primary) else f"-{metric}")
-                rows = df[(df.task == task) & (df.metric == metric)]
-                if rows.empty:
-                    continue
-                if decoding_independent(rows):   # one bar per model (perplexities: in the combined plot below)
-                    if metric != "perplexity" and plot_per_model(df, [task], {task: metric},
-                                                                  rows.iloc[0].get("metric_label") or metric,
-                                                                  plots / f"{name}.png"):
-                        written.append(plots / f"{name}.png")
-                elif plot_task(df, task, metric, plots / f"{name}.png", ref):
-                    written.append(plots / f"{name}.png")
+            for lang in dict.fromkeys(df[df.task == task].language):
+                mine = df[(df.task == task) & (df.language == lang)]
+                written += _task_figures(mine, task, f"{preset_dir.name}-{task}"
+                                         + ("" if lang in ("", DEFAULT_LANGUAGE) else f"-{lang}"), plots, ref)
         ppl_tasks = [t for t in dict.fromkeys(df.task) if (df[df.task == t].metric == "perplexity").any()]
         if plot_per_model(df, ppl_tasks, {t: "perplexity" for t in ppl_tasks}, f"Perplexity ({UPPER_BOUND_NOTE})",
                           plots / f"{preset_dir.name}-perplexity.png"):

@@ -18,6 +18,7 @@ import time
 
 from models import get_paradigm
 from tasks import Task
+from tasks.oracle_language import DEFAULT_LANGUAGE
 
 from .configs import RunCell, decode_columns
 from .schema import COLUMNS
@@ -37,6 +38,7 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
         "run_id": cell.run_id, "preset": cell.preset, "paradigm": cell.paradigm, "model_id": cell.model_id,
         "task": cell.task, "n_examples": n_examples, "block_size": cell.block_size,
         "max_block_size": cell.max_block_size, **decode_columns(cell), "expected_budget": cell.expected_budget,
+        "train_seed": cell.train_seed, "language": getattr(task, "language", None),
         "decode": dataclasses.asdict(cell.decode), "task_options": cell.options, "limit": cell.limit,
         "batch_size": cell.batch_size, "warmup": cell.warmup, "seed": cell.seed, "reference": cell.reference,
         "train_precision": train_precision, "decode_precision": cell.precision,
@@ -65,6 +67,8 @@ def series_of(row: dict) -> str:
     and the decoding knobs that are not swept along a series); a pretrained reference is its model, labelled so."""
     policy = policy_spec(row).partition("(")[0]
     series = get_paradigm(row["paradigm"]).series(row) + ("" if policy == "confidence" else f" {policy}")
+    lang, seed = language(row), train_seed(row)
+    series += ("" if lang in (None, DEFAULT_LANGUAGE) else f" [{lang}]") + (f" seed {seed}" if seed else "")
     if is_reference(row):
         if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm
             return f"perfect model: {series} (reference)"
@@ -93,6 +97,24 @@ def policy_spec(row: dict) -> str:
     with the confidence rule."""
     policy = row.get("policy")
     return policy if isinstance(policy, str) and policy else "confidence"
+
+
+def train_seed(row: dict) -> int:
+    """The training seed of a row's model (rows written before seeds were recorded: 0)."""
+    seed = row.get("train_seed")
+    return int(seed) if isinstance(seed, (int, float)) and seed == seed else 0
+
+
+def language(row: dict) -> str | None:
+    """The oracle language a row's task sampled (None for other tasks); rows written before the column: the task
+    option, else the oracle tasks' default."""
+    value = row.get("language")
+    if isinstance(value, str) and value:
+        return value
+    if not str(row.get("task", "")).startswith("oracle_"):
+        return None
+    options = row.get("task_options") if isinstance(row.get("task_options"), dict) else {}
+    return options.get("language") or DEFAULT_LANGUAGE
 
 
 def setting(row: dict) -> str:

@@ -54,7 +54,11 @@ METRIC = (
                                                                     nullable=False),
     Column("n_metrics", "whole", reported=False),
 )
-MODEL = (Column("block_size", "whole"), Column("max_block_size", "whole"), Column("expected_budget", "number"))
+MODEL = (Column("block_size", "whole"), Column("max_block_size", "whole"), Column("expected_budget", "number"),
+         # the model's training seed, and the oracle language of an oracle task (None elsewhere): the claims pool
+         # seeds per language (rows written before either existed: seed 0, the task's default language)
+         Column("train_seed", "whole", stored=False, reported=False, low=0),
+         Column("language", "str", stored=False, reported=False))
 KNOBS = _knob_columns()
 # the throughput summary of a cell's timed decode calls (harness/timing.py: None everywhere when nothing was timed)
 TIMING = (

@@ -212,11 +212,15 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
                        and (block_size is None or e.config.block_size in (None, block_size))}
             targets = [(model_id, e.config) for model_id, e in outside.items()]
             external.update(outside)
-        else:
-            models_of = [c for c in family.train_configs(chosen_paradigms, seed, precision, device)
-                         if block_size is None or c.block_size in (None, block_size)]
-            targets = [(c.model_id, c) for c in models_of]
-            train += models_of
+        else:   # one set of models per training seed, each decoded at the sweep's seed
+            for offset in family.seeds:
+                models_of = [c for c in family.train_configs(chosen_paradigms, seed + offset, precision, device)
+                             if block_size is None or c.block_size in (None, block_size)]
+                train += models_of
+                cells += _cells(family, mine, [(c.model_id, c) for c in models_of], decode, data, source, limit,
+                                notes, batch_size=family.batch_size or batch_size, device=device, seed=seed,
+                                train_seed=seed + offset, precision=decode_precision)[0]
+            continue
         family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes,
                                  batch_size=family.batch_size or batch_size,
                                  device=device, seed=seed, reference=family.reference,

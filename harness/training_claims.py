@@ -11,8 +11,8 @@
   variance = mean squared distance of the K flattened gradients from their mean (the trace of the gradient
   covariance); ratios' intervals are bootstraps over the K minibatches. The weights are the sweep's trained SetDLM
   S = 4 of the preset's own corpus, run at the order-agnostic schedule.
-* convergence (claim 13): the validation curves of the sweep's order-agnostic SetDLM (the oracle ablation family:
-  a validation point every `eval_every` steps) and of its twin trained with the naive MDLM-style loss
+* convergence (claim 13): the validation curves of each of the sweep's order-agnostic SetDLMs (the oracle ablation
+  families: one per language and training seed, a validation point every `eval_every` steps) and of its twin trained with the naive MDLM-style loss
   (TrainConfig.naive_loss: the same network, data, steps and schedule; trained here, cached like any model). Each
   point holds every validation row's bound over the same orders in both runs, so the curves compare row by row.
 
@@ -70,9 +70,18 @@ def gradvar_config(train: tuple, corpus: str, length: int) -> "object | None":
                  and not t.naive_loss), None)
 
 
-def convergence_config(train: tuple) -> "object | None":
-    """The plan's SetDLM that logs a validation curve (the ablation family's order-agnostic model), or None."""
-    return next((t for t in train if t.paradigm == "setdlm" and t.eval_every and not t.naive_loss), None)
+def convergence_configs(train: tuple) -> list:
+    """The plan's SetDLMs that log a validation curve (the ablation families' order-agnostic models: one per oracle
+    language and training seed)."""
+    return [t for t in train if t.paradigm == "setdlm" and t.eval_every and not t.naive_loss]
+
+
+def convergence_runs(measured: dict) -> list[dict]:
+    """The runs of a convergence measurement, each with its `language` (the oracle language's name) and `seed`; a
+    file written before seeds and languages (one run at its top level) is one run of seed 0."""
+    runs = measured.get("runs") if "runs" in measured else [measured]
+    return [{**run, "language": str(run["language"]).removeprefix("oracle:"), "seed": run.get("seed", 0)}
+            for run in runs]
 
 
 def measure_gradvar(model: models.ParadigmModel, cfg, minibatches: int = GRADVAR_MINIBATCHES) -> dict:
@@ -136,7 +145,8 @@ def measure_convergence(token_efficient, device: str = "auto", progress: bool = 
     steps = [p["step"] for p in curves["token_efficient"]["points"]]
     if steps != [p["step"] for p in curves["naive"]["points"]]:
         raise RuntimeError("the two validation curves were logged at different steps")
-    return {"language": token_efficient.corpus, "length": token_efficient.length,
+    return {"language": token_efficient.corpus.removeprefix("oracle:"), "seed": token_efficient.seed,
+            "length": token_efficient.length,
             "models": {"token_efficient": token_efficient.model_id, "naive": naive.model_id},
             "train_seconds": seconds, "rows": curves["naive"]["rows"], "samples": curves["naive"]["samples"],
             "steps": steps, "nll": {name: [point["nll"] for point in c["points"]] for name, c in curves.items()}}
@@ -153,12 +163,12 @@ def training_stage(preset, train: tuple, preset_dir: Path, device: str = "auto",
     from .train import ensure_trained
 
     planned = {"gradvar": gradvar_config(train, preset.base.corpus, preset.base.length),
-               "convergence": convergence_config(train)}
+               "convergence": convergence_configs(train) or None}
     for name, cfg in planned.items():
         if cfg is None:
             continue
-        key = short_hash({"measurement": name, "model": cfg.model_id,
-                          "minibatches": GRADVAR_MINIBATCHES if name == "gradvar" else None}, 16)
+        key = short_hash({"measurement": name, "model": cfg.model_id, "minibatches": GRADVAR_MINIBATCHES}
+                         if name == "gradvar" else {"measurement": name, "models": [c.model_id for c in cfg]}, 16)
         existing = read(preset_dir, name)
         if existing is not None and existing.get("key") == key:
             continue
@@ -169,10 +179,11 @@ def training_stage(preset, train: tuple, preset_dir: Path, device: str = "auto",
             said = (f"gradient variance, naive / SetDLM's loss {ratio['ratio']:.2f}x "
                     f"[{ratio['ci_low']:.2f}, {ratio['ci_high']:.2f}]")
         else:
-            result = measure_convergence(cfg, device, progress)
-            final = {k: statistics.fmean(v[-1]) for k, v in result["nll"].items()}
-            said = (f"convergence, final validation bound token-efficient {final['token_efficient']:.3f} / naive "
-                    f"{final['naive']:.3f} nats/token")
+            result = {"runs": [measure_convergence(c, device, progress) for c in cfg]}
+            final = {k: statistics.fmean(statistics.fmean(run["nll"][k][-1]) for run in result["runs"])
+                     for k in ("token_efficient", "naive")}
+            said = (f"convergence of {len(cfg)} models, final validation bound token-efficient "
+                    f"{final['token_efficient']:.3f} / naive {final['naive']:.3f} nats/token (mean over them)")
         _write(preset_dir, name, {"key": key, "measurement": name, **result, **fingerprint("cpu", torch.float32),
                                   "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         print(f"{name}: {said} ({format_duration(time.perf_counter() - t0)})", file=sys.stderr, flush=True)
@@ -194,21 +205,25 @@ def gradvar_table(run: dict) -> str:
     return f"{where}\n\n{rows.to_markdown(index=False)}"
 
 
-def convergence_table(run: dict) -> str:
-    """The README's generated table of the sweep's convergence stage (<preset>/convergence.json): the mean
-    validation bound of the token-efficient and the naive run at each evaluated step, and the first evaluated step
-    at which the token-efficient run is at or below the naive run's final bound."""
-    mean = {name: [sum(rows) / len(rows) for rows in per_step] for name, per_step in run["nll"].items()}
-    eff, naive = mean["token_efficient"], mean["naive"]
-    table = pd.DataFrame({"step": run["steps"], "token-efficient, nats/token": [f"{v:.2f}" for v in eff],
-                          "naive, nats/token": [f"{v:.2f}" for v in naive]}).set_index("step").T
-    table.index.name = "step"
-    reached = next((step for step, v in zip(run["steps"], eff) if v <= naive[-1]), None)
-    where = (f"{measured_on(run)}. {run['language']}, length {run['length']}; the validation bound over {run['rows']} rows "
-             f"x {run['samples']} orders, the same at every step and in both runs. The token-efficient run reaches "
-             f"the naive run's final bound ({naive[-1]:.2f}) "
-             + (f"at step {reached} of {run['steps'][-1]}." if reached is not None else "at none of its steps."))
-    return f"{where}\n\n{table.to_markdown()}"
+def convergence_table(measured: dict) -> str:
+    """The README's generated table of the sweep's convergence stage (<preset>/convergence.json): per oracle language
+    and training seed, the mean validation bound of the token-efficient and the naive run at each evaluated step,
+    and the first evaluated step at which the token-efficient run is at or below the naive run's final bound."""
+    runs = convergence_runs(measured)
+    lines, reached = [], []
+    for run in runs:
+        mean = {name: [sum(rows) / len(rows) for rows in per_step] for name, per_step in run["nll"].items()}
+        for name, label in (("token_efficient", "token-efficient"), ("naive", "naive")):
+            lines.append({"language": run["language"], "seed": run["seed"], "loss": label,
+                          **{str(step): f"{v:.2f}" for step, v in zip(run["steps"], mean[name])}})
+        step = next((s for s, v in zip(run["steps"], mean["token_efficient"]) if v <= mean["naive"][-1]), None)
+        reached.append(f"{run['language']} seed {run['seed']}: " + (f"step {step}" if step is not None else "never"))
+    first = runs[0]
+    where = (f"{measured_on(measured if 'runs' in measured else first)}. Length {first['length']}; each validation "
+             f"bound over {first['rows']} rows x {first['samples']} orders, the same at every step and in both runs "
+             f"of a language and seed (nats/token, by training step). The token-efficient run reaches the naive "
+             f"run's final bound at: {'; '.join(reached)}.")
+    return f"{where}\n\n{pd.DataFrame(lines).to_markdown(index=False)}"
 
 
 # the published tables of the two stages (harness/publish.py), read from the preset's results folder: (measurement, its table)

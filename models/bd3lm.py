@@ -20,7 +20,7 @@
   forward, compiled). Where the host reads the stop flag at once (a CPU), a step after one that completed no block
   feeds the block's S rows alone (the light whole step: a second graph).
 * Infilling: by default (infill_context="blocks") the block-causal model sees the prefix and any suffix
-  tokens inside the blocks it decodes, not later blocks. infill_context="all" (every clean block): every
+  tokens inside the blocks it decodes, not later blocks. infill_context="clean_blocks" (every clean block): every
   complete block of the input without a mask, prefix and suffix, is written to the cache with the first
   block's first forward (block-causal among themselves, never seeing the blocks being decoded), so each masked
   block sees both sides, except the suffix tokens that share a later block with the span; position ids stay
@@ -192,7 +192,7 @@ class BD3LMModel(MDLMModel):
         n_pre = torch.where(state.active, state.block * S, 0)   # the prompt's complete blocks, pending at step 0
         # what the cache starts with (the reference path's context)
         context = canvas.real & ~canvas.span & (cols[None] < (state.pad + n_pre)[:, None])
-        if decode.infill_context == "all" and not bool(canvas.span[:, -1].any()):
+        if decode.infill_context == "clean_blocks" and not bool(canvas.span[:, -1].any()):
             # infilling: every complete block without a mask, the suffix's too, is context
             n_blocks = C // S   # (an infill canvas has no padding: column = position)
             clean = (canvas.real & ~(canvas.span & (canvas.ids == self.mask_id)))[:, :n_blocks * S]

@@ -29,7 +29,7 @@ SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible chang
 COMMIT_ORDERS = ("position", "first_hitting")
 SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
 CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence
-INFILL_CONTEXTS = ("blocks", "all")     # DecodeConfig.infill_context (BD3LM)
+INFILL_CONTEXTS = ("blocks", "clean_blocks")     # DecodeConfig.infill_context (BD3LM)
 COMPILE_MODES = ("off", "fixed", "on", "auto")   # DecodeConfig.compile (AR, BD3LM, SetDLM)
 # metadata of a DecodeConfig field added after results were published: at its default it is left out of every
 # config hash (harness.configs.canonical_json), so adding the knob changes no existing run id
@@ -101,7 +101,7 @@ class DecodeConfig:
         "set then depends only on the predictive distributions, which makes the decoder's joint q_dec exact to "
         "score, Generation.log_q)")})
     infill_context: str = field(default="blocks", metadata={**NEW_KNOB, "help": (
-        "BD3LM infilling context: blocks (the prefix and the suffix tokens inside the block being decoded) or all "
+        "BD3LM infilling context: blocks (the prefix and the suffix tokens inside the block being decoded) or clean_blocks "
         "(every clean block: each complete block of the input without a mask, prefix and suffix, is written to the "
         "cache at its true positions before the masked blocks are denoised, so each one sees both sides but for the "
         "suffix tokens sharing a later block with the span; a harness variant, not the official "

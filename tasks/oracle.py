@@ -56,7 +56,7 @@ from tasks.base import (
     BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Example, GenerateRequest, InfillRequest, MetricValue, NllOutput, NllRequest,
     Record, Request, Task, TaskError, TextOutput, check_context_length, check_samples, output, ratio_ci,
 )
-from tasks.oracle_language import MISSING, LanguageError, OracleLanguage
+from tasks.oracle_language import DEFAULT_LANGUAGE, MISSING, LanguageError, OracleLanguage
 from tasks.oracle_language import language as oracle_language
 
 EVAL_SEED = 20_250_917
@@ -71,7 +71,7 @@ class _OracleTask(Task):
     seed_tag: ClassVar[int]
     data_format = "none: the data are sampled from the oracle language"
 
-    def __init__(self, language: str = "hmm-strong", n_examples: int = 200, **source: Any):
+    def __init__(self, language: str = DEFAULT_LANGUAGE, n_examples: int = 200, **source: Any):
         if source.get("source", "embedded") != "embedded" or any(v is not None for k, v in source.items()
                                                                    if k != "source"):
             raise TaskError(f"task {self.name}: the oracle tasks sample their data from the language; "

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, frontier_area, holm, mcnemar_p, paired,
-                            sign_flip_p)
+from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, evaluate, frontier_area, holm, mcnemar_p,
+                            overall, paired, pooled_test, sign_flip_p)
 from harness.schema import STORED_KEYS
 from harness import bench, training_claims
 from harness.bench.common import bench_dir, bench_section
@@ -156,11 +156,16 @@ def test_claims_tables_are_a_pure_function_of_results():
     assert claims_markdown(*first) == claims_markdown(*second) and claims_markdown(*first)
     summary, details = first
     assert set(summary.claim) == {c.number for c in CLAIMS}
-    assert set(details.role) <= {"primary", "secondary", "reference"}
+    assert set(details.role) <= {"primary", "pooled", "secondary", "reference"} | {f"seed {i}" for i in range(9)}
     decided = summary[summary.verdict.isin(["holds", "fails"])]
     assert len(decided) >= 5, "fewer than 5 claims have a decided primary verdict in the committed results"
     assert not (details.difference == 0).any(), "a committed comparison is a tie by construction"
     assert (details.groupby("claim").role.apply(lambda r: (r == "primary").sum()) <= 1).all()
+    assert (details.groupby(["claim", "language"]).role.apply(lambda r: (r == "pooled").sum()) <= 1).all()
+    seeded = [c.number for c in CLAIMS if c.seeded]   # every oracle claim: per-seed and pooled rows on two languages
+    pooled = details[details.role == "pooled"]
+    assert all(pooled[pooled.claim == n].language.nunique() >= 2 for n in seeded)
+    assert all((pooled[pooled.claim == n].n >= 3).all() for n in seeded)
 
 
 def test_the_committed_claims_table_is_what_the_report_makes_of_the_committed_results():
@@ -265,17 +270,21 @@ def test_the_training_stage_measures_again_only_when_its_models_change(tmp_path,
     monkeypatch.setattr("harness.train.ensure_trained", lambda cfg, device, progress: tmp_path)
     monkeypatch.setattr("models.load", lambda path: torch.nn.Linear(1, 1))
     preset = get_preset("cpu")
-    train = tuple(t for family in (preset, *preset.families) if "ar" in family.steps for t in family.train_configs())
+    train = tuple(t for family in (preset, *preset.families) if "ar" in family.steps
+                  for seed in family.seeds for t in family.train_configs(seed=seed))
+    curves = 2 * 3   # the order-agnostic SetDLM of each oracle language and training seed
     tc.training_stage(preset, train, tmp_path, progress=False)
-    assert [name for name, _ in calls] == ["gradvar", "convergence"]
-    assert tc.read(tmp_path, "gradvar")["key"] and tc.read(tmp_path, "convergence")["nll"]["naive"] == [[2.0]]
+    assert [name for name, _ in calls] == ["gradvar"] + ["convergence"] * curves
+    assert len({model for name, model in calls if name == "convergence"}) == curves
+    runs = tc.read(tmp_path, "convergence")["runs"]
+    assert tc.read(tmp_path, "gradvar")["key"] and len(runs) == curves and runs[0]["nll"]["naive"] == [[2.0]]
     tc.training_stage(preset, train, tmp_path, progress=False)
-    assert len(calls) == 2   # read back: nothing measured again
+    assert len(calls) == 1 + curves   # read back: nothing measured again
     retrained = tuple(t.replace(steps=t.steps + 1) if t.paradigm == "setdlm" and t.eval_every else t for t in train)
     tc.training_stage(preset, retrained, tmp_path, progress=False)
-    assert [name for name, _ in calls[2:]] == ["convergence"]
+    assert [name for name, _ in calls[1 + curves:]] == ["convergence"] * curves
     tc.training_stage(get_preset("smoke"), train, tmp_path / "smoke", progress=False)
-    assert len(calls) == 3 and not (tmp_path / "smoke").exists()
+    assert len(calls) == 1 + 2 * curves and not (tmp_path / "smoke").exists()
 
 
 def test_the_oracle_trade_off_is_compared_under_every_commit_policy():
@@ -287,3 +296,69 @@ def test_the_oracle_trade_off_is_compared_under_every_commit_policy():
         mine = rows[rows.a.str.contains(f"(every {policy} setting)", regex=False)]
         assert set(mine.role) == {"secondary", "reference"}, policy
     assert not details[details.claim != 9].a.str.contains("setting)", regex=False).any()
+
+
+# -- verdicts over training seeds and languages ------------------------------------------------------------------------
+def test_the_seed_level_test_keeps_its_level_and_has_power():
+    """Three seeds whose estimates scatter around the true difference (between-seed spread 1): at a true difference
+    of 0 the pooled test rejects in about 5% of draws, never more than its level allows; at 4 spreads it mostly
+    decides, in the right direction; a lower-is-better sign reverses the verdict."""
+    rng = np.random.default_rng(0)
+    null = [pooled_test(rng.normal(0.0, 1.0, 3), 1.0, "greater", 0.0)[0] for _ in range(4000)]
+    assert 0.03 <= np.mean([v != "inconclusive" for v in null]) <= 0.065
+    strong = [pooled_test(rng.normal(4.0, 1.0, 3), 1.0, "greater", 0.0) for _ in range(400)]
+    assert np.mean([v == "holds" for v, *_ in strong]) > 0.5 and not any(v == "fails" for v, *_ in strong)
+    assert all(low <= 4.0 + 20 and low < high for _, _, low, high in strong)
+    verdict, p, low, high = pooled_test(np.array([-0.05, -0.06, -0.055]), -1.0, "greater", 0.0)
+    assert verdict == "holds" and p < 0.05 and high < 0            # lower is better, and A is lower
+    assert pooled_test(np.array([-0.05, -0.06, -0.055]), 1.0, "greater", 0.0)[0] == "fails"
+    assert pooled_test(np.array([-0.05, 0.06, 0.01]), 1.0, "greater", 0.0)[0] == "inconclusive"
+    assert pooled_test(np.array([-0.01, -0.02, -0.015]), 1.0, "noninferior", 0.1)[0] == "holds"
+
+
+def test_a_claim_holds_overall_only_where_it_holds_on_every_testable_language():
+    assert overall({"a": "holds", "b": "holds"}) == "holds"
+    assert overall({"a": "fails", "b": "fails"}) == "fails"
+    assert overall({"a": "holds", "b": f"{NOT_TESTABLE}: no cells"}) == "holds"
+    assert overall({"a": "holds", "b": "inconclusive"}) == "inconclusive (holds on a, inconclusive on b)"
+    assert overall({"a": "holds", "b": "fails"}).startswith("inconclusive")
+    assert overall({"a": f"{NOT_TESTABLE}: x"}) == f"{NOT_TESTABLE}: x"
+
+
+def _oracle_nll_results(tmp_path: Path, gaps: dict[tuple[str, int], float]) -> list[dict]:
+    """Claim 10's cells (SetDLM S_max 8 and 16 on oracle_nll) per (language, training seed), the smaller S_max's
+    excess lower by `gap` on every example (plus noise)."""
+    (tmp_path / "examples").mkdir()
+    rng, runs = np.random.default_rng(3), []
+    for (lang, seed), gap in gaps.items():
+        base = rng.normal(0.3, 0.05, 40)
+        for s_max, values in ((8, base - gap + rng.normal(0, 0.01, 40)), (16, base)):
+            run_id = f"{lang}-{seed}-{s_max}"
+            rows = [{"example_id": str(i), "metrics": {"excess": float(v)}, "n_tokens": 10, "seconds": 0.1}
+                    for i, v in enumerate(values)]
+            (tmp_path / "examples" / f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            runs.append({**_cell(run_id, "setdlm", s_max // 2), "task": "oracle_nll", "metric": "excess",
+                         "higher_is_better": False, "max_block_size": s_max, "train_seed": seed, "language": lang,
+                         "model_id": f"setdlm-{run_id}"})
+    return runs
+
+
+def test_an_oracle_claim_is_decided_by_its_seeds_on_every_language(tmp_path):
+    """Claim 10 on 3 seeds x 2 languages: one row per seed and a pooled row per language; it holds where every
+    seed's gap agrees, is inconclusive overall when one language's seeds disagree, though each seed's own test is
+    decided (the intervals over examples do not cover training)."""
+    agree = {(lang, seed): 0.03 + 0.002 * seed for lang in ("hmm-strong", "hmm-wide") for seed in (0, 1, 2)}
+    summary, details = evaluate(tmp_path, _oracle_nll_results(tmp_path, agree))
+    [claim] = [c for c in summary if c["claim"] == 10]
+    assert claim["verdict"] == "holds" and claim["n"] == 3 and "3 training seeds x 2 oracle languages" in claim["evidence"]
+    rows = [r for r in details if r["claim"] == 10]
+    assert sorted(r["role"] for r in rows if r["language"] == "hmm-wide") == ["pooled", "seed 0", "seed 1", "seed 2"]
+    assert all(r["verdict"] == "holds" for r in rows)
+
+    (tmp_path / "split").mkdir()
+    split = {**agree, ("hmm-wide", 0): 0.05, ("hmm-wide", 1): -0.04, ("hmm-wide", 2): 0.01}
+    summary, details = evaluate(tmp_path / "split", _oracle_nll_results(tmp_path / "split", split))
+    [claim] = [c for c in summary if c["claim"] == 10]
+    assert claim["verdict"] == "inconclusive (holds on hmm-strong, inconclusive on hmm-wide)"
+    seeds = {r["seed"]: r["verdict"] for r in details if r["claim"] == 10 and r["language"] == "hmm-wide"}
+    assert seeds[0] == "holds" and seeds[1] == "fails" and seeds["pooled"] == "inconclusive"

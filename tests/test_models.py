@@ -164,7 +164,7 @@ def test_cache_on_off_same_infill(paradigm):
     b = model.infill(prefix, 9, suffix, DecodeConfig(use_cache=False))
     assert a.tokens == b.tokens and len(a.tokens) == 9
     if paradigm in FIXED_STEPS:   # the fixed step too, with either infilling context (the official one prefills more)
-        for context in ("blocks", "all"):
+        for context in ("blocks", "clean_blocks"):
             decode = DecodeConfig(infill_context=context)
             assert model.infill(prefix, 9, suffix, decode.replace(compile="fixed")).tokens == \
                 model.infill(prefix, 9, suffix, decode).tokens

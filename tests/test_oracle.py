@@ -375,9 +375,9 @@ def test_the_perfect_mdlm_at_a_firing_threshold_matches_an_independent_computati
     assert len({g.nfe for g in got}) > 1   # rows that need different numbers of forwards
 
 
-def test_bd3lm_infill_sees_the_suffix_blocks_only_with_the_official_context():
-    """A span inside one block: with infill_context='all' (every clean block in the cache first, as the official
-    code does) the perfect BD3LM's q_dec is the exact infill distribution; by default it cannot see the suffix
+def test_bd3lm_infill_sees_the_suffix_blocks_only_with_the_clean_blocks_context():
+    """A span inside one block: with infill_context='clean_blocks' (every clean block in the cache first: a harness
+    variant, not the official cache_full_infill_context) the perfect BD3LM's q_dec is the exact infill distribution; by default it cannot see the suffix
     blocks, so it is not; cache on and off agree in both."""
     from models import DecodeConfig
 
@@ -389,7 +389,7 @@ def test_bd3lm_infill_sees_the_suffix_blocks_only_with_the_official_context():
     target = x[31:34]
     exact = float(lang.infill_log_prob(x[:31], target, x[34:])[0])
     got = {}
-    for context in ("blocks", "all"):
+    for context in ("blocks", "clean_blocks"):
         for cache in (True, False):
             d = DecodeConfig(**KL_SAMPLING, infill_context=context, use_cache=cache)
             got[context, cache] = model.infill(prefix, 3, suffix, d, forced=target).log_q

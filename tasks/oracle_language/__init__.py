@@ -360,7 +360,12 @@ LANGUAGES: dict[str, OracleLanguage] = {
     "hmm-weak": OracleLanguage(n_states=16, n_symbols=32, coupling=0.3, seed=11),
     # strong coupling: two likely successor states, two symbols each, so about 4 likely next symbols
     "hmm-strong": OracleLanguage(n_states=16, n_symbols=32, coupling=0.95, seed=12),
+    # a wider strongly coupled language: 24 states with three likely successors each, 48 symbols (the cpu preset's
+    # second language, so that a claim about paradigms is not a claim about one HMM)
+    "hmm-wide": OracleLanguage(n_states=24, n_symbols=48, coupling=0.9, seed=7, branching=3),
 }
+
+DEFAULT_LANGUAGE = "hmm-strong"   # the oracle tasks' and the perfect model's language unless told
 
 # A language named by its parameters: hmm(states=24,symbols=48,coupling=0.9,seed=7), optionally with branching and
 # noise (emission_noise); spaces are ignored. Anywhere a language is named (corpora and tokenizers `oracle:<lang>`,

@@ -33,7 +33,7 @@ from models.backbones.attention import KVCache
 from models.errors import ConfigError
 from models.sources import register_spec_prefix
 
-from . import LANGUAGES, MISSING, language, oracle_tokenizer
+from . import DEFAULT_LANGUAGE, LANGUAGES, MISSING, language, oracle_tokenizer
 
 PREFIX = "perfect:"
 DEFAULT_LENGTH = 64
@@ -41,7 +41,7 @@ DEFAULT_LENGTH = 64
 
 @dataclass(frozen=True)
 class OracleArch:
-    language: str = "hmm-strong"
+    language: str = DEFAULT_LANGUAGE
 
     def __post_init__(self) -> None:
         language(self.language)   # LanguageError for an unknown name or invalid parameters
