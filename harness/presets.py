@@ -186,7 +186,7 @@ _SMOKE = Preset(
 # exact (tasks/oracle_language), so the cost of committing several tokens per forward is measured without a
 # judge. Small models (2 layers) learn it to near the entropy rate in a few minutes.
 # * Quality is the decoder's two-sided KL from the oracle (oracle_kl: forward KL on teacher-forced oracle
-#   continuations, reverse KL on its own samples, 16 tokens, 300 prefixes), sampled with confidence = max_prob
+#   continuations, reverse KL on its own samples, 16 tokens, 200 prefixes), sampled with confidence = max_prob
 #   so that the decoder's joint is exact to score. The one-sided oracle NLL of samples under the official
 #   confidence (oracle_gen) rewards mode-seeking and stays as a diagnostic at tau off, greedy continuation
 #   (oracle_greedy) as a calibration diagnostic; oracle_offsets measures calibration directly, as the KL between
@@ -213,7 +213,7 @@ KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a valu
 FULL_CONTEXT = {"infill_context": "clean_blocks"}          # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
-    TaskSpec("oracle_kl", 300, {"n_examples": 300}, KL_DECODE,             # noise below the rows' own spread
+    TaskSpec("oracle_kl", 200, {"n_examples": 200}, KL_DECODE,             # noise below the rows' own spread
              policies=ORACLE_POLICIES),
     TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
     TaskSpec("oracle_offsets", 200, {}, thresholds=(None,)),                # calibration at each first-step offset

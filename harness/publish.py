@@ -113,12 +113,6 @@ def oracle_likelihood(src: Sources) -> str | None:
     return oracle_table(src.rows)
 
 
-def pretrained_reference(src: Sources) -> str | None:
-    from .report import pretrained_table
-
-    return pretrained_table(src.rows)
-
-
 def _help(main: Callable, prog: str) -> str:
     """What `prog --help` prints, at a fixed width, whoever runs the publisher."""
     out, argv, columns = io.StringIO(), sys.argv, os.environ.get("COLUMNS")
@@ -276,7 +270,6 @@ def parts() -> list[Part]:
     return [Part("README.md", "claims at a glance", claims_at_a_glance),
             Part("docs/results.md", "claims", claims_in_full),
             Part("docs/results.md", "oracle likelihood", oracle_likelihood),
-            Part("docs/results.md", "pretrained reference", pretrained_reference),
             Part("docs/benchmarks.md", "benchmark list", benchmark_list),
             *(Part("docs/benchmarks.md", name, _bench_part(name, table, lambda s: s.bench))
               for name, table in bench.TABLES),

@@ -454,51 +454,30 @@ def claims_markdown(summary: pd.DataFrame, details: pd.DataFrame) -> str:
 
 
 def oracle_table(df: pd.DataFrame) -> str | None:
-    """The oracle likelihood table (docs/results.md): each oracle model's NLL (a bound for diffusion) against the oracle's
-    exact entropy of the same sequences, with CIs; None when the results have no oracle_nll task."""
+    """The oracle likelihood table (docs/results.md): per oracle language and model, each training seed's NLL excess
+    over the oracle's exact entropy of the same sequences (a bound for diffusion; with its CI), the mean over seeds,
+    and the oracle's entropy; None when the results have no oracle_nll task."""
     sub = df[df.task == "oracle_nll"]
     if sub.empty:
         return None
-    rows = []
+    rows: dict[tuple, dict] = {}
     for _, cell in sub.groupby("run_id", sort=False):
         m = {r.metric: r for r in cell.itertuples()}
         first = cell.iloc[0]
-        rows.append({"model": first.series, "model_id": first.model_id,
-                     "model NLL, nats/token": _fmt(m["nll"].value, m["nll"].ci_low, m["nll"].ci_high),
-                     "oracle entropy": _fmt(m["oracle_entropy"].value, m["oracle_entropy"].ci_low,
-                                            m["oracle_entropy"].ci_high),
-                     "excess (model - oracle)": _fmt(m["excess"].value, m["excess"].ci_low, m["excess"].ci_high),
-                     "n": first.n_examples, "order": first.order})
-    table = pd.DataFrame(rows).sort_values(["order", "model"]).drop(columns="order")
-    return table.to_markdown(index=False)
-
-
-def pretrained_table(df: pd.DataFrame) -> str | None:
-    """The table of the pretrained reference (docs/results.md) next to the trained models: per task and primary
-    metric, the reference's value, the trained AR model's (its default setting) and the best trained
-    configuration's, with CIs; None when the results have no pretrained reference."""
-    if "reference" not in df:
-        return None
-    df = df[~df.model_id.astype(str).str.startswith("perfect-")]   # the perfect oracle model has its own tables
-    if not (~compared(df)).any():
-        return None
-    rows = []
-    for task in dict.fromkeys(df[~compared(df)].task):
-        prim = df[(df.task == task) & df.primary]
-        if prim.empty:
-            continue
-        ref, ours = prim[~compared(prim)], prim[compared(prim)]
-        hib = bool(prim.iloc[0].higher_is_better)
-        best = ours.sort_values("value", ascending=not hib).iloc[0] if not ours.empty else None
-        ar = ours[ours.paradigm == "ar"]
-        cell = lambda r: _fmt(r.value, r.ci_low, r.ci_high) if r is not None else ""   # noqa: E731
-        rows.append({"task": task, "metric": prim.iloc[0].metric + (" (higher is better)" if hib else " (lower is better)"),
-                     ref.iloc[0].series: cell(ref.iloc[0]), "trained AR": cell(ar.iloc[0]) if not ar.empty else "",
-                     "best trained configuration": f"{cell(best)} ({best.series} {best.setting})" if best is not None else "",
-                     "n (reference / trained)": f"{int(ref.iloc[0].n_examples)} / "
-                                                f"{int(ours.iloc[0].n_examples) if not ours.empty else '-'}"})
-    table = pd.DataFrame(rows)
-    return table.to_markdown(index=False)
+        lang, seed = first.language, int(first.train_seed)
+        model = first.series.replace(f" [{lang}]", "").removesuffix(f" seed {seed}")
+        row = rows.setdefault((lang, model), {"language": lang, "model": model, "order": first.order, "excess": []})
+        row[f"seed {seed}"] = _fmt(m["excess"].value, m["excess"].ci_low, m["excess"].ci_high)
+        row["excess"].append(m["excess"].value)
+        row["oracle entropy"] = f"{m['oracle_entropy'].value:.3f}"
+        row["n"] = first.n_examples
+    table = pd.DataFrame([{**{k: v for k, v in r.items() if k != "excess"},
+                           "mean excess": f"{sum(r['excess']) / len(r['excess']):.4g}"} for r in rows.values()])
+    seeds = sorted((c for c in table.columns if c.startswith("seed ")), key=lambda c: int(c.split()[1]))
+    table = table.sort_values(["language", "order", "model"])[["language", "model", *seeds, "mean excess",
+                                                               "oracle entropy", "n"]]
+    return ("Excess = model NLL (a bound for diffusion) minus the oracle's exact entropy of the same sequences, "
+            "nats/token, per training seed [95% CI over sequences].\n\n" + table.to_markdown(index=False))
 
 
 def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "", root: Path | None = None) -> None:

@@ -332,3 +332,29 @@ def test_the_interleaved_speed_ratio_and_its_a_a_control():
     assert control["ci_low"] <= 1 <= control["ci_high"] and control["ci_high"] - control["ci_low"] < 2 * AA_TOLERANCE
     assert slower["ratio"] == pytest.approx(1.2, rel=0.01) and slower["ci_low"] > 1.15
     assert ratio("A", "A", seconds)["ratio"] == 1.0
+
+
+def test_the_cpu_oracle_families_train_every_model_with_three_seeds_on_two_languages():
+    """Every trained oracle model exists once per (language, training seed): the seed and the language are part of its
+    model id (distinct ids), its cells carry `train_seed` and the tasks' `language`, and seed 0 of the first
+    language alone runs the diagnostics and the commit policies; the default language keeps run ids without a
+    language option; a family's seeds must be distinct offsets."""
+    from harness.presets import CLAIM_TASKS, ORACLE_LANGUAGES, ORACLE_SEEDS
+
+    plan = plan_sweep(get_preset("cpu"), precision="fp32")
+    oracle = [t for t in plan.train if t.corpus.startswith("oracle:")]
+    shapes = {(t.paradigm, t.block_size, t.max_block_size, bool(t.eval_every)) for t in oracle}
+    assert len(oracle) == len(shapes) * len(ORACLE_SEEDS) * len(ORACLE_LANGUAGES) == len({t.model_id for t in oracle})
+    assert {(t.corpus, t.seed) for t in oracle} == {(f"oracle:{lang}", s) for lang in ORACLE_LANGUAGES
+                                                    for s in ORACLE_SEEDS}
+    by_id = {t.model_id: t for t in oracle}
+    cells = [c for c in plan.cells if c.model_id in by_id]
+    assert all(c.train_seed == by_id[c.model_id].seed for c in cells)
+    for c in cells:
+        language = dict(c.task_options).get("language", ORACLE_LANGUAGES[0])
+        assert by_id[c.model_id].corpus == f"oracle:{language}"
+        assert ("language" in dict(c.task_options)) == (language != ORACLE_LANGUAGES[0])
+    extra = [c for c in cells if c.task not in CLAIM_TASKS or c.decode.policy != "confidence"]
+    assert extra and {(by_id[c.model_id].corpus, c.train_seed) for c in extra} == {(f"oracle:{ORACLE_LANGUAGES[0]}", 0)}
+    with pytest.raises(PlanError, match="seeds"):
+        dataclasses.replace(get_preset("smoke"), seeds=(0, 0))
