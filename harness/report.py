@@ -102,7 +102,7 @@ def precision_label(row: dict) -> str:
     """'trained fp32, decoded fp32'; rows written before precision was recorded fall back to the decode dtype."""
     decoded = row.get("decode_precision") or DTYPE_NAMES.get(row.get("dtype"), row.get("dtype") or "?")
     if row.get("train_precision") is None and is_reference(row):   # weights from elsewhere, not trained here
-        return f"pretrained, decoded {decoded}"
+        return f"not trained here, decoded {decoded}"
     return f"trained {row.get('train_precision') or '?'}, decoded {decoded}"
 
 
@@ -355,8 +355,12 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
         ax.set_ylabel(f"{metric} ({'higher' if hib else 'lower'} is better)")
         ax.grid(True, which="both", alpha=0.25)
     first = sub.iloc[0]
+    trained = sub[sub.language != ""] if "language" in sub else sub.iloc[:0]
+    trained = trained[~trained.apply(is_reference, axis=1)] if not trained.empty else trained
+    which = (f"\noracle language {trained.language.iloc[0]}, the trained models' training seed "
+             f"{int(trained.train_seed.min())} (the tables hold every seed)" if not trained.empty else "")
     fig.suptitle(f"{label} vs speed: {task}, {first.preset} preset, n={int(first.n_examples)} per point, "
-                 f"{_machine(sub)}, {'; '.join(dict.fromkeys(sub.precision))}", fontsize=10)
+                 f"{_machine(sub)}, {'; '.join(dict.fromkeys(sub.precision))}{which}", fontsize=10)
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.83, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

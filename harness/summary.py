@@ -55,6 +55,10 @@ def sweep_summary(preset: str, out: Path, plots: Path, cells: int, ran: int, sec
     figures = [plots / f"{preset}-{task}.png" for task in FIRST_FIGURES if (plots / f"{preset}-{task}.png").is_file()]
     if figures:
         lines.append("open first: " + ", ".join(str(f) for f in figures))
+    if not tables.is_dir():   # --no-report: say how to build them rather than name files that are not there
+        lines.append(f"rows: {Path(out) / preset / 'runs.jsonl'}; tables and figures not built (--no-report): "
+                     f"python -m harness.report --results {out} --plots {plots}")
+        return "\n".join(lines)
     lines.append(f"everything: {tables / 'claims.md'} (every comparison), {tables} (one table per task), "
                  f"{Path(out) / preset / 'runs.jsonl'} (rows), {plots} (figures)")
     return "\n".join(lines)

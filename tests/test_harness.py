@@ -234,9 +234,12 @@ def test_presets_are_valid_and_budget_matched():
     windows = {c.decode.window for c in cpu.cells if c.paradigm == "setdlm" and TASKS[c.task].decode_kind != "none"}
     assert windows == {4, 8, 64}   # W = S (and S_max for text); the order-agnostic ablation's W = S = L
     ablation = [c for c in cpu.train if c.eval_every]
-    assert [(c.block_size, c.max_block_size, c.length, c.steps) for c in ablation] == [(64, 64, 64, 300)]
-    oracle_mdlm = next(c for c in cpu.train if c.paradigm == "mdlm" and c.length == 64)
-    assert ablation[0].init_from == oracle_mdlm.init_from and ablation[0].steps == oracle_mdlm.steps   # Table 6 pair
+    # one order-agnostic ablation model per (oracle language, training seed), each the Table 6 pair of that family's MDLM
+    assert {(c.block_size, c.max_block_size, c.length, c.steps) for c in ablation} == {(64, 64, 64, 200)}
+    assert len({(c.corpus, c.seed) for c in ablation}) == len(ablation) == 6
+    for a in ablation:
+        oracle_mdlm = next(c for c in cpu.train if c.paradigm == "mdlm" and (c.corpus, c.seed) == (a.corpus, a.seed))
+        assert a.init_from == oracle_mdlm.init_from and a.steps == oracle_mdlm.steps
     taus = {c.decode.threshold for c in cpu.cells if c.paradigm == "bd3lm" and c.task == "gsm8k"}
     assert taus == {None, 0.3, 0.1}
 
@@ -275,8 +278,9 @@ def test_seed_reaches_the_ar_parent_of_adapted_models():
     cfgs = get_preset("cpu").train_configs(seed=3)
     assert all(c.seed == 3 for c in cfgs) and all(c.init_from.seed == 3 for c in cfgs if c.init_from)
     plan = plan_sweep(get_preset("cpu"), seed=3)
-    ars = {(t.corpus, t.model_id) for t in plan.train if t.paradigm == "ar"}
-    assert len(ars) == len({corpus for corpus, _ in ars}) == 2   # one AR per family: baseline, parent (and judge)
+    ars = [(t.corpus, t.seed) for t in plan.train if t.paradigm == "ar"]
+    assert len(ars) == len(set(ars)) and min(seed for _, seed in ars) == 3   # one AR per corpus and training seed
+    assert all((t.init_from.corpus, t.init_from.seed) == (t.corpus, t.seed) for t in plan.train if t.init_from)
 
 
 def test_hub_corpus_streams_through_datasets(monkeypatch):

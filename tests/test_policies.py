@@ -295,6 +295,8 @@ def test_the_sweep_ends_by_saying_what_it_found(tmp_path):
     assert "2 of 3 decided" in text
     assert "holds -0.1 (= reference)" in text and "fails -0.2 [reference: inconclusive]" in text
     assert "not testable" in text and "cpu-oracle_kl.png" in text and "claims.md" in text
+    bare = sweep_summary("cpu", tmp_path / "bare", plots, 249, 249, 1.0, None)   # --no-report: no tables to name
+    assert "claims.md" not in bare and "not built (--no-report): python -m harness.report" in bare
 
 
 def _dus_reference(size: int, a: int, masked: set[int], step: int) -> set[int]:
