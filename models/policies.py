@@ -8,7 +8,8 @@ candidate, n_forced)` returns the commits. `n_forced` is the paradigm's count sc
 unless a step budget says more); every policy commits at least that many (its floor). The call sits in each
 paradigm's one transition (models/steps.py), so the eager loop and the compiled whole steps run the same rule: in a
 whole step the greedy scores come from models.steps.GreedyChoice and the policy's float parameters are 0-d tensors
-(one compiled step serves every value); `select` must not read a tensor back to the host.
+(one compiled step serves every value); `select` must not read a tensor back to the host, nor raise a number to a
+tensor's power (Dilated.spacing says why). tests/test_compiled_steps.py compiles every rule's `select` ahead of time.
 
 Scores, per candidate position (p: the step's processed distribution there, after temperature and nucleus):
   confidence  c = p(x̂), the probability of the proposed token (or max p with DecodeConfig.confidence="max_prob")
@@ -328,12 +329,27 @@ class Dilated(CommitPolicy):
     def value_independent(self, greedy: bool, confidence: str) -> bool:
         return True
 
+    def spacing(self, context: StepContext) -> torch.Tensor:
+        """The grid's spacing max(1, floor(B / a^t)) of each row's step t = context.step + 1 ([B, 1] int64, or
+        [1, 1] for an int step). The spacings of the steps are host integers (floor(B / a^t) = floor(floor(B /
+        a^(t-1)) / a)), picked per row by comparisons of the step: no power of a tensor. (`a ** t` with t a tensor is
+        aten.pow.Scalar, which inductor leaves to ATen, and AOTInductor's C shim passes its integer base as a double:
+        in a whole step compiled ahead of time it came back float32 and the int64 kernels after it read its bits,
+        spacing 1 at every step, the whole block in one.)"""
+        step = torch.as_tensor(context.step, device=context.offset.device).reshape(-1, 1)
+        width = context.size // self.a
+        spacing = torch.full_like(step, max(1, width))
+        t = 1
+        while width > 1:   # the steps after the first whose spacing is narrower: ceil(log_a B) - 1 at most
+            width //= self.a
+            spacing = torch.where(step >= t, max(1, width), spacing)
+            t += 1
+        return spacing
+
     def select(self, scores, candidate, n_forced, context=None):
         if context is None:
             raise PolicyError("policy dus commits by position within a block: MDLM and BD3LM only")
-        t = torch.as_tensor(context.step, device=scores.device).reshape(-1, 1) + 1
-        spacing = torch.clamp(torch.div(context.size, self.a ** t, rounding_mode="floor"), min=1)
-        pattern = candidate & (context.offset % spacing == 0)
+        pattern = candidate & (context.offset % self.spacing(context) == 0)
         short = pattern.sum(dim=1) < torch.as_tensor(n_forced, device=scores.device)   # the floor, by position too
         floor = _top(-context.offset.float(), candidate & ~pattern, n_forced)
         return torch.where(short[:, None], pattern | floor, pattern)

@@ -11,10 +11,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+import dataclasses
+
 from models import DecodeConfig
 from models.backbones import llama
-from models.decoding import RANKED_ALIGN_MAX, left_aligned
-from models.steps import STEP_BUCKET, STEP_GRAPH_LIMIT, StopFlag, compiled_step_graphs
+from models.decoding import RANKED_ALIGN_MAX, greedy_scores, left_aligned
+from models.exported_step import match_held_cpu_isa
+from models.policies import POLICIES, StepContext, parse_policy
+from models.steps import STEP_BUCKET, STEP_GRAPH_LIMIT, StopFlag, _bound_policy, compiled_step_graphs
 import model_utils
 from model_utils import FIXED_STEPS, random_prompts, tiny
 
@@ -109,6 +113,91 @@ def test_compiled_whole_steps_run_the_commit_policies_with_one_library_per_rule(
     assert compiled_graphs(before) == 2
     same_decodes(model, calls, DecodeConfig(threshold=0.5, stop_at_eos=False))
     assert compiled_graphs(before) == 4
+
+
+# a spec of every registered rule, with parameters at which each commits in parallel somewhere (DUS at two bases)
+POLICY_SPECS = ("confidence", "confidence(tau=0.3)", "kfloor(tau=0.3)", "topk(k=2)", "margin(tau=0.2)",
+                "entropy(theta=1.2)", "eb(gamma=0.6)", "eb(gamma=0.6,proxy=margin)", "factor(f=1.3)", "dus", "dus(a=3)",
+                "klass(tau=0.1,kl=1)")
+
+
+class _Selects(torch.nn.Module):
+    """Every rule of POLICY_SPECS as a whole step runs it: greedy scores from the logits (the `stable` count given),
+    float parameters bound to 0-d tensor inputs (models.steps._bound_policy), a forced count per row and the int
+    count 1, and, for a rule `in_blocks`, the block context with a step number per row. Returns the commits
+    [2 * rules, B, M]."""
+
+    def __init__(self, policies, size: int):
+        super().__init__()
+        self.policies, self.size = policies, size
+
+    def forward(self, logits, candidate, n_forced, step, stable, *params):
+        values, out = iter(params), []
+        offset = torch.arange(self.size, device=logits.device).expand(candidate.shape[0], -1)
+        for policy in self.policies:
+            bound = _bound_policy(policy, {f.name: next(values) for f in dataclasses.fields(policy)
+                                           if isinstance(getattr(policy, f.name), float)})
+            scores = greedy_scores(logits, bound.needs, stable=lambda p: stable)[1]
+            context = (StepContext(offset, self.size, step),) if policy.in_blocks else ()
+            out += [bound.select(scores, candidate, n, *context) for n in (n_forced, 1)]
+        return torch.stack(out)
+
+
+def test_every_commit_policy_selects_alike_compiled_ahead_of_time(tmp_path):
+    """Each registered commit rule's `select`, compiled ahead of time as a CPU's whole step is (torch.export, then
+    AOTInductor: models/exported_step.py; all rules in one library), commits what it commits eagerly, on random
+    distributions, candidates, forced counts and block steps. DUS once took its grid's spacing from `a ** t` of the
+    step tensor: aten.pow.Scalar, which inductor leaves to ATen and AOTInductor's C shim calls with the base as a
+    double, so the power came back float32, the int64 kernels after it read its bits, and every step committed the
+    whole block (compile on decoded other tokens than off)."""
+    assert {parse_policy(spec).name for spec in POLICY_SPECS} == set(POLICIES)
+    policies = [parse_policy(spec) for spec in POLICY_SPECS]
+    params = [torch.tensor(getattr(p, f.name)) for p in policies for f in dataclasses.fields(p)
+              if isinstance(getattr(p, f.name), float)]
+    B, M, V = 4, 9, 6   # a block of 9: DUS(a=2) spacings 4, 2, 1; DUS(a=3) 3, 1
+
+    def inputs(seed: int):
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(B, M, V, generator=g) * torch.rand(B, M, 1, generator=g) * 6
+        candidate = torch.rand(B, M, generator=g) < 0.7
+        candidate[0] = True   # one row with the whole block still masked
+        return (logits, candidate, torch.randint(1, 3, (B,), generator=g), torch.randint(0, 4, (B,), generator=g),
+                torch.randint(0, 4, (B, M), generator=g), *params)
+
+    module = _Selects(policies, M)
+    match_held_cpu_isa()
+    with torch.no_grad():
+        program = torch.export.export(module, inputs(0), strict=False)
+        library = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(
+            program, package_path=str(tmp_path / "selects.pt2")))
+        for seed in range(6):
+            args = inputs(seed)
+            eager, compiled = module(*args), library(*args)
+            assert compiled.dtype == eager.dtype == torch.bool
+            for i, spec in enumerate(POLICY_SPECS):
+                for j, count in enumerate(("per row", "1")):
+                    assert torch.equal(compiled[2 * i + j], eager[2 * i + j]), (seed, spec, count)
+
+
+def _whole_step_policy(spec: str, paradigm: str):
+    marks = [] if (spec, paradigm) == ("dus", "bd3lm") else [pytest.mark.slow]
+    return pytest.param(spec, paradigm, marks=marks, id=f"{paradigm}-{spec}")
+
+
+@pytest.mark.parametrize("spec, paradigm", [
+    _whole_step_policy(spec, paradigm) for paradigm in ("bd3lm", "setdlm") for spec in POLICY_SPECS
+    if not spec.startswith("klass") and not (paradigm == "setdlm" and spec.startswith("dus"))])
+def test_compiled_whole_steps_decode_each_policy_as_eager(spec, paradigm):
+    """Each commit rule whole steps run (every value-independent one: all but KLASS, whose chooser keeps state)
+    decodes with compile on (a CPU: whole steps compiled ahead of time) the eager loop's tokens, NFE and tokens per
+    step, greedy, on a batch of three (BD3LM's light step too: the stop flag read at once). DUS on BD3LM is the fast
+    one (blocks of 8: three steps a block, which a whole step once committed in one); the others are slow tests
+    (about 20 s of compiling per library)."""
+    torch._dynamo.reset()
+    model = tiny(paradigm, block_size=8)
+    generations = same_decodes(model, [(random_prompts(3, 0), 16)], DecodeConfig(policy=spec, stop_at_eos=False))
+    if spec == "dus":
+        assert all(g.tokens_per_step.count(1) < len(g.tokens_per_step) for g, _ in generations)
 
 
 @pytest.mark.parametrize("paradigm", FIXED_STEPS)
