@@ -375,6 +375,51 @@ def test_the_perfect_mdlm_at_a_firing_threshold_matches_an_independent_computati
     assert len({g.nfe for g in got}) > 1   # rows that need different numbers of forwards
 
 
+def _independent_window_decode(lang, prefix: list[int], target: list[int], W: int, tau: float) -> tuple[float, int]:
+    """(log q_dec(target), forwards) of SW-SetDLM's rule with exact marginals, without the harness's decoders or the
+    perfect backbone: each step, the masks among the W positions from the leftmost mask each get their marginal
+    given every committed token (not the other masks), and the most confident one plus every one at >= tau commit."""
+    n = len(target)
+    known: list[int] = [MISSING] * n
+    log_q, forwards = 0.0, 0
+    while MISSING in known:
+        forwards += 1
+        first = known.index(MISSING)
+        marginals = {}
+        for i in (i for i in range(first, min(first + W, n)) if known[i] == MISSING):
+            seqs = np.array([prefix + [v if j == i else known[j] for j in range(n)] for v in range(lang.n_symbols)])
+            logp = lang.log_prob(seqs)
+            marginals[i] = np.exp(logp - np.logaddexp.reduce(logp))
+        best = max(marginals, key=lambda i: marginals[i].max())
+        chosen = [i for i in marginals if i == best or marginals[i].max() >= tau]
+        for i in chosen:
+            log_q += float(np.log(marginals[i][target[i]]))
+            known[i] = target[i]
+    return log_q, forwards
+
+
+@pytest.mark.parametrize("tag", ["setdlm-smax8", "setdlm-smax16"])
+def test_the_perfect_setdlm_at_a_firing_threshold_matches_an_independent_computation(tag):
+    """SW-SetDLM's rule on the perfect model (W = S: 4 and 8), batched, at three firing thresholds: teacher-forced
+    log q_dec and each row's forward count equal the sliding-window re-implementation on the oracle's exact
+    marginals."""
+    from models import DecodeConfig
+
+    lang = LANGUAGES["hmm-strong"]
+    model, tok = _perfect(tag)
+    window = model.config.block_size
+    rng = np.random.default_rng(6)
+    prefixes = [[int(s) for s in lang.sample(1, 31, rng)[0]] for _ in range(4)]
+    targets = [[int(s) for s in lang.sample_span(p, 10, (), 1, rng)[0]] for p in prefixes]
+    for tau in (0.3, 0.2, 0.1):   # (at 0.2 and 0.1 a window one wider or narrower gives other rows)
+        got = model.generate([[tok.bos_id] + p for p in prefixes], 10, DecodeConfig(**KL_SAMPLING, threshold=tau),
+                             forced=targets)
+        expected = [_independent_window_decode(lang, p, t, window, tau) for p, t in zip(prefixes, targets)]
+        assert [g.nfe for g in got] == [forwards for _, forwards in expected]
+        assert [g.log_q for g in got] == pytest.approx([log_q for log_q, _ in expected], abs=1e-4)
+        assert max(g.nfe for g in got) < 10   # the threshold fires: several tokens per forward
+
+
 def test_bd3lm_infill_sees_the_suffix_blocks_only_with_the_clean_blocks_context():
     """A span inside one block: with infill_context='clean_blocks' (every clean block in the cache first: a harness
     variant, not the official cache_full_infill_context) the perfect BD3LM's q_dec is the exact infill distribution; by default it cannot see the suffix
