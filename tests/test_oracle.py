@@ -317,27 +317,33 @@ def test_the_perfect_model_decodes_eagerly_whatever_compile_says(tag):
     assert [g.tokens for g in on] == [g.tokens for g in model.generate(prompts, 6, DecodeConfig(stop_at_eos=False))]
 
 
+def _exact_step(lang, prefix: list[int], known: list[int], target: list[int], positions, tau: float) -> float:
+    """One step of the confidence rule with exact marginals, computed without the harness's decoders or the perfect
+    backbone: each still-missing position's marginal given the known ones (its 32 values enumerated through
+    OracleLanguage.log_prob), the most confident plus every one at >= tau committed to `target` (in `known`).
+    Returns the step's log q_dec of the committed tokens."""
+    marginals = {}
+    for i in (i for i in positions if known[i] == MISSING):
+        seqs = np.array([prefix + [v if j == i else known[j] for j in range(len(known))] for v in range(lang.n_symbols)])
+        logp = lang.log_prob(seqs)
+        marginals[i] = np.exp(logp - np.logaddexp.reduce(logp))
+    best = max(marginals, key=lambda i: marginals[i].max())
+    chosen = [i for i in marginals if i == best or marginals[i].max() >= tau]
+    for i in chosen:
+        known[i] = target[i]
+    return sum(float(np.log(marginals[i][target[i]])) for i in chosen)
+
+
 def _independent_block_decode(lang, prefix: list[int], target: list[int], S: int, tau: float) -> tuple[float, int]:
-    """(log q_dec(target), forwards) of BD3LM's rule with exact marginals, computed without the harness's decoders
-    or the perfect backbone: each candidate's marginal by enumerating its 32 values through OracleLanguage.log_prob."""
-    n = len(target)
-    known: list[int] = [MISSING] * n
+    """(log q_dec(target), forwards) of BD3LM's rule with exact marginals: blocks of S left to right, each decoded
+    until it is complete, seeing the prefix and the blocks before it."""
+    known: list[int] = [MISSING] * len(target)
     log_q, forwards = 0.0, 0
-    for start in range(0, n, S):
-        block = list(range(start, min(start + S, n)))
+    for start in range(0, len(target), S):
+        block = range(start, min(start + S, len(target)))
         while any(known[i] == MISSING for i in block):
             forwards += 1
-            marginals = {}
-            for i in (i for i in block if known[i] == MISSING):
-                seqs = np.array([prefix + [v if j == i else known[j] for j in range(n)] for v in range(lang.n_symbols)])
-                logp = lang.log_prob(seqs)
-                marginals[i] = np.exp(logp - np.logaddexp.reduce(logp))
-            best = max(marginals, key=lambda i: marginals[i].max())
-            chosen = [i for i in marginals if i == best or marginals[i].max() >= tau]
-            for i in chosen:
-                log_q += float(np.log(marginals[i][target[i]]))
-            for i in chosen:
-                known[i] = target[i]
+            log_q += _exact_step(lang, prefix, known, target, block, tau)
     return log_q, forwards
 
 
@@ -376,25 +382,14 @@ def test_the_perfect_mdlm_at_a_firing_threshold_matches_an_independent_computati
 
 
 def _independent_window_decode(lang, prefix: list[int], target: list[int], W: int, tau: float) -> tuple[float, int]:
-    """(log q_dec(target), forwards) of SW-SetDLM's rule with exact marginals, without the harness's decoders or the
-    perfect backbone: each step, the masks among the W positions from the leftmost mask each get their marginal
-    given every committed token (not the other masks), and the most confident one plus every one at >= tau commit."""
-    n = len(target)
-    known: list[int] = [MISSING] * n
+    """(log q_dec(target), forwards) of SW-SetDLM's rule with exact marginals: each step, the masks among the W
+    positions from the leftmost mask, each given every committed token (not the other masks)."""
+    known: list[int] = [MISSING] * len(target)
     log_q, forwards = 0.0, 0
     while MISSING in known:
         forwards += 1
         first = known.index(MISSING)
-        marginals = {}
-        for i in (i for i in range(first, min(first + W, n)) if known[i] == MISSING):
-            seqs = np.array([prefix + [v if j == i else known[j] for j in range(n)] for v in range(lang.n_symbols)])
-            logp = lang.log_prob(seqs)
-            marginals[i] = np.exp(logp - np.logaddexp.reduce(logp))
-        best = max(marginals, key=lambda i: marginals[i].max())
-        chosen = [i for i in marginals if i == best or marginals[i].max() >= tau]
-        for i in chosen:
-            log_q += float(np.log(marginals[i][target[i]]))
-            known[i] = target[i]
+        log_q += _exact_step(lang, prefix, known, target, range(first, min(first + W, len(target))), tau)
     return log_q, forwards
 
 
