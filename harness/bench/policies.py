@@ -14,25 +14,30 @@ POLICY_SETTINGS = ("confidence(tau=0.9)", "kfloor(tau=0.9)", "topk(k=2)", "margi
                    "eb(gamma=0.1)", "eb(gamma=0.1,proxy=margin)", "factor(f=1)")
 
 
+AA = "confidence(tau=0.9) A/A"   # the baseline timed a second time: the noise floor of every overhead
+ROUNDS_PER_REPEAT = 4            # a policy's decode is short: 4 rounds per --repeats
+
+
 def bench_policies(args) -> dict:
     """The per-step cost of each commit policy against the confidence rule with a threshold (the same forward, a
     different score and selection): the cpu preset's MDLM, BD3LM S = 4 and SetDLM S = 4 at batch 1, eager, every
-    policy round-robin in one run. The comparison is time per forward (the policies commit different numbers of
-    tokens per forward, so tokens/s would mix parallelism into it); overhead = the median over rounds of (ms per
-    forward / the confidence rule's in the same round) - 1, with its quartiles (the A/A row: kfloor at the same
-    tau does the same work)."""
+    policy round-robin in one run (ROUNDS_PER_REPEAT x --repeats rounds). The comparison is time per forward (the
+    policies commit different numbers of tokens per forward, so tokens/s would mix parallelism into it); overhead =
+    the median over rounds of (ms per forward / the confidence rule's in the same round) - 1, with its quartiles.
+    The A/A row times the confidence rule against itself: an overhead inside its quartiles is noise."""
     rows = []
+    settings = (POLICY_SETTINGS[0], AA, *POLICY_SETTINGS[1:])
     for paradigm in ("mdlm", "bd3lm", "setdlm"):
         model, weights = cpu_model(paradigm, None if paradigm == "mdlm" else 4, args.trained)
         batch_prompts = prompts(1, model.config.vocab_size)
-        runs = [generate_run(model, batch_prompts, DecodeConfig(policy=spec, stop_at_eos=False))
-                for spec in POLICY_SETTINGS]
-        timed = interleaved(runs, args.repeats)
+        runs = [generate_run(model, batch_prompts, DecodeConfig(policy=spec.removesuffix(" A/A"), stop_at_eos=False))
+                for spec in settings]
+        timed = interleaved(runs, ROUNDS_PER_REPEAT * args.repeats)
 
         def ms(run: dict) -> float:
             return 1000 * run["seconds"] / run["forwards"]
 
-        for spec, runs_of in zip(POLICY_SETTINGS, timed):   # overhead: the median over rounds of the round's ratio
+        for spec, runs_of in zip(settings, timed):   # overhead: the median over rounds of the round's ratio
             ratios = sorted(ms(mine) / ms(base) for mine, base in zip(runs_of, timed[0]))
             rows.append({"paradigm": paradigm, "policy": spec, "weights": weights,
                          "ms_per_forward": statistics.median(ms(r) for r in runs_of),
