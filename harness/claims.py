@@ -788,7 +788,7 @@ def overall(per_language: dict[str, str]) -> str:
 def _seeded(results: Results, claim: Claim) -> tuple[dict, list[dict], list[dict]]:
     """(summary fields, primary and pooled rows, secondary rows) of an oracle claim: built on each (language, training
     seed) of the results, decided per language by the pooled seed-level test, and over languages by `overall`."""
-    head, secondary, per_language, summary = [], [], {}, {}
+    head, secondary, per_language, first = [], [], {}, None
     for lang, seeds in results.groups().items():
         per_seed, why = [], None
         for i, seed in enumerate(seeds):
@@ -805,10 +805,9 @@ def _seeded(results: Results, claim: Claim) -> tuple[dict, list[dict], list[dict
             pooled = pooled_row(claim.number, lang, per_seed)
             head.insert(len(head) - len(per_seed), pooled)
             per_language[lang] = pooled["verdict"]
-            summary.setdefault("first", pooled)
+            first = first or pooled   # the summary's estimate: the first language's pooled one
         else:
             per_language[lang] = f"{NOT_TESTABLE}: {why}" if why else "not tested (no matching results)"
-    first = summary.get("first")
     described = "; ".join(
         f"{lang}: {_plain(v) if not str(v).startswith(NOT_TESTABLE) else 'not testable'}"
         + next((f" {row['difference']:.4g}" + (f" [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"

@@ -84,9 +84,15 @@ def _estimate(claim: dict) -> str:
     if claim.get("estimate") is None:
         return ""
     n = claim.get("n")
-    seeds = not str(claim.get("evidence", "examples of one")).startswith("examples of one")
     return (_fmt(claim["estimate"], claim.get("ci_low"), claim.get("ci_high"))
-            + (f", {int(n)} seeds (first language)" if n and seeds else f", n {int(n)}" if n else ""))
+            + (f", {int(n)} seeds (first language)" if n and _seeded(claim) else f", n {int(n)}" if n else ""))
+
+
+def _seeded(claim: dict) -> bool:
+    """Whether a claim's verdict pools training seeds (harness.claims: its evidence is not ONE_RUN)."""
+    from .claims import ONE_RUN
+
+    return claim.get("evidence", ONE_RUN) != ONE_RUN
 
 
 def claims_at_a_glance(src: Sources) -> str:
@@ -94,8 +100,8 @@ def claims_at_a_glance(src: Sources) -> str:
     rows = [{"claim": c["claim"], "statement": c.get("short") or c["statement"],
              "verdict": "not testable" if str(c["verdict"]).startswith("not testable") else c["verdict"],
              "primary estimate [95% CI]": _estimate(c),
-             "over": "one training run" if c.get("evidence", "examples of one").startswith("examples of one")
-             else c["evidence"].replace(" training seeds x ", " seeds x ").replace(" oracle languages", " languages")}
+             "over": (c["evidence"].replace(" training seeds x ", " seeds x ").replace(" oracle languages", " languages")
+                      if _seeded(c) else "one training run")}
             for c in src.claims()["claims"]]
     return pd.DataFrame(rows).to_markdown(index=False)
 

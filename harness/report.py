@@ -30,10 +30,12 @@ The README's and docs/' generated tables are rebuilt from the files this writes 
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -55,7 +57,7 @@ from .cli import (  # noqa: E402
     DECODE_KNOBS, INTERRUPTED, REFERENCE, Parser, check_working_directory, exhausted, exit_user_error, interrupt_on_sigterm, printable,
     reference_option, user_path,
 )
-from .paths import make_dirs, replacing, safe_component  # noqa: E402
+from .paths import is_safe_component, make_dirs, replacing, safe_component  # noqa: E402
 from . import policy_ranking  # noqa: E402
 from tasks.oracle_language import DEFAULT_LANGUAGE  # noqa: E402
 from .rows import commit_policy, is_reference, language, policy_spec, series_of, setting, train_seed  # noqa: E402
@@ -495,6 +497,16 @@ def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "", root
         tmp.write_text((f"{note}\n\n" if note else "") + md + "\n")
 
 
+def language_tag(lang: str) -> str:
+    """An oracle language as part of a figure's file name: a registered name as it is; a language named by its
+    parameters (hmm(states=24,...), read from the rows) as a safe slug of it plus a short hash, so that no row can
+    steer a path and two languages never share a file."""
+    if is_safe_component(lang) and len(lang) <= 64:
+        return lang
+    slug = re.sub(r"[^A-Za-z0-9_+=-]+", "-", lang).strip("-")[:48]
+    return f"{slug}-{hashlib.sha1(lang.encode()).hexdigest()[:8]}".lstrip("-")
+
+
 def _task_figures(df: pd.DataFrame, task: str, name: str, plots: Path, ref: pd.DataFrame | None) -> list[Path]:
     """The figures of one task's rows (one oracle language's): its primary metric's and those the task declares."""
     written = []
@@ -541,7 +553,8 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
             for lang in dict.fromkeys(df[df.task == task].language):
                 mine = df[(df.task == task) & (df.language == lang)]
                 written += _task_figures(mine, task, f"{preset_dir.name}-{task}"
-                                         + ("" if lang in ("", DEFAULT_LANGUAGE) else f"-{lang}"), plots, ref)
+                                         + ("" if lang in ("", DEFAULT_LANGUAGE) else f"-{language_tag(lang)}"),
+                                         plots, ref)
         ppl_tasks = [t for t in dict.fromkeys(df.task) if (df[df.task == t].metric == "perplexity").any()]
         if plot_per_model(df, ppl_tasks, {t: "perplexity" for t in ppl_tasks}, f"Perplexity ({UPPER_BOUND_NOTE})",
                           plots / f"{preset_dir.name}-perplexity.png"):

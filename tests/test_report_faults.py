@@ -95,3 +95,16 @@ def test_a_malformed_benchmark_result_or_example_row_names_the_file_and_field(tm
     cells = Results(tmp_path / "cpu", [report_row()])
     with pytest.raises(StoreError, match=r"r1.jsonl: malformed example row: a field of the wrong type"):
         cells.values(cells.cells[0], "tokens_per_s")
+
+
+def test_a_language_read_from_the_rows_names_a_figure_only_as_a_safe_tag():
+    """The per-language figure names come from the rows' `language`: a registered name stays as it is; a language
+    named by its parameters, or a hostile string, becomes one safe file-name component, distinct per language."""
+    from harness.paths import is_safe_component
+    from harness.report import language_tag
+
+    assert language_tag("hmm-wide") == "hmm-wide"
+    hostile = ["hmm(states=24,symbols=48,coupling=0.9,seed=7)", "hmm(states=24,symbols=48,coupling=0.9,seed=8)",
+               "../../etc/passwd", ".hidden", "a/b", "(((", "x" * 300]
+    tags = [language_tag(lang) for lang in hostile]
+    assert all(is_safe_component(t) and "/" not in t for t in tags) and len(set(tags)) == len(tags)
