@@ -21,7 +21,7 @@ from pathlib import Path
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
 from models.sources import ModelShape, ModelSource, parse_source
-from models.dllm import is_family_sampler
+from models.samplers import parse_sampler
 from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
@@ -167,7 +167,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
             else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every
                 # point, but for a diffusion family's own sampler (its options are the setting: models/dllm_samplers.py)
                 narrows = decode is not None and (any(k not in GRID_WIDE_KNOBS for k in decode)
-                                                  or is_family_sampler(decode.get("sampler", "")))
+                                                  or parse_sampler(decode.get("sampler", "harness")).owns_loop)
                 grid = [DecodeConfig()] if narrows else preset.decode_grid(cfg, spec)
                 grid = [resolve_decode(cfg, d.replace(**spec.decode).replace(**(decode or {})), task) for d in grid]
             for d in grid:

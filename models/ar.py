@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from .backbones.attention import StepCache
 from . import steps
 from .decoding import Canvas
-from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
+from .official_sampler import OfficialTokenChooser, raw_logits
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
 
@@ -45,12 +45,6 @@ class ARModel(ParadigmModel):
     knobs = frozenset({"use_cache", "sampler", "compile"})
     samplers = ("harness", "official")
     colormap = "Greys"
-
-    @classmethod
-    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
-        decode = super().resolve_decode(decode, config)
-        check_sampler(cls, decode)
-        return decode
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], tokens: torch.Tensor,
                     positions: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -119,9 +113,9 @@ class ARModel(ParadigmModel):
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         ids, pos, real, span = canvas.ids, canvas.positions, canvas.real, canvas.span
-        policy = sampler_policy(decode, self.backbone.kind)
+        hooks = decode.plan.sampler.hooks(decode, self.backbone.kind)
         logits = self.backbone.logits
-        if policy.unmasked_logits:   # the official AR runs Qwen3 through HF generate: no mask suppression
+        if hooks.unmasked_logits:   # the official AR runs Qwen3 through HF generate: no mask suppression
             logits = lambda h: raw_logits(self.backbone, h)   # noqa: E731
         B, C = ids.shape
         P = int((~span[0]).sum())  # generation canvases put the span at [P, C) for every row
@@ -156,7 +150,7 @@ class ARModel(ParadigmModel):
                     mask = (eye_cols[:P, None] >= eye_cols[None, :P]) & real[:, None, :P]
                     mask = (mask | torch.eye(P, dtype=torch.bool, device=device))[:, None]
                 h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache,
-                                  keep=None if policy.all_rows else slice(P - 1, P))
+                                  keep=None if hooks.all_rows else slice(P - 1, P))
                 cache.commit(P, real[:, :P])
             elif fixed:   # the input is a generated (real) token: slot col - 1 becomes valid before it is written
                 cache.valid[:, col - 1] = True
@@ -194,7 +188,7 @@ class _ARState(steps.StepState):
 
     def __init__(self, canvas: Canvas, decode: DecodeConfig, eos_id: int | None, P: int):
         B, C = canvas.ids.shape
-        super().__init__(canvas, decode.commit_policy(), eos_id, C - P)
+        super().__init__(canvas, decode.plan.policy, eos_id, C - P)
         self.ids, self.pos = canvas.ids, canvas.positions
         self.done = torch.zeros(B, dtype=torch.bool, device=canvas.ids.device)
         self.n = torch.full((1,), P - 1, dtype=torch.long, device=canvas.ids.device)

@@ -58,10 +58,9 @@ from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
 from .decoding import Canvas, left_aligned
-from .dllm import is_family_sampler
 from .errors import ConfigError
 from .mdlm import MDLMModel
-from .official_sampler import OfficialTokenChooser, sampler_policy
+from .official_sampler import OfficialTokenChooser
 from .paradigm import Grid
 from .policies import StepContext
 from .schedules import block_expected_budget, forced_counts, sample_t
@@ -111,7 +110,7 @@ class BD3LMModel(MDLMModel):
     @classmethod
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         decode = super().resolve_decode(decode, config)
-        if is_family_sampler(decode.sampler):   # its options hold its blocks (models/dllm_samplers.py)
+        if decode.plan.sampler.owns_loop:   # a family's sampler: its options hold its blocks (models/dllm_samplers.py)
             return decode
         check_unshifted(config)
         if decode.decode_block is None:
@@ -185,8 +184,8 @@ class BD3LMModel(MDLMModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        policy = sampler_policy(decode, self.backbone.kind)
-        state = _BlockState(self, canvas, decode, policy, stop_at_eos and self.eos_id is not None)
+        hooks = decode.plan.sampler.hooks(decode, self.backbone.kind)
+        state = _BlockState(self, canvas, decode, hooks, stop_at_eos and self.eos_id is not None)
         S, (B, C), device = state.S, canvas.ids.shape, canvas.ids.device
         ids, pos, cols = state.ids, state.pos, torch.arange(C, device=device)
         n_pre = torch.where(state.active, state.block * S, 0)   # the prompt's complete blocks, pending at step 0
@@ -207,9 +206,9 @@ class BD3LMModel(MDLMModel):
         run = steps.decode_steps(self, decode, canvas, S)   # whole: every step after the first
         fixed = run.fixed
         step = (_FixedBlockStep(self, run.cache, run.first(self), S) if fixed else
-                _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=policy.all_rows)
+                _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=hooks.all_rows)
                 if decode.use_cache else _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S))
-        if policy.prefill_apart and decode.use_cache and state.pend_cols.shape[1] > 0:
+        if hooks.prefill_apart and decode.use_cache and state.pend_cols.shape[1] > 0:
             # the official prefill: the context's complete blocks, a forward of its own (ours writes them in the
             # first block's first forward: same keys, one NFE less)
             state.write_pending(step, state.pend_valid, state.active & state.pend_valid.any(dim=1))
@@ -224,7 +223,7 @@ class BD3LMModel(MDLMModel):
         while True:
             self._advance(state, forward, chooser)
             completed = state.new_block
-            if policy.blocks_apart:   # fused_block_cache=false: each completed block (the last too) in a forward
+            if hooks.blocks_apart:   # fused_block_cache=false: each completed block (the last too) in a forward
                 commit = completed & ~(state.eos_at < C)   # not the one that stopped its row
                 if bool(commit.any()):
                     state.write_pending(step, state.pend_valid & commit[:, None], commit)
@@ -342,7 +341,7 @@ class _BlockState(steps.StepState):
 
     COLUMNS = ("pend_cols", "eos_at")
 
-    def __init__(self, model: "BD3LMModel", canvas: Canvas, decode: DecodeConfig, policy, stop: bool):
+    def __init__(self, model: "BD3LMModel", canvas: Canvas, decode: DecodeConfig, hooks, stop: bool):
         S = self.S = decode.decode_block
         ids, pos, span = canvas.with_scratch_column()
         B, C = canvas.ids.shape
@@ -352,7 +351,7 @@ class _BlockState(steps.StepState):
         masked = canvas.span & (canvas.ids == model.mask_id)
         first = torch.where(masked, cols, C).min(dim=1).values
         self.block = pos.gather(1, first.clamp(max=C - 1)[:, None]).squeeze(1) // S   # current block per row
-        if policy.official_schedule and bool(canvas.span[:, -1].all()):
+        if hooks.official_schedule and bool(canvas.span[:, -1].all()):
             # official generation decodes ceil(N / S) blocks from the block holding the first mask (the prompt's
             # incomplete block counts), so an unaligned prompt gets fewer than N tokens; the rest stay masks
             n_blocks = -(-masked.sum(dim=1) // S)
@@ -361,8 +360,8 @@ class _BlockState(steps.StepState):
             span = span.clone()
             span[:, :C] &= in_region
         max_masks = int(masked.sum(dim=1).max())
-        super().__init__(canvas, decode.commit_policy(), model.eos_id if stop else None,
-                         (2 if policy.blocks_apart else 1) * (max_masks + 1) + 1)   # + prefill, + commits
+        super().__init__(canvas, decode.plan.policy, model.eos_id if stop else None,
+                         (2 if hooks.blocks_apart else 1) * (max_masks + 1) + 1)   # + prefill, + commits
         self.ids, self.pos, self.span = ids, pos, span
         self.span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask
         self.active = self.new_block = first < C
@@ -373,9 +372,9 @@ class _BlockState(steps.StepState):
         self.pend_cols = (self.pad[:, None] + torch.arange(Tp, device=device)).clamp(max=C)
         self.pend_valid = torch.arange(Tp, device=device)[None] < n_pre[:, None]
         self.arange_s = torch.arange(S, device=device)
-        self.official_schedule = policy.official_schedule   # its counts run over the block size S, not the masks
+        self.official_schedule = hooks.official_schedule   # its counts run over the block size S, not the masks
         self.steps_in_block = self.masks_in_block = self.forced_table = None   # one forced commit a step
-        if decode.steps_per_block is not None or policy.official_schedule or self.policy.in_blocks:
+        if decode.steps_per_block is not None or hooks.official_schedule or self.policy.in_blocks:
             self.steps_in_block = torch.zeros(B, dtype=torch.long, device=device)
             self.masks_in_block = torch.zeros(B, dtype=torch.long, device=device)
             self.forced_table = forced_counts(torch.arange(S + 1), decode.steps_per_block).to(device)   # [S + 1, S]

@@ -199,7 +199,7 @@ class TokenChooser:
             B = canvas_ids.shape[0]
             self.seen = torch.zeros(B, vocab_size + 1, dtype=torch.bool, device=device)
             self._see(canvas_ids, history)
-        self.policy = decode.commit_policy()
+        self.policy = decode.plan.policy
         exact = not decode.greedy and (ordered or self.policy.value_independent(False, decode.confidence))
         if forced is not None and not exact:
             raise TeacherForcingError("teacher forcing scores q_dec, which needs sampling (greedy=False) with a value-independent "

@@ -15,9 +15,8 @@ A family is chosen from config.json's `model_type` / `architectures` (or a GGUF'
 of the checkpoint is executed. Its own sampler is reproduced in models/dllm_samplers.py, selected with
 `DecodeConfig(sampler="<family>(...)")`; our decoders and commit policies run on the same weights.
 
-The options of each family's own sampler are declared here too (`SamplerOptions` subclasses, validated and spelled
-canonically by `parse_sampler`, so that models.types can check a DecodeConfig without importing the samplers); this
-module imports nothing of the project but models/fields.py.
+Each family's own sampler (its options and its loop, one class) is in models/dllm_samplers.py; this module imports
+nothing of the project but models/errors.py.
 
 A new family is one `DiffusionFamily(...)` in FAMILIES (tests/test_dllm.py::test_a_family_is_one_declaration adds one
 in the test file alone). MoE families (LLaDA-MoE, LLaDA2, SDAR-MoE, RND1) are recognised and refused in one line.
@@ -27,16 +26,12 @@ in the test file alone). MoE families (LLaDA-MoE, LLaDA2, SDAR-MoE, RND1) are re
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
-import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
-from .fields import split_call
 from .errors import UserError, unknown
 
 
@@ -230,146 +225,5 @@ def family_named(name: str) -> DiffusionFamily:
     raise FamilyError(unknown("diffusion family", name, [f.name for f in FAMILIES]))
 
 
-# -- the options of each family's own sampler (models/dllm_samplers.py runs them) ------------------------------
-class SamplerError(UserError):
-    """A family sampler spec that cannot be run (one line naming the option)."""
-
-
-# -- the options of each sampler ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SamplerOptions:
-    family: ClassVar[str]
-
-    def problems(self) -> list[str]:
-        return []
-
-    def spec(self) -> str:
-        """Canonical spelling: the options away from their defaults, sorted (a run id's part)."""
-        changed = [f"{f.name}={getattr(self, f.name):g}" if isinstance(getattr(self, f.name), float)
-                   else f"{f.name}={getattr(self, f.name)}" for f in sorted(dataclasses.fields(self), key=lambda f: f.name)
-                   if getattr(self, f.name) != f.default]
-        return self.family + (f"({','.join(changed)})" if changed else "")
-
-
-@dataclass(frozen=True)
-class LLaDAOptions(SamplerOptions):
-    family = "llada"
-    steps: int = field(default=128, metadata={"help": "denoising steps for the whole generation (a multiple of the "
-                                                      "number of blocks)"})
-    block_length: int | None = field(default=None, metadata={"help": "semi-autoregressive block (default: the whole "
-                                                                      "generation; the LLaDA README uses 32)"})
-    temperature: float = field(default=0.0, metadata={"help": "Gumbel-max temperature (0: argmax)"})
-    remasking: str = field(default="low_confidence", metadata={"help": "low_confidence or random"})
-
-    def problems(self):
-        return ([f"remasking must be low_confidence or random, got {self.remasking!r}"]
-                if self.remasking not in ("low_confidence", "random") else [])
-
-
-@dataclass(frozen=True)
-class DreamOptions(SamplerOptions):
-    family = "dream"
-    steps: int = field(default=512, metadata={"help": "denoising steps"})
-    alg: str = field(default="origin", metadata={"help": "origin (random positions), maskgit_plus (max p), "
-                                                         "topk_margin (p1 - p2) or entropy (negative entropy)"})
-    alg_temp: float = field(default=0.0, metadata={"help": "0: the top-k confident positions; > 0: positions drawn "
-                                                           "from softmax(confidence / alg_temp)"})
-    eps: float = field(default=1e-3, metadata={"help": "the last timestep of linspace(1, eps, steps + 1)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus filter (None: off)"})
-    top_k: int | None = field(default=None, metadata={"help": "top-k filter (None: off)"})
-
-    def problems(self):
-        return ([f"alg must be origin, maskgit_plus, topk_margin or entropy, got {self.alg!r}"]
-                if self.alg not in ("origin", "maskgit_plus", "topk_margin", "entropy") else [])
-
-
-@dataclass(frozen=True)
-class SDAROptions(SamplerOptions):
-    family = "sdar"
-    block_length: int | None = field(default=None, metadata={"help": "block size (default: the model's)"})
-    denoising_steps: int | None = field(default=None, metadata={"help": "steps per block (default: the block size)"})
-    temperature: float = field(default=1.0, metadata={"help": "token temperature (the sampler always draws: "
-                                                              "top_k=1 is its greedy)"})
-    top_k: int = field(default=0, metadata={"help": "top-k filter (0: off)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus filter (1: off)"})
-    remasking: str = field(default="low_confidence_dynamic", metadata={"help": (
-        "low_confidence_dynamic (every masked position above threshold when at least the step's count are, else "
-        "the count most confident), low_confidence_static (the count most confident) or sequential")})
-    threshold: float = field(default=0.85, metadata={"help": "confidence threshold of low_confidence_dynamic"})
-
-    def problems(self):
-        return ([f"remasking must be low_confidence_dynamic, low_confidence_static or sequential, got "
-                 f"{self.remasking!r}"] if self.remasking not in ("low_confidence_dynamic", "low_confidence_static",
-                                                                   "sequential") else [])
-
-
-@dataclass(frozen=True)
-class FastDLLMv2Options(SamplerOptions):
-    family = "fastdllm_v2"
-    block_size: int | None = field(default=None, metadata={"help": "block size (default: the model's bd_size)"})
-    small_block_size: int = field(default=8, metadata={"help": "sub-block decoded left to right within a block"})
-    threshold: float = field(default=1.0, metadata={"help": "commit every masked position with p > threshold, plus "
-                                                            "the most probable one (1: one token per step)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float = field(default=0.95, metadata={"help": "nucleus filter when temperature > 0"})
-    use_block_cache: bool = field(default=False, metadata={"help": (
-        "reuse the block's own keys/values across its sub-blocks: a sub-block whose first position is decoded runs "
-        "alone, its keys/values replacing the block's (approximate, as published)")})
-
-
-OPTIONS: dict[str, type[SamplerOptions]] = {cls.family: cls for cls in
-                                            (LLaDAOptions, DreamOptions, SDAROptions, FastDLLMv2Options)}
-
-
-def is_family_sampler(spec: str) -> bool:
-    return str(spec).replace(" ", "").partition("(")[0] in OPTIONS
-
-
-def parse_sampler(spec: str) -> SamplerOptions:
-    """The options of a spec `family` or `family(option=value,...)`; SamplerError for anything else."""
-    name, pairs = split_call(spec, OPTIONS, "family sampler", SamplerError)
-    cls = OPTIONS[name]
-    kinds = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
-    for key, value in pairs:
-        if key not in kinds:
-            raise SamplerError(f"sampler {name}: {unknown('option', key, kinds)}")
-        kind = str(kinds[key].type)
-        try:
-            if value.lower() == "none" and "None" in kind:
-                values[key] = None
-            elif kind.startswith("bool"):
-                if value.lower() not in ("true", "false"):
-                    raise ValueError(value)
-                values[key] = value.lower() == "true"
-            elif kind.startswith("int"):
-                values[key] = int(value)
-            elif kind.startswith("float"):
-                values[key] = float(value)
-            else:
-                values[key] = value
-        except ValueError:
-            raise SamplerError(f"sampler {name}: {key} must be {'true or false' if kind.startswith('bool') else 'a number'}"
-                               f", got {value!r}") from None
-        number = values[key]
-        if isinstance(number, (int, float)) and not isinstance(number, bool) and (not math.isfinite(number) or number < 0):
-            raise SamplerError(f"sampler {name}: {key} must be a finite number >= 0, got {value!r}")
-    options = cls(**values)
-    for key in ("steps", "block_length", "denoising_steps", "block_size", "small_block_size"):
-        if getattr(options, key, None) == 0:
-            raise SamplerError(f"sampler {name}: {key} must be >= 1")
-    problems = options.problems()
-    if problems:
-        raise SamplerError(f"sampler {name}: {'; '.join(problems)}")
-    return options
-
-
-def describe_samplers() -> str:
-    return "\n".join(f"{name}: " + "; ".join(f"{f.name} (default {f.default}): {f.metadata.get('help', '')}"
-                                            for f in dataclasses.fields(cls)) for name, cls in OPTIONS.items())
-
-
-__all__ = ["DiffusionFamily", "FAMILIES", "FamilyError", "OPTIONS", "SamplerError", "SamplerOptions", "UNSUPPORTED",
-           "describe_samplers", "family_named", "family_of", "family_of_gguf", "is_family_sampler", "parse_sampler",
+__all__ = ["DiffusionFamily", "FAMILIES", "FamilyError", "UNSUPPORTED", "family_named", "family_of", "family_of_gguf",
            "published_config"]

@@ -1,14 +1,16 @@
 """The published samplers of the diffusion-LM families (models/dllm.py), reproduced call for call on our backbone.
 
 `DecodeConfig(sampler="<family>(option=value,...)")` decodes with a family's own sampler instead of our decoders,
-the way `sampler="official"` reproduces the paper's (models/official_sampler.py). Each sampler below follows its
+the way `sampler="official"` reproduces the paper's (models/samplers.py is the seam of the three kinds). A family's
+sampler is one class here, registered by subclassing FamilySampler: its options are its fields (validated and spelled
+canonically by models.samplers.parse_sampler) and `run` is its loop. Each sampler below follows its
 reference (named in its docstring, as published at LLaDA b7e6c356, ZHZisZZ/dllm 03270de7,
 Gen-Verse/dLLM-RL 10b4fd1c and Satgoy152/DualDiffusion 189fa7a7; the fixtures record the full commits): the same
 forwards in the same order (input ids, positions, attention mask, KV-cache writes), the same arithmetic on the raw
 logits (the mask logit not suppressed, as in the references) and the same draws from a generator seeded with
 `DecodeConfig.seed`. tests/test_dllm.py checks every recorded generation of the fixtures token for token and call
 for call. The options are the references' own arguments, with their defaults (block sizes default to the model's);
-`python -c "from models.dllm_samplers import describe_samplers; print(describe_samplers())"` lists them.
+`python -c "from models.samplers import describe_samplers; print(describe_samplers())"` lists them.
 
     llada(steps=, block_length=, temperature=, remasking=low_confidence|random)      LLaDA generate.py generate()
     dream(steps=, alg=origin|maskgit_plus|topk_margin|entropy, alg_temp=, eps=,
@@ -25,16 +27,18 @@ forward (NFE); each row is decoded on its own, as the references decode batch 1.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from .backbones.attention import StepCache
-from .dllm import (DreamOptions, FastDLLMv2Options, LLaDAOptions, SamplerError, SamplerOptions, SDAROptions,  # noqa: F401
-                   describe_samplers, family_named, parse_sampler)
+from .dllm import family_named
+from .errors import ConfigError
+from .samplers import Sampler, SamplerError
 
 
 # -- the backbone as the references call it ---------------------------------------------------------------------
@@ -121,48 +125,153 @@ def _top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(remove, torch.finfo(logits.dtype).min)
 
 
-# -- the samplers ------------------------------------------------------------------------------------------------
-def llada(run: Runner, prompt: list[int], new: int, o: LLaDAOptions, mask_id: int, stop_ids: set[int],
-          gen: torch.Generator, device) -> tuple[list[int], list[int]]:
-    """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
-    steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
-    block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax."""
-    block = o.block_length or new
-    if new % block:
-        raise SamplerError(f"sampler llada: the generation length {new} is not a multiple of block_length={block}")
-    blocks = new // block
-    if o.steps % blocks:
-        raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks")
-    steps = o.steps // blocks
-    P = len(prompt)
-    x = torch.tensor([prompt + [mask_id] * new], device=device)
-    committed = []
-    for b in range(blocks):
-        end = P + (b + 1) * block
-        counts = _even_split(int((x[0, P + b * block:end] == mask_id).sum()), steps)
-        for i in range(steps):
-            masked = x == mask_id
-            logits = run.predict(x)
-            if o.temperature == 0:
-                x0 = logits.argmax(-1)
-            else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
-                l64 = logits.double()
-                u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
-                x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
-            if o.remasking == "low_confidence":
-                confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
-            else:
-                confidence = torch.rand(x0.shape, generator=gen, device=device)
-            confidence[:, end:] = float("-inf")
-            x0 = torch.where(masked, x0, x)
-            confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), device=device))
-            chosen = torch.topk(confidence[0], counts[i]).indices
-            x[0, chosen] = x0[0, chosen]
-            committed.append(counts[i])
-    return x[0, P:].tolist(), committed
+# -- a family's sampler -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FamilySampler(Sampler):
+    """A diffusion family's own sampler: its options are the dataclass fields (a subclass's `name` registers it, as
+    the family it reproduces is named in models/dllm.py, whose paradigm and title it takes unless it declares its
+    own), `run` its loop over one prompt. Inside `run`, `o` is the options, as the reference functions name them."""
+    owns_loop = True
+    paradigm: ClassVar[str]              # the paradigm of the models it decodes (its family's)
+    title: ClassVar[str]
+    backbone_kinds: ClassVar[tuple[str, ...] | None] = ("llama",)   # None: any (it calls Runner only)
+    positive: ClassVar[tuple[str, ...]] = ("steps", "block_length", "denoising_steps", "block_size",
+                                           "small_block_size")   # options that must be >= 1 where given
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and "paradigm" not in cls.__dict__:
+            family = family_named(cls.name)
+            cls.paradigm, cls.title = family.paradigm, family.title
+
+    def problems(self) -> list[str]:
+        zero = [f"{key} must be >= 1" for key in self.positive if getattr(self, key, None) == 0]
+        return zero[:1] or self.option_problems()
+
+    def option_problems(self) -> list[str]:
+        return []
+
+    def check(self, paradigm) -> None:
+        if self.paradigm != paradigm.paradigm:
+            raise ConfigError(f"sampler={self.spec()} decodes {self.title} ({self.paradigm}) models, not "
+                              f"{paradigm.paradigm}")
+
+    def resolve(self, decode):
+        """Its options are in its spec: every other decode setting at its default (but the seed, the stop rule)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(decode)}
+        own = sorted(k for k in defaults if k not in ("sampler", "seed", "stop_at_eos", "compile")
+                     and getattr(decode, k) != defaults[k])
+        if own:
+            raise ConfigError(f"sampler={decode.sampler} decodes with its own options (models/dllm_samplers.py); "
+                              f"leave {', '.join(own)} at the default or use sampler harness")
+        return decode.replace(compile="off")
+
+    def applies(self, model) -> None:
+        """SamplerError unless it can drive `model` (a backbone of its kinds, of its paradigm; the logits are shifted
+        as the model declares, so Dream's sampler runs on LLaDA's weights unshifted)."""
+        kind = model.config.backbone.kind
+        if model.paradigm != self.paradigm or (self.backbone_kinds is not None and kind not in self.backbone_kinds):
+            raise SamplerError(f"sampler {self.name} decodes {self.title}-style {self.paradigm} models on a llama "
+                               f"backbone; this is a {model.paradigm} model on {kind!r}")
+
+    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
+            device, block: int | None) -> tuple[list[int], list[int]]:
+        """(ids after the prompt, tokens committed per step) of one prompt; `block` is the model's block size."""
+        raise NotImplementedError
+
+    def generate(self, model, prompts, max_new_tokens: int, decode) -> list:
+        """ParadigmModel.generate by this sampler: one Generation per prompt, its tokens cut by the token-counting
+        rule after the first max_new_tokens, NFE the sampler's model calls and tokens_per_step what each of its steps
+        committed (the forwards that write a finished block to the cache commit nothing and are not steps)."""
+        from .types import Generation, count_generated_tokens   # (models.types imports models.samplers)
+
+        start = time.perf_counter()
+        rows = self.rows(model, prompts, max_new_tokens, decode.seed, decode.stop_at_eos)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        seconds = time.perf_counter() - start
+        out = []
+        for ids, calls, committed in rows:
+            ids = ids[:max_new_tokens]   # SDAR decodes whole blocks and Fast-dLLM v2 adds bonus tokens: the task's length
+            n = count_generated_tokens(ids, model.eos_id, decode.stop_at_eos)
+            out.append(Generation(ids[:n], calls, seconds, committed))
+        return out
+
+    def rows(self, model, prompts, max_new_tokens: int, seed: int, stop_at_eos: bool,
+             trace: list[Runner] | None = None, keep_logits: bool = False) -> list[tuple[list[int], int, list[int]]]:
+        """(output ids after the prompt, model calls, tokens committed per step) per prompt, decoded one by one;
+        `trace` receives each prompt's Runner (its calls in .trace, SDAR's draws in .draws)."""
+        self.applies(model)
+        out = []
+        stop_ids = {model.eos_id} if stop_at_eos and model.eos_id is not None else set()
+        for prompt in prompts:
+            run = Runner(model, [] if trace is not None else None, keep_logits)
+            gen = torch.Generator(model.device).manual_seed(seed)
+            ids, committed = self.run(run, list(prompt), max_new_tokens, model.mask_id, stop_ids, gen, model.device,
+                                      model.config.block_size)
+            if trace is not None:
+                trace.append(run)
+            out.append((ids, run.calls, committed))
+        return out
 
 
-def _dream_tokens(logits: torch.Tensor, o: DreamOptions, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+# -- the four families' samplers -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LLaDA(FamilySampler):
+    name = "llada"
+    steps: int = field(default=128, metadata={"help": "denoising steps for the whole generation (a multiple of the "
+                                                      "number of blocks)"})
+    block_length: int | None = field(default=None, metadata={"help": "semi-autoregressive block (default: the whole "
+                                                                      "generation; the LLaDA README uses 32)"})
+    temperature: float = field(default=0.0, metadata={"help": "Gumbel-max temperature (0: argmax)"})
+    remasking: str = field(default="low_confidence", metadata={"help": "low_confidence or random"})
+
+    def option_problems(self):
+        return ([f"remasking must be low_confidence or random, got {self.remasking!r}"]
+                if self.remasking not in ("low_confidence", "random") else [])
+
+    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
+            device, block: int | None) -> tuple[list[int], list[int]]:
+        """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
+        steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
+        block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax."""
+        o = self
+        block = o.block_length or new
+        if new % block:
+            raise SamplerError(f"sampler llada: the generation length {new} is not a multiple of block_length={block}")
+        blocks = new // block
+        if o.steps % blocks:
+            raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks")
+        steps = o.steps // blocks
+        P = len(prompt)
+        x = torch.tensor([prompt + [mask_id] * new], device=device)
+        committed = []
+        for b in range(blocks):
+            end = P + (b + 1) * block
+            counts = _even_split(int((x[0, P + b * block:end] == mask_id).sum()), steps)
+            for i in range(steps):
+                masked = x == mask_id
+                logits = run.predict(x)
+                if o.temperature == 0:
+                    x0 = logits.argmax(-1)
+                else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
+                    l64 = logits.double()
+                    u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
+                    x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
+                if o.remasking == "low_confidence":
+                    confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
+                else:
+                    confidence = torch.rand(x0.shape, generator=gen, device=device)
+                confidence[:, end:] = float("-inf")
+                x0 = torch.where(masked, x0, x)
+                confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), device=device))
+                chosen = torch.topk(confidence[0], counts[i]).indices
+                x[0, chosen] = x0[0, chosen]
+                committed.append(counts[i])
+        return x[0, P:].tolist(), committed
+
+
+def _dream_tokens(logits: torch.Tensor, o: Dream, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Dream's sample_tokens: (confidence, token) per row of [N, V] logits, by the alg's confidence."""
     if o.temperature > 0:
         logits = logits / o.temperature
@@ -184,47 +293,65 @@ def _dream_tokens(logits: torch.Tensor, o: DreamOptions, gen: torch.Generator) -
     return confidence, x0
 
 
-def dream(run: Runner, prompt: list[int], new: int, o: DreamOptions, mask_id: int, stop_ids: set[int],
-          gen: torch.Generator, device) -> tuple[list[int], list[int]]:
-    """Dream-org generation_utils.py `diffusion_generate` (its `_sample`): the whole canvas each step, logits shifted
-    by one; timesteps linspace(1, eps, steps + 1); step i commits int(n_masked * (1 - s / t)) positions (the last
-    step all of them), the most confident by `alg` (or, for origin, each masked position with probability 1 - s/t)."""
-    P = len(prompt)
-    x = torch.tensor([prompt + [mask_id] * new], device=device)
-    timesteps = torch.linspace(1, o.eps, o.steps + 1, device=device)
-    committed = []
-    for i in range(o.steps):
-        masked = x == mask_id
-        logits = run.predict(x)
-        mask_logits = logits[masked]
-        t, s = timesteps[i], timesteps[i + 1]
-        before = int(masked.sum())
-        if o.alg == "origin":
-            p_transfer = 1 - s / t if i < o.steps - 1 else 1
-            x0 = torch.full((before,), mask_id, dtype=torch.long, device=device)
-            transfer = torch.rand(before, generator=gen, device=device) < p_transfer
-            _, x0[transfer] = _dream_tokens(mask_logits[transfer], o, gen)
-            x[masked] = x0
-        else:
-            confidence, x0 = _dream_tokens(mask_logits, o, gen)
-            n_masked = masked.sum() / masked.shape[0]
-            k = int(n_masked * (1 - s / t)) if i < o.steps - 1 else int(n_masked)
-            full = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=device)
-            full[masked] = confidence
-            if k > 0:
-                if o.alg_temp == 0:
-                    _, chosen = torch.topk(full, k)
-                else:
-                    chosen = torch.multinomial(F.softmax(full / o.alg_temp, dim=-1), k, generator=gen)
-                proposal = torch.full_like(x, mask_id)
-                proposal[masked] = x0
-                rows = torch.arange(x.shape[0], device=device)[:, None].expand_as(chosen)
-                x[rows, chosen] = proposal[rows, chosen]
-        committed.append(before - int((x == mask_id).sum()))
-    return x[0, P:].tolist(), committed
+@dataclass(frozen=True)
+class Dream(FamilySampler):
+    name = "dream"
+    steps: int = field(default=512, metadata={"help": "denoising steps"})
+    alg: str = field(default="origin", metadata={"help": "origin (random positions), maskgit_plus (max p), "
+                                                         "topk_margin (p1 - p2) or entropy (negative entropy)"})
+    alg_temp: float = field(default=0.0, metadata={"help": "0: the top-k confident positions; > 0: positions drawn "
+                                                           "from softmax(confidence / alg_temp)"})
+    eps: float = field(default=1e-3, metadata={"help": "the last timestep of linspace(1, eps, steps + 1)"})
+    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
+    top_p: float | None = field(default=None, metadata={"help": "nucleus filter (None: off)"})
+    top_k: int | None = field(default=None, metadata={"help": "top-k filter (None: off)"})
+
+    def option_problems(self):
+        return ([f"alg must be origin, maskgit_plus, topk_margin or entropy, got {self.alg!r}"]
+                if self.alg not in ("origin", "maskgit_plus", "topk_margin", "entropy") else [])
+
+    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
+            device, block: int | None) -> tuple[list[int], list[int]]:
+        """Dream-org generation_utils.py `diffusion_generate` (its `_sample`): the whole canvas each step, logits shifted
+        by one; timesteps linspace(1, eps, steps + 1); step i commits int(n_masked * (1 - s / t)) positions (the last
+        step all of them), the most confident by `alg` (or, for origin, each masked position with probability 1 - s/t)."""
+        o = self
+        P = len(prompt)
+        x = torch.tensor([prompt + [mask_id] * new], device=device)
+        timesteps = torch.linspace(1, o.eps, o.steps + 1, device=device)
+        committed = []
+        for i in range(o.steps):
+            masked = x == mask_id
+            logits = run.predict(x)
+            mask_logits = logits[masked]
+            t, s = timesteps[i], timesteps[i + 1]
+            before = int(masked.sum())
+            if o.alg == "origin":
+                p_transfer = 1 - s / t if i < o.steps - 1 else 1
+                x0 = torch.full((before,), mask_id, dtype=torch.long, device=device)
+                transfer = torch.rand(before, generator=gen, device=device) < p_transfer
+                _, x0[transfer] = _dream_tokens(mask_logits[transfer], o, gen)
+                x[masked] = x0
+            else:
+                confidence, x0 = _dream_tokens(mask_logits, o, gen)
+                n_masked = masked.sum() / masked.shape[0]
+                k = int(n_masked * (1 - s / t)) if i < o.steps - 1 else int(n_masked)
+                full = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=device)
+                full[masked] = confidence
+                if k > 0:
+                    if o.alg_temp == 0:
+                        _, chosen = torch.topk(full, k)
+                    else:
+                        chosen = torch.multinomial(F.softmax(full / o.alg_temp, dim=-1), k, generator=gen)
+                    proposal = torch.full_like(x, mask_id)
+                    proposal[masked] = x0
+                    rows = torch.arange(x.shape[0], device=device)[:, None].expand_as(chosen)
+                    x[rows, chosen] = proposal[rows, chosen]
+            committed.append(before - int((x == mask_id).sum()))
+        return x[0, P:].tolist(), committed
 
 
-def _sdar_draw(logits: torch.Tensor, o: SDAROptions, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _sdar_draw(logits: torch.Tensor, o: SDAR, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """SDAR's sample_with_temperature_topk_topp: a multinomial draw from the tempered, filtered softmax, and its
     probability there."""
     shape = logits.shape[:-1]
@@ -240,201 +367,183 @@ def _sdar_draw(logits: torch.Tensor, o: SDAROptions, gen: torch.Generator) -> tu
     return token.view(shape), probs.gather(-1, token).view(shape)
 
 
-def sdar(run: Runner, prompt: list[int], new: int, o: SDAROptions, mask_id: int, stop_ids: set[int],
-         gen: torch.Generator, device, block: int) -> tuple[list[int], list[int]]:
-    """JetAstra/SDAR generate.py `block_diffusion_generate`: the prompt's whole blocks prefilled into the cache, then
-    each block denoised with the block-causal mask (k // B <= q // B, absolute positions) and written to the cache by
-    one more forward once it has no mask; each step draws x0 and commits by `remasking` with the block's count
-    schedule (an even split of the block size over the steps); stops after a block that put a stop id in the
-    output (later blocks stay masks)."""
-    B = o.block_length or block
-    steps = o.denoising_steps or B
-    P = len(prompt)
-    n_blocks = (P + new + B - 1) // B
-    total = n_blocks * B
-    run.new_cache(total + B)
-    x = torch.full((1, total), mask_id, dtype=torch.long, device=device)
-    x[0, :P] = torch.tensor(prompt, device=device)
-    blockwise = torch.arange(total, device=device) // B
-    allowed = blockwise[None, :] <= blockwise[:, None]           # [q, k]: k's block is not after q's
-    prefill = P // B * B
-    if prefill:
-        run(x[:, :prefill], allowed[:prefill, :prefill], store=True)
-    counts = _even_split(B, steps)
-    committed = []
-    for b in range(P // B, n_blocks):
-        lo, hi = b * B, (b + 1) * B
-        cur = x[:, lo:hi].clone()
-        mask = allowed[lo:hi, :hi]
-        for step in range(steps + 1):
-            masked = cur == mask_id
-            if not masked.any():
-                run(cur, mask, store=True)
+@dataclass(frozen=True)
+class SDAR(FamilySampler):
+    name = "sdar"
+    block_length: int | None = field(default=None, metadata={"help": "block size (default: the model's)"})
+    denoising_steps: int | None = field(default=None, metadata={"help": "steps per block (default: the block size)"})
+    temperature: float = field(default=1.0, metadata={"help": "token temperature (the sampler always draws: "
+                                                              "top_k=1 is its greedy)"})
+    top_k: int = field(default=0, metadata={"help": "top-k filter (0: off)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus filter (1: off)"})
+    remasking: str = field(default="low_confidence_dynamic", metadata={"help": (
+        "low_confidence_dynamic (every masked position above threshold when at least the step's count are, else "
+        "the count most confident), low_confidence_static (the count most confident) or sequential")})
+    threshold: float = field(default=0.85, metadata={"help": "confidence threshold of low_confidence_dynamic"})
+
+    def option_problems(self):
+        return ([f"remasking must be low_confidence_dynamic, low_confidence_static or sequential, got "
+                 f"{self.remasking!r}"] if self.remasking not in ("low_confidence_dynamic", "low_confidence_static",
+                                                                   "sequential") else [])
+
+    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
+            device, block: int | None) -> tuple[list[int], list[int]]:
+        """JetAstra/SDAR generate.py `block_diffusion_generate`: the prompt's whole blocks prefilled into the cache, then
+        each block denoised with the block-causal mask (k // B <= q // B, absolute positions) and written to the cache by
+        one more forward once it has no mask; each step draws x0 and commits by `remasking` with the block's count
+        schedule (an even split of the block size over the steps); stops after a block that put a stop id in the
+        output (later blocks stay masks)."""
+        o = self
+        B = o.block_length or block
+        steps = o.denoising_steps or B
+        P = len(prompt)
+        n_blocks = (P + new + B - 1) // B
+        total = n_blocks * B
+        run.new_cache(total + B)
+        x = torch.full((1, total), mask_id, dtype=torch.long, device=device)
+        x[0, :P] = torch.tensor(prompt, device=device)
+        blockwise = torch.arange(total, device=device) // B
+        allowed = blockwise[None, :] <= blockwise[:, None]           # [q, k]: k's block is not after q's
+        prefill = P // B * B
+        if prefill:
+            run(x[:, :prefill], allowed[:prefill, :prefill], store=True)
+        counts = _even_split(B, steps)
+        committed = []
+        for b in range(P // B, n_blocks):
+            lo, hi = b * B, (b + 1) * B
+            cur = x[:, lo:hi].clone()
+            mask = allowed[lo:hi, :hi]
+            for step in range(steps + 1):
+                masked = cur == mask_id
+                if not masked.any():
+                    run(cur, mask, store=True)
+                    break
+                if step >= steps:   # the reference indexes past its schedule here (IndexError)
+                    raise SamplerError("sampler sdar: a block still has masks after its steps (the model predicted the "
+                                       "mask id)")
+                x0, x0_p = _sdar_draw(run.predict(cur, mask), o, gen)
+                if run.draws is not None:
+                    run.draws.append((x0[0].tolist(), x0_p[0].tolist()))
+                k = counts[step]
+                confidence = torch.where(masked, x0_p, torch.tensor(float("-inf"), device=device))
+                transfer = torch.zeros_like(masked)
+                if o.remasking == "sequential":
+                    transfer[0, masked[0].nonzero()[:k, 0]] = True
+                elif o.remasking == "low_confidence_dynamic" and int((confidence[0] > o.threshold).sum()) >= k:
+                    transfer[0] = confidence[0] > o.threshold
+                else:
+                    transfer[0, torch.topk(confidence[0], k).indices] = True
+                cur[transfer] = x0[transfer]
+                committed.append(int(transfer.sum()))
+            x[:, lo:hi] = cur
+            if stop_ids and any(t in stop_ids for t in x[0, P:].tolist()):
                 break
-            if step >= steps:   # the reference indexes past its schedule here (IndexError)
-                raise SamplerError("sampler sdar: a block still has masks after its steps (the model predicted the "
-                                   "mask id)")
-            x0, x0_p = _sdar_draw(run.predict(cur, mask), o, gen)
-            if run.draws is not None:
-                run.draws.append((x0[0].tolist(), x0_p[0].tolist()))
-            k = counts[step]
-            confidence = torch.where(masked, x0_p, torch.tensor(float("-inf"), device=device))
-            transfer = torch.zeros_like(masked)
-            if o.remasking == "sequential":
-                transfer[0, masked[0].nonzero()[:k, 0]] = True
-            elif o.remasking == "low_confidence_dynamic" and int((confidence[0] > o.threshold).sum()) >= k:
-                transfer[0] = confidence[0] > o.threshold
-            else:
-                transfer[0, torch.topk(confidence[0], k).indices] = True
-            cur[transfer] = x0[transfer]
-            committed.append(int(transfer.sum()))
-        x[:, lo:hi] = cur
-        if stop_ids and any(t in stop_ids for t in x[0, P:].tolist()):
-            break
-    out = x[0, P:].tolist()
-    while out and out[-1] == mask_id:   # blocks left undecoded after a stop
-        out.pop()
-    return out, committed
+        out = x[0, P:].tolist()
+        while out and out[-1] == mask_id:   # blocks left undecoded after a stop
+            out.pop()
+        return out, committed
 
 
-def fastdllm_v2(run: Runner, prompt: list[int], new: int, o: FastDLLMv2Options, mask_id: int, stop_ids: set[int],
-                gen: torch.Generator, device, block: int) -> tuple[list[int], list[int]]:
-    """Efficient-Large-Model Fast_dLLM_v2 modeling.py `generate`: a prompt longer than a block
-    prefilled in whole blocks; each block completed from the cache, sub-block by sub-block, every step a forward over
-    the whole block with logits shifted by one inside it, committing every masked position of the sub-block with
-    p > threshold plus the most probable; a complete block written to the cache by one more forward, whose last
-    output's argmax is the next block's first token (the bonus token, after the last block too). Stops when a stop
-    token has been decoded with no mask before it; the output is cut after it. With use_block_cache, a whole-block
-    forward leaves the block's keys/values in the cache's uncommitted slots, and a sub-block whose first position is
-    decoded then runs alone, overwriting its part of them and attending to the cache and the whole block, unmasked."""
-    B = o.block_size or block
-    if B % o.small_block_size:
-        raise SamplerError(f"sampler fastdllm_v2: small_block_size={o.small_block_size} does not divide the block "
-                           f"size {B}")
-    stop = min(stop_ids) if stop_ids else None
-    P = len(prompt)
-    run.new_cache(P + new + 3 * B)
-    ids = torch.tensor([prompt], device=device)
-    committed = []
+@dataclass(frozen=True)
+class FastDLLMv2(FamilySampler):
+    name = "fastdllm_v2"
+    block_size: int | None = field(default=None, metadata={"help": "block size (default: the model's bd_size)"})
+    small_block_size: int = field(default=8, metadata={"help": "sub-block decoded left to right within a block"})
+    threshold: float = field(default=1.0, metadata={"help": "commit every masked position with p > threshold, plus "
+                                                            "the most probable one (1: one token per step)"})
+    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
+    top_p: float = field(default=0.95, metadata={"help": "nucleus filter when temperature > 0"})
+    use_block_cache: bool = field(default=False, metadata={"help": (
+        "reuse the block's own keys/values across its sub-blocks: a sub-block whose first position is decoded runs "
+        "alone, its keys/values replacing the block's (approximate, as published)")})
 
-    def block_mask(T: int, block_size: int) -> torch.Tensor:   # eval_block_diff_mask: q // b >= k // b
-        q = torch.arange(T, device=device) + run.cache.length
-        k = torch.arange(run.cache.length + T, device=device)
-        return (q[:, None] // block_size) >= (k[None, :] // block_size)
+    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
+            device, block: int | None) -> tuple[list[int], list[int]]:
+        """Efficient-Large-Model Fast_dLLM_v2 modeling.py `generate`: a prompt longer than a block
+        prefilled in whole blocks; each block completed from the cache, sub-block by sub-block, every step a forward over
+        the whole block with logits shifted by one inside it, committing every masked position of the sub-block with
+        p > threshold plus the most probable; a complete block written to the cache by one more forward, whose last
+        output's argmax is the next block's first token (the bonus token, after the last block too). Stops when a stop
+        token has been decoded with no mask before it; the output is cut after it. With use_block_cache, a whole-block
+        forward leaves the block's keys/values in the cache's uncommitted slots, and a sub-block whose first position is
+        decoded then runs alone, overwriting its part of them and attending to the cache and the whole block, unmasked."""
+        o = self
+        B = o.block_size or block
+        if B % o.small_block_size:
+            raise SamplerError(f"sampler fastdllm_v2: small_block_size={o.small_block_size} does not divide the block "
+                               f"size {B}")
+        stop = min(stop_ids) if stop_ids else None
+        P = len(prompt)
+        run.new_cache(P + new + 3 * B)
+        ids = torch.tensor([prompt], device=device)
+        committed = []
 
-    def forward(x: torch.Tensor, store: bool, predict: bool = False) -> torch.Tensor:   # the reference's block_size
-        call = run.predict if predict else run   # argument: B when it writes, else its default 32
-        return call(x, block_mask(x.shape[1], B if store else 32), store=store)
+        def block_mask(T: int, block_size: int) -> torch.Tensor:   # eval_block_diff_mask: q // b >= k // b
+            q = torch.arange(T, device=device) + run.cache.length
+            k = torch.arange(run.cache.length + T, device=device)
+            return (q[:, None] // block_size) >= (k[None, :] // block_size)
 
-    def stopped(x: torch.Tensor, start: int) -> bool:
-        """A stop token decoded with no mask before it (the reference's check)."""
-        if stop is None:
-            return False
-        tail = x[0, start:].tolist()
-        return stop in tail and mask_id not in tail[:tail.index(stop)]
+        def forward(x: torch.Tensor, store: bool, predict: bool = False) -> torch.Tensor:   # the reference's block_size
+            call = run.predict if predict else run   # argument: B when it writes, else its default 32
+            return call(x, block_mask(x.shape[1], B if store else 32), store=store)
 
-    if P > B:
-        logits = forward(ids[:, :P // B * B], store=True)
-        if P % B == 0:
-            ids = torch.cat([ids, logits[:, -1:].argmax(-1)], dim=1)
-    for _ in range(new // B):
-        if stop is not None and stop in ids[0, P:].tolist():
-            break
-        start = ids.shape[1]
-        x = torch.cat([ids, torch.full((1, B - start % B), mask_id, device=device)], dim=1)
-        block_cached = False   # the reference's block_past_key_values: set by a whole-block forward of this block
-        while True:
-            if stopped(x, start):
+        def stopped(x: torch.Tensor, start: int) -> bool:
+            """A stop token decoded with no mask before it (the reference's check)."""
+            if stop is None:
+                return False
+            tail = x[0, start:].tolist()
+            return stop in tail and mask_id not in tail[:tail.index(stop)]
+
+        if P > B:
+            logits = forward(ids[:, :P // B * B], store=True)
+            if P % B == 0:
+                ids = torch.cat([ids, logits[:, -1:].argmax(-1)], dim=1)
+        for _ in range(new // B):
+            if stop is not None and stop in ids[0, P:].tolist():
                 break
-            if not (x[:, -B:] == mask_id).any():
-                logits = forward(x[:, -B:], store=True)
-                x = torch.cat([x, logits[:, -1:].argmax(-1)], dim=1)
-                break
-            for sub in range(B // o.small_block_size):
-                lo = -B + sub * o.small_block_size
-                hi = lo + o.small_block_size or None
-                while True:
-                    masked = x[:, -B:] == mask_id
-                    if not masked[:, lo:hi].any() or stopped(x, start):
-                        break
-                    if o.use_block_cache and block_cached and not bool(masked[0, lo]):
-                        logits = run.predict(x[:, -B:][:, lo:hi], replace=B + lo, visible=run.cache.length + B)
-                    else:
-                        logits = forward(x[:, -B:], store=False, predict=True)[:, lo:hi]
-                        block_cached = o.use_block_cache
-                    if o.temperature > 0:
-                        probs = F.softmax(_top_p_filter(logits / o.temperature, o.top_p)
-                                          if o.top_p < 1 else logits / o.temperature, dim=-1)
-                        probs = probs / probs.sum(-1, keepdim=True)
-                        x1 = torch.multinomial(probs[0], 1, generator=gen)[None, :, 0]
-                    else:
-                        probs = torch.softmax(logits, dim=-1)
-                        x1 = probs.argmax(dim=-1)
-                    p1 = probs.gather(-1, x1[..., None])[..., 0]
-                    p1 = torch.where(masked[:, lo:hi], p1, torch.tensor(float("-inf"), device=device))
-                    chosen = p1 > o.threshold
-                    chosen[0, p1[0].argmax()] = True
-                    chosen &= masked[:, lo:hi]
-                    view = x[:, -B:][:, lo:hi]
-                    view[chosen] = x1[chosen]
-                    committed.append(int(chosen.sum()))
-        ids = x
-    out = ids[0, P:].tolist()
-    if stop is not None and stop in out:
-        out = out[:out.index(stop) + 1]
-    return out, committed
+            start = ids.shape[1]
+            x = torch.cat([ids, torch.full((1, B - start % B), mask_id, device=device)], dim=1)
+            block_cached = False   # the reference's block_past_key_values: set by a whole-block forward of this block
+            while True:
+                if stopped(x, start):
+                    break
+                if not (x[:, -B:] == mask_id).any():
+                    logits = forward(x[:, -B:], store=True)
+                    x = torch.cat([x, logits[:, -1:].argmax(-1)], dim=1)
+                    break
+                for sub in range(B // o.small_block_size):
+                    lo = -B + sub * o.small_block_size
+                    hi = lo + o.small_block_size or None
+                    while True:
+                        masked = x[:, -B:] == mask_id
+                        if not masked[:, lo:hi].any() or stopped(x, start):
+                            break
+                        if o.use_block_cache and block_cached and not bool(masked[0, lo]):
+                            logits = run.predict(x[:, -B:][:, lo:hi], replace=B + lo, visible=run.cache.length + B)
+                        else:
+                            logits = forward(x[:, -B:], store=False, predict=True)[:, lo:hi]
+                            block_cached = o.use_block_cache
+                        if o.temperature > 0:
+                            probs = F.softmax(_top_p_filter(logits / o.temperature, o.top_p)
+                                              if o.top_p < 1 else logits / o.temperature, dim=-1)
+                            probs = probs / probs.sum(-1, keepdim=True)
+                            x1 = torch.multinomial(probs[0], 1, generator=gen)[None, :, 0]
+                        else:
+                            probs = torch.softmax(logits, dim=-1)
+                            x1 = probs.argmax(dim=-1)
+                        p1 = probs.gather(-1, x1[..., None])[..., 0]
+                        p1 = torch.where(masked[:, lo:hi], p1, torch.tensor(float("-inf"), device=device))
+                        chosen = p1 > o.threshold
+                        chosen[0, p1[0].argmax()] = True
+                        chosen &= masked[:, lo:hi]
+                        view = x[:, -B:][:, lo:hi]
+                        view[chosen] = x1[chosen]
+                        committed.append(int(chosen.sum()))
+            ids = x
+        out = ids[0, P:].tolist()
+        if stop is not None and stop in out:
+            out = out[:out.index(stop) + 1]
+        return out, committed
 
 
-def family_generate(model, prompts, max_new_tokens: int, decode) -> list:
-    """ParadigmModel.generate with DecodeConfig(sampler="<family>(...)"): one Generation per prompt, its tokens cut by
-    the token-counting rule after the first max_new_tokens, NFE the sampler's model calls and tokens_per_step what each of its steps committed (the
-    forwards that write a finished block to the cache commit nothing and are not steps)."""
-    from .types import Generation, count_generated_tokens   # (models.types imports models.dllm, not this module)
-
-    options = parse_sampler(decode.sampler)
-    start = time.perf_counter()
-    rows = generate_rows(model, prompts, max_new_tokens, options, decode.seed, decode.stop_at_eos)
-    if model.device.type == "cuda":
-        torch.cuda.synchronize(model.device)
-    seconds = time.perf_counter() - start
-    out = []
-    for ids, calls, committed in rows:
-        ids = ids[:max_new_tokens]   # SDAR decodes whole blocks and Fast-dLLM v2 adds bonus tokens: the task's length
-        n = count_generated_tokens(ids, model.eos_id, decode.stop_at_eos)
-        out.append(Generation(ids[:n], calls, seconds, committed))
-    return out
-
-
-SAMPLERS: dict[str, Callable] = {"llada": llada, "dream": dream, "sdar": sdar, "fastdllm_v2": fastdllm_v2}
-
-
-def check_applies(options: SamplerOptions, model) -> None:
-    """SamplerError unless the family sampler can drive `model` (a llama-kind backbone of its family's paradigm; the
-    logits are shifted as the model declares, so Dream's sampler runs on LLaDA's weights unshifted)."""
-    family = family_named(options.family)
-    if model.paradigm != family.paradigm or model.config.backbone.kind != "llama":
-        raise SamplerError(f"sampler {options.family} decodes {family.title}-style {family.paradigm} models on a llama "
-                           f"backbone; this is a {model.paradigm} model on {model.config.backbone.kind!r}")
-
-
-def generate_rows(model, prompts, max_new_tokens: int, options: SamplerOptions, seed: int, stop_at_eos: bool,
-                  trace: list[Runner] | None = None, keep_logits: bool = False
-                  ) -> list[tuple[list[int], int, list[int]]]:
-    """(output ids after the prompt, model calls, tokens committed per step) per prompt, decoded one by one; `trace`
-    receives each prompt's Runner (its calls in .trace, SDAR's draws in .draws)."""
-    check_applies(options, model)
-    out = []
-    stop_ids = {model.eos_id} if stop_at_eos and model.eos_id is not None else set()
-    extra = {"block": model.config.block_size} if options.family in ("sdar", "fastdllm_v2") else {}
-    for prompt in prompts:
-        run = Runner(model, [] if trace is not None else None, keep_logits)
-        gen = torch.Generator(model.device).manual_seed(seed)
-        ids, committed = SAMPLERS[options.family](run, list(prompt), max_new_tokens, options, model.mask_id, stop_ids,
-                                                  gen, model.device, **extra)
-        if trace is not None:
-            trace.append(run)
-        out.append((ids, run.calls, committed))
-    return out
-
-
-__all__ = ["Call", "Runner", "SAMPLERS", "check_applies", "family_generate", "generate_rows"]
+__all__ = ["Call", "Dream", "FamilySampler", "FastDLLMv2", "LLaDA", "Runner", "SDAR"]

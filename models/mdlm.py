@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned
 from .errors import ConfigError
-from .official_sampler import OfficialTokenChooser, check_sampler, official_commit_counts, sampler_policy
+from .official_sampler import OfficialTokenChooser, official_commit_counts
 from .paradigm import Grid, ParadigmModel
 from .policies import StepContext
 from .schedules import forced_counts, sample_t
@@ -57,12 +57,6 @@ class MDLMModel(ParadigmModel):
     @classmethod
     def budget(cls, length, block_size, max_block_size):
         return length / 2   # the whole sequence is one block: L/2 masked tokens on average
-
-    @classmethod
-    def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
-        decode = super().resolve_decode(decode, config)
-        check_sampler(cls, decode)
-        return decode
 
     @classmethod
     def check_task_decode(cls, decode: DecodeConfig, config: ModelConfig, max_new_tokens: int | None) -> None:
@@ -153,7 +147,7 @@ class MDLMModel(ParadigmModel):
         return [k for k in forced_counts(torch.tensor([size]), steps)[0].tolist() if k > 0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        if sampler_policy(decode, self.backbone.kind).official_schedule:   # whole chunks, the official schedule
+        if decode.plan.sampler.hooks(decode, self.backbone.kind).official_schedule:   # whole chunks, the official schedule
             return self._decode_official(canvas, decode, stop_at_eos)
         return self._decode_chunks(canvas, decode, stop_at_eos)
 

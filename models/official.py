@@ -591,6 +591,7 @@ def resolve_paper_key(key: str, download: bool = True, local_dir: str | Path | N
 
 # -- command line ------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    from .samplers import SAMPLERS
     from .types import DecodeConfig
 
     ap = argparse.ArgumentParser(description="Greedy decoding with a published SetDLM-paper checkpoint")
@@ -598,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", default=None, help="prompt text (default: the BOS token)")
     ap.add_argument("--prompt-ids", default=None, help="comma-separated prompt token ids")
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--sampler", default="official", choices=("harness", "official", "official_unfused"))
+    ap.add_argument("--sampler", default="official", choices=[n for n, s in SAMPLERS.items() if not s.owns_loop])
     ap.add_argument("--no-download", action="store_true")
     args = ap.parse_args(argv)
     try:

@@ -32,11 +32,10 @@ import torch
 from torch import nn
 
 from .decoding import Canvas
-from .dllm import is_family_sampler
 from .errors import ConfigError, unknown
-from .dllm_samplers import family_generate
 from .official_sampler import official_numerics
 from .policies import CommitPolicy, parse_policy
+from .samplers import SamplerError, parse_sampler
 from .types import SAMPLING_KNOBS, Batch, DecodeConfig, Generation, ModelConfig
 
 PARADIGMS: dict[str, type["ParadigmModel"]] = {}   # name -> class, in definition order
@@ -172,21 +171,9 @@ class ParadigmModel(nn.Module):
         defaults = {f.name: f.default for f in dataclasses.fields(DecodeConfig)}
         inert = set(defaults) - cls.knobs - SAMPLING_KNOBS
         decode = decode.replace(**{k: defaults[k] for k in inert if getattr(decode, k) != defaults[k]})
-        if is_family_sampler(decode.sampler):   # a diffusion family's own sampler: its options are in its spec
-            own = sorted(k for k in defaults if k not in ("sampler", "seed", "stop_at_eos", "compile")
-                         and getattr(decode, k) != defaults[k])
-            if own:
-                raise ConfigError(f"sampler={decode.sampler} decodes with its own options (models/dllm_samplers.py); "
-                                 f"leave {', '.join(own)} at the default or use sampler harness")
-            return decode.replace(compile="off")
-        if decode.sampler != "harness" and decode.policy != "confidence":
-            raise ConfigError(f"the official samplers commit by the confidence rule; policy={decode.policy} needs "
-                             f"sampler harness")
-        if decode.compile == "auto" and (not decode.use_cache or decode.sampler != "harness"):
-            decode = decode.replace(compile="off")   # auto: where a fixed step exists
-        if decode.compile != "off" and (not decode.use_cache or decode.sampler != "harness"):
-            raise ConfigError(f"compile={decode.compile} is a step of the cached harness sampler: it needs use_cache "
-                             f"true and sampler harness")
+        sampler = decode.plan.sampler   # ours, the official one or a family's (models/samplers.py)
+        decode = sampler.resolve(decode)
+        sampler.check(cls)
         return decode
 
     @classmethod
@@ -223,8 +210,12 @@ class ParadigmModel(nn.Module):
     def setting(cls, row: dict) -> str:
         """What varies along a series (the threshold or the policy's parameters, and step budgets)."""
         parts = []
-        if is_family_sampler(row.get("sampler") or ""):   # a diffusion family's own sampler: its spec is the setting
-            return row["sampler"]
+        try:
+            sampler = parse_sampler(row.get("sampler") or "harness")
+        except SamplerError:   # a row of a sampler this checkout does not declare
+            sampler = None
+        if sampler is not None and sampler.owns_loop:   # a diffusion family's own sampler: its spec is the setting
+            return sampler.label
         if isinstance(row.get("policy"), str) and row["policy"] != "confidence":
             parts.append(row["policy"])
         elif "threshold" in cls.knobs:
@@ -277,10 +268,10 @@ class ParadigmModel(nn.Module):
         drawing them (Generation.log_q is then log q_dec of the targets; see models.decoding.TokenChooser).
         `probe`: record the first forward's predictive distributions (Generation.first_step)."""
         decode = self.resolve_decode(decode, self.config)
-        if is_family_sampler(decode.sampler):
+        if decode.plan.sampler.owns_loop:
             if forced is not None or probe:
                 raise ConfigError(f"sampler={decode.sampler} draws its own tokens: no teacher forcing or probes")
-            return family_generate(self, prompts, max_new_tokens, decode)
+            return decode.plan.sampler.generate(self, prompts, max_new_tokens, decode)
         with Timer(self.device) as timer:
             canvas = Canvas.for_generation(prompts, max_new_tokens, self.mask_id, self.config.pad_id, self.device)
             canvas.check_fits(self.config.length)
@@ -295,7 +286,7 @@ class ParadigmModel(nn.Module):
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
                decode: DecodeConfig = DecodeConfig(), forced: Sequence[int] | None = None) -> Generation:
         decode = self.resolve_decode(decode, self.config)
-        if is_family_sampler(decode.sampler):
+        if decode.plan.sampler.owns_loop:
             raise ConfigError(f"sampler={decode.sampler} generates after a prompt; it does not infill (use sampler "
                              f"harness)")
         with Timer(self.device) as timer:

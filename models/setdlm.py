@@ -65,7 +65,7 @@ from .backbones import ClosedStream
 from .backbones.attention import StepCache
 from .decoding import Canvas, left_aligned
 from .errors import ConfigError
-from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
+from .official_sampler import OfficialTokenChooser
 from .paradigm import Grid, ParadigmModel
 from .schedules import StaggeredSchedule, sample_t
 from .types import Batch, DecodeConfig, ModelConfig
@@ -107,12 +107,11 @@ class SetDLMModel(ParadigmModel):
     @classmethod
     def resolve_decode(cls, decode: DecodeConfig, config: ModelConfig) -> DecodeConfig:
         decode = super().resolve_decode(decode, config)
-        check_sampler(cls, decode)
         if decode.window is None:
             decode = decode.replace(window=config.block_size)
         if decode.window > config.length:
             raise ConfigError(f"SetDLM window W={decode.window} exceeds the context length L={config.length}")
-        if not cls.decodes_with(decode.commit_policy()):
+        if not cls.decodes_with(decode.plan.policy):
             raise ConfigError(f"policy {decode.policy} commits by position within a block; SetDLM decodes a sliding "
                              f"window, which has none (use it with MDLM or BD3LM)")
         return decode
@@ -242,8 +241,8 @@ class SetDLMModel(ParadigmModel):
 
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
-        W, policy = decode.window, sampler_policy(decode, self.backbone.kind)
-        state = _SetState(self, canvas, decode, policy, stop_at_eos and self.eos_id is not None)
+        W, hooks = decode.window, decode.plan.sampler.hooks(decode, self.backbone.kind)
+        state = _SetState(self, canvas, decode, hooks, stop_at_eos and self.eos_id is not None)
         ids, pos, B = state.ids, state.pos, canvas.ids.shape[0]
         visible = canvas.real & ~(canvas.span & (canvas.ids == self.mask_id))   # the prompt, or prefix + suffix
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, ids.device,
@@ -253,8 +252,8 @@ class SetDLMModel(ParadigmModel):
         if fixed:
             step = _FixedSetStep(self, run.cache, run.first(self), W)
         elif decode.use_cache:
-            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, state.C, W), keep_all=policy.all_rows)
-            if policy.prefill_apart and state.pend_cols.shape[1] > 0:   # the official prefill: the prompt (causal)
+            step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, state.C, W), keep_all=hooks.all_rows)
+            if hooks.prefill_apart and state.pend_cols.shape[1] > 0:   # the official prefill: the prompt (causal)
                 state.write_pending(step, state.pend_valid, state.active)
         else:
             step = _UncachedSetStep(self.backbone, ids, pos, state.pend_cols, state.pend_valid)
@@ -271,7 +270,7 @@ class SetDLMModel(ParadigmModel):
         state.win_cols, state.candidate = state.win_cols[:, :n_next], state.candidate[:, :n_next]
         iteration = 0
         while True:
-            state.check_stop = policy.checks_stop(iteration)   # official: every W steps only
+            state.check_stop = hooks.checks_stop(iteration)   # official: every W steps only
             self._advance(state, forward, chooser)
             iteration += 1
             if state.policy.one_per_step:   # exactly one accepted token per decoded row: nothing to slice
@@ -370,7 +369,7 @@ class _SetState(steps.StepState):
     CANVAS = ("ids", "pos", "span", "key")
     COLUMNS = ("pend_cols", "win_cols", "first", "eos_at")
 
-    def __init__(self, model: "SetDLMModel", canvas: Canvas, decode: DecodeConfig, policy, stop: bool):
+    def __init__(self, model: "SetDLMModel", canvas: Canvas, decode: DecodeConfig, hooks, stop: bool):
         W = decode.window
         ids, pos, span = canvas.with_scratch_column()
         B, C = canvas.ids.shape
@@ -378,13 +377,13 @@ class _SetState(steps.StepState):
         cols = torch.arange(C, device=device)
         masked = canvas.span & (canvas.ids == model.mask_id)
         self.remaining = masked.sum(dim=1)
-        super().__init__(canvas, decode.commit_policy(), model.eos_id if stop else None, int(self.remaining.max()) + 2)
+        super().__init__(canvas, decode.plan.policy, model.eos_id if stop else None, int(self.remaining.max()) + 2)
         self.ids, self.pos, self.span = ids, pos, span
         self.key = None
         if decode.commit_order == "first_hitting":
             L = model.config.length
             generator = torch.Generator(device=device).manual_seed(decode.seed)
-            if policy.official_schedule and bool(canvas.span[:, -1].all()):
+            if hooks.official_schedule and bool(canvas.span[:, -1].all()):
                 # setdlm_fht_cache_order: first-hitting times of the model's schedule (S_max = 2W, as the GSM8K
                 # harness sets it) for the N targets, indexed by target rank: target j takes schedule slot L - N + j
                 S_max = min(2 * W, L)

@@ -271,7 +271,7 @@ def whole_steps_apply(model, decode: DecodeConfig, canvas: Canvas) -> bool:
     paradigm that has a transition. Other decodes run the fixed forward inside the eager loop."""
     return (hasattr(model, "_whole_forward") and step_mode(model, decode) != "off" and decode.greedy
             and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe
-            and "stable" not in decode.commit_policy().needs)
+            and "stable" not in decode.plan.policy.needs)
 
 
 def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False):

@@ -12,6 +12,7 @@ number (tokens/s, tokens per forward) is computed from `Generation.n_tokens`, wh
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -20,14 +21,13 @@ import torch
 
 from .backbones import BackboneSpec
 from .fields import check_fields
-from .dllm import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
-from .policies import CommitPolicy, parse_policy
+from .samplers import Sampler, SamplerError, parse_sampler, sampler_help
+from .policies import POLICIES, CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
 from .errors import ConfigError, UserError, unknown
 
 SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
 COMMIT_ORDERS = ("position", "first_hitting")
-SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
 CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence
 INFILL_CONTEXTS = ("blocks", "clean_blocks")     # DecodeConfig.infill_context (BD3LM)
 COMPILE_MODES = ("off", "fixed", "on", "auto")   # DecodeConfig.compile (AR, BD3LM, SetDLM)
@@ -51,6 +51,15 @@ def count_generated_tokens(ids: Sequence[int], eos_id: int | None, stop_at_eos: 
     return len(ids)
 
 
+def policy_help() -> str:
+    """The --policy help (DecodeConfig.policy's), listing the registered commit rules with their parameters."""
+    specs = ", ".join(name + (f"({','.join(f.name + '=' for f in dataclasses.fields(cls))})" if dataclasses.fields(cls)
+                              else "") for name, cls in POLICIES.items())
+    blocks = ", ".join(name for name, cls in POLICIES.items() if cls.in_blocks)
+    return ("the commit policy (MDLM, BD3LM, SetDLM; models/policies.py): which masked positions a step commits beyond "
+            f"the schedule's count, as name or name(param=value,...): {specs} (confidence's tau is --threshold; "
+            f"by position within a block, MDLM and BD3LM only: {blocks})")
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Decoding settings. Every field means one thing; a paradigm reads the fields it declares in
@@ -58,8 +67,8 @@ class DecodeConfig:
     others back at their defaults, so a setting meant for another paradigm never enters a run's identity.
 
     The paradigm-specific fields carry their meaning in `metadata["help"]` (also the CLI's --help and
-    lm-eval's model_args documentation). `sampler` picks between our decoders' behaviour ("harness") and
-    the published sampler's ("official", "official_unfused"; models/official_sampler.py). The sampling fields:
+    lm-eval's model_args documentation). `sampler` picks whose sampler decodes (models/samplers.py:
+    ours, "harness"; the paper's official one; or a diffusion family's own). The sampling fields:
 
     greedy / temperature / top_p: argmax, or sampling with temperature and nucleus top_p.
     repetition_penalty: HF-style penalty on tokens already in the prompt or committed.
@@ -87,13 +96,7 @@ class DecodeConfig:
     use_cache: bool = field(default=True, metadata={"help": (
         "KV cache on/off: true or false (AR, BD3LM, SetDLM); off recomputes the visible context each step and "
         "gives the same greedy tokens")})
-    sampler: str = field(default="harness", metadata={"help": (
-        "whose sampler to reproduce: harness (ours, the default) or official (the published "
-        "kuleshov-group/setdlms sampler, backbone call for call: separate prompt prefill, its step schedule and "
-        "stop-rule timing, MDLM's full-length mask padding, the legacy DiT's bf16 autocast; each paradigm "
-        "module lists the differences); official_unfused: BD3LM with the official fused_block_cache=false "
-        "(one extra forward per block to write it to the cache)); or a diffusion family's own sampler with its "
-        "options, llada(...), dream(...), sdar(...), fastdllm_v2(...) (models/dllm_samplers.py)")})
+    sampler: str = field(default="harness", metadata={"help": sampler_help()})
     confidence: str = field(default="sampled", metadata={**NEW_KNOB, "help": (
         "how a sampled token's confidence is scored when positions compete for a commit (MDLM, BD3LM, SetDLM): "
         "sampled (the probability of the value just sampled there, the official rule; it favours lucky draws, so "
@@ -115,11 +118,7 @@ class DecodeConfig:
         "on CUDA either as a CUDA graph through torch.compile) or auto (on on "
         "CUDA, where a step is mostly kernel launches; off on a CPU, where compiling costs more than it saves at "
         "the harness's sizes: python -m harness.bench steps). Same greedy tokens in all")})
-    policy: str = field(default="confidence", metadata={**NEW_KNOB, "help": (
-        "the commit policy (MDLM, BD3LM, SetDLM; models/policies.py): which masked positions a step commits beyond "
-        "the schedule's count, as name or name(param=value,...): confidence (tau from --threshold), kfloor(tau=), "
-        "topk(k=), margin(tau=), entropy(theta=), eb(gamma=,proxy=entropy|margin), factor(f=), "
-        "klass(tau=,kl=,steps=), dus(a=) (MDLM and BD3LM)")})
+    policy: str = field(default="confidence", metadata={**NEW_KNOB, "help": policy_help()})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -143,13 +142,11 @@ class DecodeConfig:
             problems.append(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty}")
         if self.commit_order not in COMMIT_ORDERS:
             problems.append(unknown("commit_order", self.commit_order, COMMIT_ORDERS))
-        if is_family_sampler(self.sampler):   # a diffusion family's own sampler, spelled canonically (run ids)
-            try:
-                object.__setattr__(self, "sampler", parse_sampler(self.sampler).spec())
-            except SamplerError as e:
-                problems.append(str(e))
-        elif self.sampler not in SAMPLERS:
-            problems.append(unknown("sampler", self.sampler, [*SAMPLERS, *(f"{name}(...)" for name in FAMILY_SAMPLERS)]))
+        try:   # spelled canonically (run ids): a family sampler's options sorted, those at their default left out
+            sampler = parse_sampler(self.sampler)
+            object.__setattr__(self, "sampler", sampler.spec())
+        except SamplerError as e:
+            problems.append(str(e))
         if self.confidence not in CONFIDENCES:
             problems.append(unknown("confidence", self.confidence, CONFIDENCES))
         if self.compile not in COMPILE_MODES:
@@ -164,13 +161,31 @@ class DecodeConfig:
             object.__setattr__(self, "policy", "confidence")
         else:
             object.__setattr__(self, "policy", policy.spec())
+        self.__dict__["plan"] = DecodePlan(sampler, policy)   # resolved once, carried to the step
+
+    @functools.cached_property
+    def plan(self) -> "DecodePlan":
+        """What this decode does, resolved once (by __post_init__; recomputed only after unpickling)."""
+        return DecodePlan(parse_sampler(self.sampler), self.commit_policy())
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "plan"}   # a sampler declared in a test pickles too
 
     def commit_policy(self) -> CommitPolicy:
-        """The commit policy these settings name (models/policies.py)."""
+        """The commit policy these settings name (models/policies.py); a decode reads `plan.policy`."""
         return parse_policy(self.policy, self.threshold if self.policy == "confidence" else None)
 
     def replace(self, **changes) -> "DecodeConfig":
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What a decode does, resolved once from its settings (DecodeConfig.plan) and carried from the CLI to the step:
+    whose sampler runs it (models/samplers.py: ours, the official one, or a family's) and the commit policy our
+    decoders commit by (models/policies.py)."""
+    sampler: Sampler
+    policy: CommitPolicy
 
 
 # numeric precisions a model computes in (harness.precision chooses between them per phase)

@@ -46,21 +46,21 @@ def load(case: str):
     return _MODELS[case]
 
 
-def options(case: str, settings: dict) -> S.SamplerOptions:
+def options(case: str, settings: dict) -> S.FamilySampler:
     """The family sampler's options for a recorded call's settings (their own argument names)."""
     s = settings
     if case == "llada_mha":
-        return S.LLaDAOptions(steps=s["steps"], block_length=s["block_length"], temperature=s["temperature"],
-                              remasking=s["remasking"])
+        return S.LLaDA(steps=s["steps"], block_length=s["block_length"], temperature=s["temperature"],
+                       remasking=s["remasking"])
     if case == "dream_gqa":
-        return S.DreamOptions(steps=s["steps"], alg=s["alg"], alg_temp=s["alg_temp"], temperature=s["temperature"])
+        return S.Dream(steps=s["steps"], alg=s["alg"], alg_temp=s["alg_temp"], temperature=s["temperature"])
     if case == "sdar_b4":
-        return S.SDAROptions(block_length=s["block_length"], denoising_steps=s["denoising_steps"],
-                             temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"],
-                             remasking=s["remasking_strategy"], threshold=s.get("confidence_threshold", 0.85))
-    return S.FastDLLMv2Options(block_size=s["block_size"], small_block_size=s["small_block_size"],
-                               threshold=float(s["threshold"]), temperature=float(s["temperature"]), top_p=s["top_p"],
-                               use_block_cache=s["use_block_cache"])
+        return S.SDAR(block_length=s["block_length"], denoising_steps=s["denoising_steps"],
+                      temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"],
+                      remasking=s["remasking_strategy"], threshold=s.get("confidence_threshold", 0.85))
+    return S.FastDLLMv2(block_size=s["block_size"], small_block_size=s["small_block_size"],
+                        threshold=float(s["threshold"]), temperature=float(s["temperature"]), top_p=s["top_p"],
+                        use_block_cache=s["use_block_cache"])
 
 
 def new_tokens(case: str, settings: dict) -> int:
@@ -76,9 +76,9 @@ def generation_cases():
 def run_recorded(model, case: str, name: str, keep_logits: bool = False):
     g = golden(case)["generations"][name]
     runners = []
-    (ids, nfe, _), = S.generate_rows(model, g["prompt_ids"], new_tokens(case, g["settings"]),
-                                     options(case, g["settings"]), g["seed"], stop_at_eos=True, trace=runners,
-                                     keep_logits=keep_logits)
+    (ids, nfe, _), = options(case, g["settings"]).rows(model, g["prompt_ids"], new_tokens(case, g["settings"]),
+                                                       g["seed"], stop_at_eos=True, trace=runners,
+                                                       keep_logits=keep_logits)
     return g, ids, nfe, runners[0]
 
 

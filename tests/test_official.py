@@ -499,17 +499,20 @@ def test_mdlm_official_pads_to_length(written):
     assert len(out.tokens) == 8 and out.nfe == 8
 
 
-def test_the_sampler_policy_names_how_the_official_loops_differ():
+def test_the_official_hooks_name_how_the_official_loops_differ():
     """Ours sets no hook; the official samplers set the ones their loops follow (the traces above check them)."""
-    from models.official_sampler import SamplerPolicy, sampler_policy
+    from models.samplers import OfficialHooks
 
-    assert sampler_policy(DecodeConfig()) == SamplerPolicy()
-    assert all(SamplerPolicy().checks_stop(step) for step in range(5))
-    setdlm = sampler_policy(DecodeConfig(sampler="official", window=4), "dit")
+    def hooks(decode, kind=None):
+        return decode.plan.sampler.hooks(decode, kind)
+
+    assert hooks(DecodeConfig()) == OfficialHooks()
+    assert all(OfficialHooks().checks_stop(step) for step in range(5))
+    setdlm = hooks(DecodeConfig(sampler="official", window=4), "dit")
     assert setdlm.prefill_apart and setdlm.all_rows and setdlm.official_schedule and not setdlm.unmasked_logits
     assert [setdlm.checks_stop(step) for step in range(9)] == [False] * 4 + [True] + [False] * 3 + [True]
-    one = sampler_policy(DecodeConfig(sampler="official", window=1), "dit")   # W = 1: every step but the first
+    one = hooks(DecodeConfig(sampler="official", window=1), "dit")   # W = 1: every step but the first
     assert [one.checks_stop(step) for step in range(3)] == [False, True, True]
-    assert sampler_policy(DecodeConfig(sampler="official_unfused"), "dit").blocks_apart
-    assert not sampler_policy(DecodeConfig(sampler="official_unfused", use_cache=False), "dit").blocks_apart
-    assert sampler_policy(DecodeConfig(sampler="official"), "llama").unmasked_logits
+    assert hooks(DecodeConfig(sampler="official_unfused"), "dit").blocks_apart
+    assert not hooks(DecodeConfig(sampler="official_unfused", use_cache=False), "dit").blocks_apart
+    assert hooks(DecodeConfig(sampler="official"), "llama").unmasked_logits

@@ -27,10 +27,11 @@ from harness.store import StoreError
 from harness.sweep import PlanError
 from models.checkpoint import CheckpointError
 from models.decoding import TeacherForcingError
-from models.dllm import FamilyError, SamplerError
+from models.dllm import FamilyError
 from models.errors import ConfigError, UserError, unknown
 from models.llama_layout import PretrainedError
 from models.policies import PolicyError
+from models.samplers import SamplerError
 from models.types import ContextOverflowError
 from tasks.base import TaskError
 from tasks.oracle_language import LanguageError
