@@ -221,7 +221,8 @@ def benchmark_list(src: Sources) -> str:
 
 SEAMS = {   # each seam of docs/extending.md and the test that declares its worked example in the test file alone
     "paradigm": "tests/test_extra_paradigm.py", "policy": "tests/test_policies.py", "kind": "tests/test_extra_kind.py",
-    "family": "tests/test_dllm.py", "task": "tests/test_extra_task.py", "preset": "tests/test_extra_preset.py"}
+    "family": "tests/test_dllm.py", "sampler": "tests/test_samplers.py", "task": "tests/test_extra_task.py",
+    "preset": "tests/test_extra_preset.py"}
 
 
 def worked_example(seam: str) -> Callable[[Sources], str]:
