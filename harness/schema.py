@@ -65,6 +65,8 @@ TIMING = (
     Column("tokens_per_s", "number"), Column("tokens_per_s_ci_low", "number"), Column("tokens_per_s_ci_high", "number"),
     Column("latency_s_median", "number"), Column("nfe_mean", "number"), Column("tokens_per_forward", "number"),
     Column("n_tokens_total", "whole", stored=False, reported=False, low=0),
+    # tokens the backbone processed per forward (MDLM, whose approximate caches forward fewer; None: not counted)
+    Column("tokens_processed_per_forward", "number", stored=False, reported=False),
 )
 ENVIRONMENT = (
     Column("device", "str"), Column("dtype", "str"), Column("torch_version", "str"), Column("git_sha", "str"),

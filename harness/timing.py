@@ -36,6 +36,7 @@ class CallTiming:
     tokens: tuple[int, ...]
     nfe: tuple[int, ...]
     requests: tuple[int, ...] = ()   # which requests of the batch this call served (same order as tokens)
+    processed: tuple[int | None, ...] = ()   # tokens the backbone processed for each example (None: not counted)
 
     @property
     def tokens_per_s(self) -> float:
@@ -58,4 +59,13 @@ def summarize(calls: list[CallTiming]) -> dict:
         "nfe_mean": float(np.mean(nfe)),
         "tokens_per_forward": tokens / sum(nfe) if sum(nfe) else None,
         "n_tokens_total": tokens,
+        "tokens_processed_per_forward": _processed_per_forward(calls, sum(nfe)),
     }
+
+
+def _processed_per_forward(calls: list[CallTiming], nfe: int) -> float | None:
+    """Tokens the backbone processed per forward over every call, where each example's were counted."""
+    processed = [p for c in calls for p in c.processed]
+    if not processed or None in processed or not nfe:
+        return None
+    return sum(processed) / nfe

@@ -30,6 +30,7 @@ class Canvas:
     span: torch.Tensor       # [B, C] bool, the positions to decode (masks at the start)
     forced: torch.Tensor | None = None   # [B, C + 1] teacher-forced targets (span columns; column C is scratch)
     probe: bool = False                  # record the first step's predictive distributions (Generation.first_step)
+    processed: torch.Tensor | None = None   # [B] tokens the backbone processed per row (a decoder that counts them)
     chooser: "TokenChooser | None" = None   # the decoder's chooser (track)
 
     @classmethod
@@ -116,11 +117,12 @@ class Canvas:
         chooser = self.chooser
         log_q = [None] * len(ids) if chooser is None or chooser.log_q is None else chooser.log_q.tolist()
         first = self.first_step_by_offset(chooser.first) if chooser is not None and chooser.first else [None] * len(ids)
+        processed = [None] * len(ids) if self.processed is None else self.processed.tolist()
         out = []
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
             gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
-            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b]))
+            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b], processed[b]))
         return out
 
     def first_step_by_offset(self, first: tuple[torch.Tensor, torch.Tensor]) -> list[dict[int, list[float]]]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .bidir_cache import BlockForwards
 from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned
 from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, official_commit_counts
@@ -50,7 +51,7 @@ from .types import Batch, DecodeConfig, ModelConfig
 class MDLMModel(ParadigmModel):
     paradigm = "mdlm"
     label = "MDLM"
-    knobs = frozenset({"threshold", "policy", "steps", "chunk_size", "sampler"})
+    knobs = frozenset({"threshold", "policy", "steps", "chunk_size", "sampler", "cache"})
     samplers = ("harness", "official")
     colormap = "Blues"
 
@@ -171,6 +172,7 @@ class MDLMModel(ParadigmModel):
         log = StepLog(B, sum(map(len, schedules)), device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
+        forward = BlockForwards(decode.bidir_cache(), self.backbone, ids, pos, real, attn_mask)
 
         for cols, counts, (lo, hi) in zip(chunks, schedules, bounds):
             cols = cols.expand(B, -1)
@@ -183,7 +185,7 @@ class MDLMModel(ParadigmModel):
                 cand_cols, cand = left_aligned(cols, candidate)
                 cand_cols, cand = cand_cols[:, :n_left], cand[:, :n_left]
                 decoding = cand.any(dim=1)   # the rows this forward decodes: each row counts its own forwards
-                h = self.backbone(ids, pos, attn_mask=attn_mask, keep=slice(lo, hi))
+                h = forward(lo, hi, step_no, decoding)
                 rows = (cand_cols - lo)[..., None].expand(-1, -1, h.shape[-1])
                 tokens, conf = chooser(self.backbone.logits(h.gather(1, rows)), cand_cols)
                 context = (StepContext(cand_cols - cols[:, :1], cols.shape[1], step_no) if chooser.policy.in_blocks
@@ -202,6 +204,7 @@ class MDLMModel(ParadigmModel):
                 done = done | eos_stop(ids, span, self.mask_id, self.eos_id)
                 if bool(done.all()):
                     break
+        canvas.processed = forward.processed
         return log.result()
 
     def _decode_official(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):

@@ -133,6 +133,9 @@ class Sampler:
         if not self.by_policy and decode.policy != "confidence":
             raise ConfigError(f"the official samplers commit by the confidence rule; policy={decode.policy} needs "
                               f"sampler harness")
+        if decode.cache != "exact" and not self.by_policy:
+            raise ConfigError(f"cache={decode.cache} reuses our decoder's forwards; sampler {self.spec()} decodes "
+                              f"without one (LLaDA's rule is ours with --steps S --chunk-size B)")
         step = self.compiles and decode.use_cache
         if decode.compile == "auto" and not step:
             decode = decode.replace(compile="off")   # auto: where a fixed step exists

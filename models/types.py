@@ -22,6 +22,7 @@ import torch
 from .backbones import BackboneSpec
 from .fields import check_fields
 from .samplers import Sampler, SamplerError, parse_sampler, sampler_help
+from .bidir_cache import BidirCache, parse_cache
 from .policies import POLICIES, CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
 from .errors import ConfigError, UserError, unknown
@@ -119,6 +120,12 @@ class DecodeConfig:
         "CUDA, where a step is mostly kernel launches; off on a CPU, where compiling costs more than it saves at "
         "the harness's sizes: python -m harness.bench steps). Same greedy tokens in all")})
     policy: str = field(default="confidence", metadata={**NEW_KNOB, "help": policy_help()})
+    cache: str = field(default="exact", metadata={**NEW_KNOB, "help": (
+        "approximate KV reuse of the bidirectional decoder (MDLM, so LLaDA and Dream; models/bidir_cache.py): exact "
+        "(every step a full forward), prefix or dual (Fast-dLLM v1: the prefix's, or the prefix's and the suffix's, "
+        "keys and values reused inside a chunk, refreshed when a chunk starts), vicinity(before=,after=) (dInfer: the "
+        "dual cache also recomputing that many positions around the chunk), refresh(every=) (d3LLM: a full forward "
+        "every that many steps of a chunk); the chunk is --chunk-size")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -155,6 +162,7 @@ class DecodeConfig:
             problems.append(unknown("infill_context", self.infill_context, INFILL_CONTEXTS))
         if problems:
             raise ConfigError("; ".join(problems))
+        object.__setattr__(self, "cache", parse_cache(self.cache).spec())   # CacheSpecError for a bad spec
         policy = parse_policy(self.policy, self.threshold)   # PolicyError for a bad spec
         if policy.name == "confidence":   # one spelling per setting, so one run id: tau lives in `threshold`
             object.__setattr__(self, "threshold", policy.tau)
@@ -174,6 +182,10 @@ class DecodeConfig:
     def commit_policy(self) -> CommitPolicy:
         """The commit policy these settings name (models/policies.py); a decode reads `plan.policy`."""
         return parse_policy(self.policy, self.threshold if self.policy == "confidence" else None)
+
+    def bidir_cache(self) -> BidirCache:
+        """The key/value reuse these settings name (models/bidir_cache.py)."""
+        return parse_cache(self.cache)
 
     def replace(self, **changes) -> "DecodeConfig":
         return dataclasses.replace(self, **changes)
@@ -221,6 +233,8 @@ class Generation:
     tokens_per_step: list[int] = field(default_factory=list)
     log_q: float | None = None
     first_step: dict[int, list[float]] | None = None
+    tokens_processed: int | None = None   # tokens the backbone processed over this row's forwards (MDLM; None: not
+                                          # counted), so a cached forward (DecodeConfig.cache) is charged what it cost
 
     @property
     def n_tokens(self) -> int:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from models.backbones import Backbone, BackboneSpec, ClosedStream
-from models.backbones.attention import KVCache
+from models.backbones.attention import KVCache, StepCache
 from models.errors import ConfigError
 from models.sources import register_spec_prefix
 
@@ -71,7 +71,10 @@ class OracleBackbone(Backbone):
     def forward(self, input_ids, position_ids, attn_mask=None, is_causal=False, cache=None, keep=None, closed=None):
         B, T = input_ids.shape
         slots = torch.stack([input_ids, position_ids], dim=-1).float()
-        if cache is not None:
+        if isinstance(cache, StepCache):   # slots written by index, every slot attended (models/bidir_cache.py)
+            cache.k[0][:, 0].index_copy_(1, cache.slots, slots)
+            slots = cache.k[0][:, 0]
+        elif cache is not None:
             cache.reserve(T)
             start, end = cache.length, cache.length + T
             cache.k[0][:, 0, start:end] = slots
