@@ -12,6 +12,7 @@ under results/bench/<name>.json).
     python -m harness.bench train-compiled  # eager vs compiled training steps (harness.train --compile on) and
                                             # the compile seconds, the cpu preset's text and oracle models
     python -m harness.bench policies        # each commit policy's per-step cost against the confidence rule
+    python -m harness.bench caches          # each approximate KV cache of MDLM against exact MDLM, batch 1 and 8
     python -m harness.bench precision       # what --precision auto rests on: fp32 vs bf16 training steps and
                                             # decoding per paradigm, on this CPU (precision-<capability>.json)
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
@@ -28,7 +29,7 @@ preset's size and block sizes; they are the trained cpu checkpoints when `.cache
 otherwise seeded random initialisations, so a fresh clone needs nothing trained (decoding speed does not depend
 on the weights when the threshold is off and EOS is ignored, which is how the decode and vs-hf benchmarks run).
 
-One module a benchmark (decode, policies, precision, vs_hf, matched, train with train-compiled, smollm2, steps,
+One module a benchmark (decode, policies, caches, precision, vs_hf, matched, train with train-compiled, smollm2, steps,
 gpu), each holding its measurement and the table it publishes (TABLES, rendered by harness/publish.py); what they
 share, the models, prompts and round-robin timing, in common.py.
 """
@@ -50,6 +51,7 @@ from ..cli import (INTERRUPTED, Parser, check_working_directory, exit_exhausted,
                    number, user_path)
 from ..env import fingerprint
 from ..paths import make_dirs, replacing
+from .caches import bench_caches, caches_table
 from .decode import bench_decode, decode_table
 from .matched import bench_matched, matched_table
 from .policies import bench_policies
@@ -61,13 +63,14 @@ from .vs_hf import bench_vs_hf, vs_hf_table
 
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
               "train-compiled": bench_train_compiled,
-              "precision": bench_precision, "policies": bench_policies,
+              "precision": bench_precision, "policies": bench_policies, "caches": bench_caches,
               "smollm2": bench_smollm2, "steps": bench_steps}
 # the published benchmark tables, in the order docs/benchmarks.md shows them: (benchmark name, its table from the
 # result <bench>/<name>.json); harness/publish.py renders each between the markers of that name (common.bench_section)
 TABLES: tuple[tuple[str, Callable[[dict], str]], ...] = (
     ("decode", decode_table), ("vs-hf", vs_hf_table), ("smollm2", smollm2_table), ("matched", matched_table),
-    ("train", train_table), ("train-compiled", train_compiled_table), ("steps", steps_table))
+    ("train", train_table), ("train-compiled", train_compiled_table), ("steps", steps_table),
+    ("caches", caches_table))
 
 
 def why_skipped(name: str) -> str | None:
