@@ -127,7 +127,8 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
             gens = [model.infill(r.prefix, r.n_masked, r.suffix, decode)]
         # the model times its own call (models.paradigm.Timer: prefill included, CUDA synchronised)
         calls.append(CallTiming(gens[0].seconds, tuple(g.n_tokens for g in gens), tuple(g.nfe for g in gens),
-                                tuple(index), tuple(g.tokens_processed for g in gens)))
+                                tuple(index), tuple(g.tokens_processed for g in gens),
+                                tuple(g.cache_drift for g in gens)))
         for i, g in zip(index, gens):
             outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens, g.log_q, g.first_step)
     return outputs, calls
@@ -207,6 +208,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
                            text=outputs[i]["decode"].text)
                 if call.processed and call.processed[j] is not None:
                     row["tokens_processed"] = call.processed[j]
+                if call.drift and call.drift[j] is not None:
+                    row["cache_drift_kl"] = call.drift[j]
             rows.append(row)
         # a torn chunk is recomputed whole (its examples share calls and seeds) but only its missing
         # examples are written: one row per example_id
@@ -229,4 +232,5 @@ def _calls_from_rows(rows: list[dict]) -> list[CallTiming]:
     for row in rows:
         grouped.setdefault((row["chunk"], row["call"]), []).append(row)
     return [CallTiming(g[0]["seconds"], tuple(r["n_tokens"] for r in g), tuple(r["nfe"] for r in g),
-                       processed=tuple(r.get("tokens_processed") for r in g)) for g in grouped.values()]
+                       processed=tuple(r.get("tokens_processed") for r in g),
+                       drift=tuple(r.get("cache_drift_kl") for r in g)) for g in grouped.values()]

@@ -67,6 +67,8 @@ TIMING = (
     Column("n_tokens_total", "whole", stored=False, reported=False, low=0),
     # tokens the backbone processed per forward (MDLM, whose approximate caches forward fewer; None: not counted)
     Column("tokens_processed_per_forward", "number", stored=False, reported=False),
+    # the --cache-drift diagnostic: mean KL(p_cached || p_exact) per sampled masked position, nats (None: off)
+    Column("cache_drift_kl", "number", stored=False, reported=False),
 )
 ENVIRONMENT = (
     Column("device", "str"), Column("dtype", "str"), Column("torch_version", "str"), Column("git_sha", "str"),

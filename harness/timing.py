@@ -37,6 +37,7 @@ class CallTiming:
     nfe: tuple[int, ...]
     requests: tuple[int, ...] = ()   # which requests of the batch this call served (same order as tokens)
     processed: tuple[int | None, ...] = ()   # tokens the backbone processed for each example (None: not counted)
+    drift: tuple[float | None, ...] = ()     # each example's --cache-drift KL (None: not measured)
 
     @property
     def tokens_per_s(self) -> float:
@@ -60,7 +61,14 @@ def summarize(calls: list[CallTiming]) -> dict:
         "tokens_per_forward": tokens / sum(nfe) if sum(nfe) else None,
         "n_tokens_total": tokens,
         "tokens_processed_per_forward": _processed_per_forward(calls, sum(nfe)),
+        "cache_drift_kl": _mean_known([d for c in calls for d in c.drift]),
     }
+
+
+def _mean_known(values: list) -> float | None:
+    """The mean of the values that were measured (None where none was)."""
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
 
 
 def _processed_per_forward(calls: list[CallTiming], nfe: int) -> float | None:

@@ -169,13 +169,19 @@ class BlockForwards:
     inputs (attention.StepCache) and attends over all of them, the padding's excluded by the mask."""
 
     def __init__(self, kind: BidirCache, backbone, ids: torch.Tensor, pos: torch.Tensor, real: torch.Tensor,
-                 attn_mask: torch.Tensor | None):
+                 attn_mask: torch.Tensor | None, drift_every: int = 0):
         self.kind, self.backbone, self.ids, self.pos = kind, backbone, ids, pos
         self.attn_mask = attn_mask
         B, C = ids.shape
-        self.key_mask = real[:, None, None, :]   # [B, 1, 1, C]: every query may attend to every real column
+        self.key_mask = None if bool(real.all()) else real[:, None, None, :]   # [B, 1, 1, C]: every real column
         self.cache = None if kind.exact else backbone.new_cache(B, C, zeroed=True)
         self.processed = torch.zeros(B, dtype=torch.long, device=ids.device)
+        # the drift diagnostic (DecodeConfig.cache_drift): every `drift_every`-th cached step also runs the exact
+        # forward, never counted as a forward of the decode, and adds KL(p_cached || p_exact) of the block's masks
+        self.drift_every, self.cached_steps = drift_every, 0
+        self.drift = torch.zeros(B, dtype=torch.float64, device=ids.device)      # summed KL, nats
+        self.drift_positions = torch.zeros(B, dtype=torch.long, device=ids.device)
+        self.drift_forwards = 0
 
     def __call__(self, lo: int, hi: int, step_no: int, active: torch.Tensor) -> torch.Tensor:
         C = self.ids.shape[1]
@@ -192,5 +198,21 @@ class BlockForwards:
         slots = torch.arange(a, b, device=self.ids.device)
         step = StepCache(self.cache.k, self.cache.v, slots)
         self.processed += active * (b - a)
-        return self.backbone(self.ids[:, a:b], self.pos[:, a:b], attn_mask=self.key_mask, cache=step,
-                             keep=slice(lo - a, hi - a))
+        h = self.backbone(self.ids[:, a:b], self.pos[:, a:b], attn_mask=self.key_mask, cache=step,
+                          keep=slice(lo - a, hi - a))
+        self.cached_steps += 1
+        if self.drift_every and self.cached_steps % self.drift_every == 1 % self.drift_every:
+            self._measure_drift(h, lo, hi, active)
+        return h
+
+    def _measure_drift(self, cached: torch.Tensor, lo: int, hi: int, active: torch.Tensor) -> None:
+        """KL(p_cached || p_exact) at the block's still-masked positions of the active rows, the exact forward run
+        here (counted in drift_forwards, never in the decode's NFE)."""
+        exact = self.backbone(self.ids, self.pos, attn_mask=self.attn_mask, keep=slice(lo, hi))
+        self.drift_forwards += 1
+        log_c = torch.log_softmax(self.backbone.logits(cached).double(), dim=-1)
+        log_e = torch.log_softmax(self.backbone.logits(exact).double(), dim=-1)
+        kl = torch.where(log_c.isfinite(), log_c.exp() * (log_c - log_e), 0.0).sum(dim=-1)   # [B, hi - lo]
+        masked = (self.ids[:, lo:hi] == self.backbone.mask_id) & active[:, None]
+        self.drift += torch.where(masked, kl, 0.0).sum(dim=1)
+        self.drift_positions += masked.sum(dim=1)

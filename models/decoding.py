@@ -31,6 +31,7 @@ class Canvas:
     forced: torch.Tensor | None = None   # [B, C + 1] teacher-forced targets (span columns; column C is scratch)
     probe: bool = False                  # record the first step's predictive distributions (Generation.first_step)
     processed: torch.Tensor | None = None   # [B] tokens the backbone processed per row (a decoder that counts them)
+    drift: torch.Tensor | None = None       # [B] mean KL(p_cached || p_exact) per sampled position (NaN: none sampled)
     chooser: "TokenChooser | None" = None   # the decoder's chooser (track)
 
     @classmethod
@@ -118,11 +119,12 @@ class Canvas:
         log_q = [None] * len(ids) if chooser is None or chooser.log_q is None else chooser.log_q.tolist()
         first = self.first_step_by_offset(chooser.first) if chooser is not None and chooser.first else [None] * len(ids)
         processed = [None] * len(ids) if self.processed is None else self.processed.tolist()
+        drift = [None] * len(ids) if self.drift is None else [None if d != d else d for d in self.drift.tolist()]
         out = []
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
             gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
-            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b], processed[b]))
+            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b], drift[b], processed[b]))
         return out
 
     def first_step_by_offset(self, first: tuple[torch.Tensor, torch.Tensor]) -> list[dict[int, list[float]]]:

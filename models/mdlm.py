@@ -51,7 +51,7 @@ from .types import Batch, DecodeConfig, ModelConfig
 class MDLMModel(ParadigmModel):
     paradigm = "mdlm"
     label = "MDLM"
-    knobs = frozenset({"threshold", "policy", "steps", "chunk_size", "sampler", "cache"})
+    knobs = frozenset({"threshold", "policy", "steps", "chunk_size", "sampler", "cache", "cache_drift"})
     samplers = ("harness", "official")
     colormap = "Blues"
 
@@ -172,7 +172,7 @@ class MDLMModel(ParadigmModel):
         log = StepLog(B, sum(map(len, schedules)), device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
-        forward = BlockForwards(decode.bidir_cache(), self.backbone, ids, pos, real, attn_mask)
+        forward = BlockForwards(decode.bidir_cache(), self.backbone, ids, pos, real, attn_mask, decode.cache_drift)
 
         for cols, counts, (lo, hi) in zip(chunks, schedules, bounds):
             cols = cols.expand(B, -1)
@@ -205,6 +205,9 @@ class MDLMModel(ParadigmModel):
                 if bool(done.all()):
                     break
         canvas.processed = forward.processed
+        if decode.cache_drift and not decode.bidir_cache().exact:
+            n = forward.drift_positions
+            canvas.drift = torch.where(n > 0, forward.drift / n.clamp(min=1), torch.nan)
         return log.result()
 
     def _decode_official(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):

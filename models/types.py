@@ -126,6 +126,10 @@ class DecodeConfig:
         "keys and values reused inside a chunk, refreshed when a chunk starts), vicinity(before=,after=) (dInfer: the "
         "dual cache also recomputing that many positions around the chunk), refresh(every=) (d3LLM: a full forward "
         "every that many steps of a chunk); the chunk is --chunk-size")})
+    cache_drift: int = field(default=0, metadata={**NEW_KNOB, "help": (
+        "a diagnostic of --cache (MDLM): every this many cached steps also run the exact forward and record the KL "
+        "of the cached from the exact predictions at the chunk's masks (the row's cache_drift_kl, nats per "
+        "position; the extra forwards are not counted in NFE); 0 = off. The tokens are unchanged")})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
@@ -135,6 +139,8 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        if isinstance(self.cache_drift, bool) or not isinstance(self.cache_drift, int) or not 0 <= self.cache_drift <= 1 << 20:
+            problems.append(f"cache_drift must be a whole number in [0, {1 << 20}], got {self.cache_drift!r}")
         for name in ("window", "decode_block", "steps", "steps_per_block", "chunk_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -233,6 +239,8 @@ class Generation:
     tokens_per_step: list[int] = field(default_factory=list)
     log_q: float | None = None
     first_step: dict[int, list[float]] | None = None
+    cache_drift: float | None = None      # DecodeConfig.cache_drift: mean KL(p_cached || p_exact) per sampled masked
+                                          # position, nats (None: not measured)
     tokens_processed: int | None = None   # tokens the backbone processed over this row's forwards (MDLM; None: not
                                           # counted), so a cached forward (DecodeConfig.cache) is charged what it cost
 

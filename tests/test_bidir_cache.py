@@ -175,3 +175,22 @@ def test_a_cache_needs_our_decoder_and_keeps_old_run_ids():
     # paradigms that do not read it put it back at the default
     ar = tiny("ar")
     assert ar.resolve_decode(DecodeConfig(cache="dual"), ar.config).cache == "exact"
+
+
+def test_the_drift_diagnostic_measures_the_cache_and_changes_nothing_else():
+    """--cache-drift runs the exact forward beside sampled cached steps: tokens and NFE are unchanged, the KL is zero
+    for a kind whose cached steps are exact (the perfect model) and positive for a learned model's dual cache, and a
+    decode without a cache measures nothing."""
+    model = tiny("mdlm", kind="llama")
+    base = DecodeConfig(chunk_size=4, steps=12, stop_at_eos=False, cache="dual")
+    plain = model.generate([[5, 6, 7, 8]], 12, base)[0]
+    probed = model.generate([[5, 6, 7, 8]], 12, base.replace(cache_drift=1))[0]
+    assert probed.tokens == plain.tokens and probed.nfe == plain.nfe
+    assert plain.cache_drift is None and probed.cache_drift > 1e-6
+    assert model.generate([[5, 6]], 8, DecodeConfig(cache_drift=1, stop_at_eos=False))[0].cache_drift is None
+    with pytest.raises(ConfigError, match="cache_drift must be"):
+        DecodeConfig(cache_drift=-1)
+    perfect, tok = _perfect_mdlm()
+    out = perfect.generate([[tok.bos_id, 3, 4, 5, 6]], 8, DecodeConfig(chunk_size=4, cache="dual", cache_drift=1,
+                                                                        stop_at_eos=False))[0]
+    assert out.cache_drift == pytest.approx(0.0, abs=1e-9)
