@@ -11,6 +11,7 @@ naming the file and line.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -18,8 +19,13 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
 
+import models
 from harness import publish
+from harness.cache import checkpoint_dir, is_cached
+from harness.data import get_tokenizer, token_stream
+from reliability_utils import tiny_config, tiny_corpus  # noqa: F401  (a fixture)
 
 
 # -- the publisher ----------------------------------------------------------------------------------------------
@@ -102,3 +108,92 @@ def test_sigterm_while_a_page_is_written_exits_130_and_leaves_it_whole(site, cap
     err = capsys.readouterr().err
     assert status == 130 and err.startswith("interrupted") and err.count("\n") == 1, err
     assert readme.read_bytes() == before and [p.name for p in readme.parent.iterdir()] == ["README.md"]
+
+
+# -- caches --------------------------------------------------------------------------------------------------------
+def _save_entry(cfg, train: dict, model_id: str | None = None) -> Path:
+    model = models.build("ar", vocab_size=40, length=cfg.length, n_layers=1, d_model=16, n_heads=2)
+    return models.save(model, checkpoint_dir(cfg), extra={"model_id": model_id or cfg.model_id, "train": train})
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda a, b: (dataclasses.asdict(b), a.model_id), "train.steps is 16, its model id's config has 8"),
+    (lambda a, b: (dataclasses.asdict(b), b.model_id), "config.json names the model"),
+    (lambda a, b: ({**dataclasses.asdict(a), "seed": 7}, a.model_id), "train.seed is 7, its model id's config has 0"),
+    (lambda a, b: ({k: v for k, v in dataclasses.asdict(a).items() if k != "lr"}, a.model_id), "train.lr is missing")])
+def test_a_cached_checkpoint_of_another_config_than_its_id_is_set_aside(tiny_corpus, capsys, damage, says):
+    """A folder copied (or edited) by hand into the cache under another model id, or a hash collision: the id is
+    checked against the config.json's content, the entry is set aside with one warning and never reused."""
+    a, b = tiny_config("ar", steps=8), tiny_config("ar", steps=16)
+    train, model_id = damage(a, b)
+    directory = _save_entry(a, train, model_id)
+    assert not is_cached(a)
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: the cache entry {directory}") and says in err and err.count("\n") == 1, err
+    assert not directory.exists() and len(list(directory.parent.glob(f"{directory.name}.damaged-*"))) == 1
+    _save_entry(a, json.loads(json.dumps(dataclasses.asdict(a))))   # its own config: reused, without a word
+    assert is_cached(a) and capsys.readouterr().err == ""
+
+
+def test_a_cached_checkpoint_with_truncated_weights_is_set_aside(tiny_corpus, capsys):
+    cfg = tiny_config("ar")
+    directory = _save_entry(cfg, dataclasses.asdict(cfg))
+    weights = directory / models.checkpoint.WEIGHTS_FILE
+    weights.write_bytes(weights.read_bytes()[:-100])
+    assert not is_cached(cfg)
+    assert "model.safetensors is truncated" in capsys.readouterr().err and not directory.exists()
+
+
+def test_a_truncated_token_stream_or_tokenizer_is_set_aside_and_rebuilt(tiny_corpus, capsys):
+    tok = get_tokenizer("bpe:300", "mixture")
+    stream = token_stream(tok, "mixture", "train")
+    (cached,) = (tiny_corpus / "cache" / "tokens").glob("*train*.safetensors")
+    (tokenizer,) = (tiny_corpus / "cache" / "tokenizers").glob("bpe300-*/tokenizer.json")
+    for path in (cached, tokenizer):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    capsys.readouterr()
+    again = get_tokenizer("bpe:300", "mixture")
+    assert torch.equal(token_stream(again, "mixture", "train"), stream)
+    assert again.backend.to_str() == tok.backend.to_str()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(line.startswith("warning: the cache entry") for line in lines), lines
+    assert any(tokenizer.parent.name in line and "is damaged" in line for line in lines)
+    assert any(cached.name in line and "truncated" in line for line in lines)
+    assert len(list(cached.parent.glob("*.damaged-*"))) == 1 and len(list(tokenizer.parent.parent.glob("*.damaged-*"))) == 1
+
+
+def make_read_only(root: Path, monkeypatch) -> None:
+    """From now on every folder or file created or opened for writing under `root` fails as on a read-only
+    filesystem (the tests run as root, whom chmod does not stop)."""
+    mkdir, open_ = os.mkdir, os.open
+
+    def refused(path) -> bool:
+        return os.path.abspath(path).startswith(str(root))
+
+    def ro_mkdir(path, *args, **kwargs):
+        if refused(path):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return mkdir(path, *args, **kwargs)
+
+    def ro_open(path, flags, *args, **kwargs):
+        if refused(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return open_(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "mkdir", ro_mkdir)
+    monkeypatch.setattr(os, "open", ro_open)
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_read_only_cache_is_one_line(tiny_corpus, monkeypatch, capsys, exists):
+    from harness import train as train_cli
+
+    cache = tiny_corpus / "cache"
+    if exists:   # the cache's folders are there, but nothing can be written in them
+        (cache / "tokenizers").mkdir(parents=True)
+    make_read_only(cache, monkeypatch)
+    args = ["--paradigm", "ar", "--steps", "2", "--length", "32", "--n-layers", "1", "--d-model", "16",
+            "--n-heads", "2", "--tokenizer", "bpe:300", "--batch-size", "2", "--device", "cpu"]
+    assert train_cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the cache {cache} cannot be written (read-only file system") \
+        and err.count("\n") == 1, err
