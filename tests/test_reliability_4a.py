@@ -24,6 +24,7 @@ import torch
 import models
 from harness import publish
 from harness.cache import checkpoint_dir, is_cached
+from harness.configs import RESULTS_SCHEMA_VERSION
 from harness.data import get_tokenizer, token_stream
 from reliability_utils import tiny_config, tiny_corpus  # noqa: F401  (a fixture)
 
@@ -197,3 +198,35 @@ def test_a_read_only_cache_is_one_line(tiny_corpus, monkeypatch, capsys, exists)
     err = capsys.readouterr().err
     assert err.startswith(f"error: the cache {cache} cannot be written (read-only file system") \
         and err.count("\n") == 1, err
+
+
+# -- stored rows of another schema version -------------------------------------------------------------------------
+def test_rows_of_another_schema_version_are_never_drawn_or_appended_to(tmp_path, capsys):
+    """A newer version's row after this version's (another tool, or a newer harness, appended it): the report refuses
+    it naming the file and line instead of drawing it, and a run neither counts it nor appends after it."""
+    from harness import report
+    from harness.store import ResultsStore, StoreError
+    from reliability_utils import write_jsonl
+    from test_bad_input import report_row
+
+    root = tmp_path / "out" / "cpu"
+    (root / "examples").mkdir(parents=True)
+    rows = [report_row(run_id="r0"), report_row(run_id="r1", schema_version=RESULTS_SCHEMA_VERSION + 1)]
+    write_jsonl(root / "runs.jsonl", rows)
+    status = report.main(["--results", str(root.parent), "--plots", str(tmp_path / "plots"), "--reference", "none"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert status == 2 and len(err) == 1 and \
+        f"runs.jsonl:2 holds results of schema version {RESULTS_SCHEMA_VERSION + 1}" in err[0], err
+    store = ResultsStore(root)
+    before = (root / "runs.jsonl").read_bytes()
+    with pytest.raises(StoreError, match=r"runs\.jsonl:2 holds results of schema version 2, this code writes version 1"):
+        store.check_schema()
+    with pytest.raises(StoreError, match=r"runs\.jsonl:2 holds results of schema version 2"):
+        store.append_runs([report_row(run_id="r2")])
+    assert (root / "runs.jsonl").read_bytes() == before
+    write_jsonl(root / "runs.jsonl", rows[:1])                       # and in an example file other than the first
+    write_jsonl(root / "examples" / "a.jsonl", [{"example_id": "0", "schema_version": 1}])
+    write_jsonl(root / "examples" / "b.jsonl", [{"example_id": "0", "schema_version": 1},
+                                                {"example_id": "1", "schema_version": 2}])
+    with pytest.raises(StoreError, match=r"b\.jsonl:2 holds results of schema version 2"):
+        store.check_schema()
