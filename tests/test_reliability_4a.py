@@ -26,7 +26,7 @@ from harness import publish
 from harness.cache import checkpoint_dir, is_cached
 from harness.configs import RESULTS_SCHEMA_VERSION
 from harness.data import get_tokenizer, token_stream
-from reliability_utils import tiny_config, tiny_corpus  # noqa: F401  (a fixture)
+from reliability_utils import tiny_config, tiny_corpus, tok  # noqa: F401  (fixtures)
 
 
 # -- the publisher ----------------------------------------------------------------------------------------------
@@ -230,3 +230,49 @@ def test_rows_of_another_schema_version_are_never_drawn_or_appended_to(tmp_path,
                                                 {"example_id": "1", "schema_version": 2}])
     with pytest.raises(StoreError, match=r"b\.jsonl:2 holds results of schema version 2"):
         store.check_schema()
+
+
+# -- lm-eval's --use_cache -------------------------------------------------------------------------------------------
+def test_lm_eval_use_cache_is_keyed_by_the_checkpoint_and_every_decoding_knob(tmp_path, tok, monkeypatch):
+    """Two checkpoints of different weights (and one checkpoint under other decoding knobs) sharing one --use_cache
+    file: each gets its own answers, and the same model and settings read back what they wrote."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval.api.instance import Instance
+    from lm_eval.api.model import CachingLM
+    from lm_eval.api.registry import get_model
+
+    import harness.lm_eval as adapter
+    from reliability_utils import save_tiny
+
+    first = save_tiny(tok, tmp_path / "a", "mdlm", length=32)
+    second = save_tiny(tok, tmp_path / "b", "mdlm", length=32)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(second / models.checkpoint.WEIGHTS_FILE)
+    save_file({k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for k, v in weights.items()},
+              second / models.checkpoint.WEIGHTS_FILE)
+    calls = []
+    for name in ("execute_decode", "execute_nll"):   # what reaches the model (a cached answer never does)
+        monkeypatch.setattr(adapter, name, lambda *a, real=getattr(adapter, name), **k: calls.append(1) or real(*a, **k))
+    cache = str(tmp_path / "lm-eval-cache")
+    loglik = [Instance("loglikelihood", {}, ("The cat sat", " on the mat"), 0)]
+    generate = [Instance("generate_until", {}, ("Tom has", {"until": ["\n"], "max_gen_toks": 8}), 0)]
+
+    def answers(checkpoint, **knobs):
+        lm = CachingLM(get_model("mdlm").create_from_arg_obj({"checkpoint": str(checkpoint), "seed": 0, **knobs}),
+                       cache)
+        return lm.loglikelihood(loglik)[0][0], lm.generate_until(generate)[0]
+
+    def decoded(checkpoint, **knobs) -> tuple[bool, tuple]:
+        before = len(calls)
+        out = answers(checkpoint, **knobs)
+        return len(calls) > before, out
+
+    assert decoded(first)[0]
+    fresh, a = decoded(first)
+    assert not fresh                                             # the same model and settings: read back
+    fresh, b = decoded(second)
+    assert fresh and b[0] != a[0]                                # its own weights' log-likelihood, not a's
+    assert decoded(first, steps=2)[0]                            # another decoding knob: decoded afresh
+    assert decoded(first, max_gen_toks=4)[0]
