@@ -20,7 +20,7 @@ from models.errors import ConfigError
 from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
 from tasks.base import TaskError
 
-from .cache import CacheError, cache_dir, cache_target, file_lock
+from .cache import CacheError, cache_dir, cache_target, file_lock, safetensors_damage, set_aside
 from .configs import short_hash
 from .paths import hashed_component, replacing
 
@@ -110,21 +110,38 @@ def get_tokenizer(spec: str, corpus: str) -> Tokenizer:
     docs = corpus_documents(corpus, "train")
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:12]
     directory = cache_dir() / "tokenizers" / f"bpe{vocab}-{hashed_component(corpus)}-{digest}"
-    if not (directory / "tokenizer.json").is_file():
+    tok = _cached_tokenizer(directory)
+    if tok is None:
         with file_lock(directory.parent / ".lock"):   # concurrent sweeps / Ray tasks sharing the cache train it once
-            if not (directory / "tokenizer.json").is_file():
+            tok = _cached_tokenizer(directory)
+            if tok is None:
                 tok = train_bpe(docs, vocab, name=f"bpe-{corpus}-")
                 with atomic_directory(cache_target(directory)) as tmp:
                     tok.save(tmp)
-    return load_tokenizer(directory)
+                tok = load_tokenizer(directory)
+    return tok
+
+
+def _cached_tokenizer(directory) -> Tokenizer | None:
+    """The BPE tokenizer cached in `directory` (None when there is none); a damaged one (a truncated tokenizer.json,
+    a lost tokenizer_meta.json) is set aside with one warning, so it is trained again."""
+    if not directory.exists():
+        return None
+    try:
+        return load_tokenizer(directory)
+    except Exception as e:   # the tokenizers library raises a bare Exception for a file it cannot parse
+        set_aside(directory, f"is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+        return None
 
 
 def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
     """All documents of a split, tokenised and joined with EOS (cached as safetensors)."""
     key = short_hash({"tok": tok.backend.to_str(), "corpus": corpus, "split": split})
     path = cache_dir() / "tokens" / f"{hashed_component(corpus)}-{split}-{key}.safetensors"   # hf:user/name
-    if path.is_file():
-        return load_file(str(path))["ids"]
+    if os.path.lexists(path):
+        stream = _cached_stream(path)
+        if stream is not None:
+            return stream
     docs = corpus_documents(corpus, split)
     ids: list[int] = []
     for enc in tok.encode_batch(docs):
@@ -135,6 +152,23 @@ def token_stream(tok: Tokenizer, corpus: str, split: str) -> torch.Tensor:
     with replacing(path, cache_dir(), CacheError) as tmp:
         write_safetensors({"ids": stream}, tmp)
     return stream
+
+
+def _cached_stream(path) -> torch.Tensor | None:
+    """A cached token stream, or None after setting a damaged one aside (one warning): a file cut short, not
+    safetensors, or without a 1-D integer `ids` tensor."""
+    why = safetensors_damage(path)
+    if why is None:
+        try:
+            ids = load_file(str(path)).get("ids")
+        except Exception as e:   # safetensors' own error for a header it cannot use
+            why = f"cannot be read ({type(e).__name__})"
+        else:
+            if ids is not None and ids.dim() == 1 and ids.dtype == torch.long:
+                return ids
+            why = "holds no 1-D integer tensor 'ids'"
+    set_aside(path, why)
+    return None
 
 
 def random_windows(stream: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:

@@ -95,6 +95,7 @@ from harness import cli
 from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
+from harness.lm_eval_cache import keyed_by, model_identity
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from models.fields import MAX_FIELD
 from models.errors import UserError, unknown
@@ -270,6 +271,14 @@ class HarnessLM(LM):
         except UserError as e:
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         self._warned: set[str] = set()
+
+    def set_cache_hook(self, cache_hook) -> None:
+        """lm-eval's --use_cache hands its cache here: keyed by this checkpoint and these settings
+        (harness.lm_eval_cache), so another model sharing the cache file never gets this one's answers."""
+        settings = {"paradigm": self.paradigm, "decode": dataclasses.asdict(self.decode), "dtype": str(self.loaded.dtype),
+                    "max_length": self.max_length, "max_gen_toks": self.max_gen_toks, "add_bos": self.add_bos}
+        keyed_by(getattr(cache_hook, "dbdict", None), model_identity(self.checkpoint, settings))
+        super().set_cache_hook(cache_hook)
 
     def _check_paradigm(self, stored: str) -> None:
         if self.paradigm_name not in (None, stored):

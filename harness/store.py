@@ -15,9 +15,11 @@ Layout (the contract `harness.report` and outside checks read; design.md "Result
   An unfinished cell resumes at its first example chunk missing from examples/<run_id>.jsonl;
   of a torn chunk only the missing examples are appended, so every example_id has one row
   (readers keep the first row of an id, runs readers the first row of a (run_id, metric)).
-* Every row carries `schema_version`; a directory written by another schema is refused, and
-  so is a line that is not a JSON object with its keys (`run_id` and `metric` in runs.jsonl,
-  `example_id` in examples), naming the file and line.
+* Every row carries `schema_version`, and every row read is checked for it (`numbered_jsonl`, the one reader of
+  rows: the store's and the report's): a row of another version (a newer one, or one appended after rows of
+  another) is refused naming the file and line, never drawn or counted as if it meant the same (a row without the
+  field, written by hand or by another tool, is read as version 1, the first); so is a line that
+  is not a JSON object with its keys (`run_id` and `metric` in runs.jsonl, `example_id` in examples).
 * run ids become file names only through harness.paths.safe_component.
 * Nothing in a results directory is followed out of it: the lock and the row files are opened through
   harness.paths.open_below (no symlink below the results root, no second hard link, a regular file: not a
@@ -48,6 +50,7 @@ from .lifeline import is_alive, process_start
 from .paths import make_dirs, open_below, safe_component
 from .schema import STORED_KEYS
 
+FIRST_SCHEMA_VERSION = 1                  # what a row without `schema_version` (written by hand or a tool) is read as
 RUN_ROW_KEYS = ("run_id", "metric")       # what a runs.jsonl line must hold to be read at all
 EXAMPLE_ROW_KEYS = ("example_id",)        # and an examples/<run_id>.jsonl line
 
@@ -73,7 +76,7 @@ def malformed(path: Path, what: str) -> Iterator[None]:
 
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
     """Complete lines only: a torn (newline-less) last line is skipped. Every line must be a JSON
-    object holding the `required` keys (StoreError naming the file and line otherwise)."""
+    object of this schema version holding the `required` keys (StoreError naming the file and line otherwise)."""
     return [row for _, row in numbered_jsonl(path, required)]
 
 
@@ -104,6 +107,11 @@ def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int
             if missing:
                 raise StoreError(f"{path}:{lineno}: corrupt results line (no {', '.join(map(repr, missing))}); "
                                  f"move the file away to start afresh")
+            if row.get("schema_version", FIRST_SCHEMA_VERSION) != RESULTS_SCHEMA_VERSION:   # never read as ours
+                raise StoreError(f"{path}:{lineno} holds results of schema version "
+                                 f"{str(row.get('schema_version'))[:20]}, this code writes version "
+                                 f"{RESULTS_SCHEMA_VERSION} and reads no other; use another --out directory or move "
+                                 f"the old results away")
             odd = [k for k in required if isinstance(row[k], bool) or not isinstance(row[k], (str, int))]
             if odd:
                 raise StoreError(f"{path}:{lineno}: corrupt results line ({odd[0]!r} is a "

@@ -172,6 +172,9 @@ CASES: tuple[Case, ...] = (
          "runs.jsonl:1: policy: unknown policy 'bogus'", "Delete or repair the named line."),
     Case("report_tables_a_symlink", "a `<preset>/tables` folder that is a symlink", "tables is a symlink",
          "Remove the link; nothing is written through links."),
+    Case("report_row_of_a_newer_schema", "a results row of another (newer) schema version, in the report",
+         "runs.jsonl:1 holds results of schema version 2, this code writes version 1",
+         "Report it with the version that wrote it, or move the file away."),
     Case("report_integer_of_5000_digits", "a results row holding a number of thousands of digits",
          "runs.jsonl:1: corrupt results line (an integer of too many digits)", "Delete or repair the named line."),
     # harness.train and the caches

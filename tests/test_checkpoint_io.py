@@ -9,6 +9,7 @@ that does not match its config names the tensor; a broken cached checkpoint says
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -188,7 +189,8 @@ def test_a_cached_checkpoint_that_fails_to_load_says_how_to_retrain(tmp_path, mo
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     (cfg,) = plan_sweep(get_preset("smoke"), "ar", "gsm8k", limit=1).train
     model = models.build("ar", vocab_size=40, length=cfg.length, n_layers=1, d_model=16, n_heads=2)
-    models.save(model, checkpoint_dir(cfg), extra={"model_id": cfg.model_id})   # no tokenizer
+    extra = {"model_id": cfg.model_id, "train": dataclasses.asdict(cfg)}   # the entry of cfg, its id checked
+    models.save(model, checkpoint_dir(cfg), extra=extra)   # no tokenizer
     args = ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k", "--limit", "1", "--out",
             str(tmp_path / "out"), "--quiet", "--no-report"]
     assert run.main(args) == 2
