@@ -198,6 +198,9 @@ class Generation:
              otherwise (greedy, or confidence="sampled").
     first_step: with probe=True, span offset (1 = first position) -> the log-probabilities the decoder's first
              forward predicted there (its window, block, every mask, or the next token): a calibration probe.
+    commit_steps: per span position, the rank of the commit that wrote it (increasing over the decode; positions
+             committed together share one), as the host's TokenChooser saw it; None where it did not choose (compiled
+             greedy whole steps, the official MDLM loop, the family samplers).
     """
 
     tokens: list[int]
@@ -206,6 +209,7 @@ class Generation:
     tokens_per_step: list[int] = field(default_factory=list)
     log_q: float | None = None
     first_step: dict[int, list[float]] | None = None
+    commit_steps: list[int] | None = None   # per span position, the (host) chooser's commit count when it was committed
 
     @property
     def n_tokens(self) -> int:

@@ -8,7 +8,8 @@
 
 Task names: gsm8k, roc_infill1, roc_infill3, cnndm, ppl_owt, ppl_lm1b, ppl_wikitext, ppl_file,
 genppl, mauve, and on synthetic oracle languages (tasks/oracle.py) oracle_nll, oracle_gen,
-oracle_kl, oracle_offsets, oracle_greedy, oracle_infill (TASKS below is the list). The training corpus of the CPU presets is in tasks/corpus.py.
+oracle_kl, oracle_offsets, oracle_greedy, oracle_infill, and the dependency tasks (tasks/dependency.py) list_copy,
+list_reverse, list_sort, list_insert, list_remove, list_replace, list_shuffle, latin4 (TASKS below is the list). The training corpus of the CPU presets is in tasks/corpus.py.
 
     python -c "import tasks; print(list(tasks.TASKS))"
 """
@@ -25,6 +26,7 @@ from tasks.base import (
     TextOutput,
 )
 from tasks.cnndm import CNNDM
+from tasks.dependency import DEPENDENCY_TASKS
 from tasks.genppl import GenPPL
 from tasks.gsm8k import GSM8K
 from tasks.mauve_task import Mauve
@@ -35,7 +37,7 @@ from tasks.rocstories import RocInfill1, RocInfill3
 TASKS: dict[str, type[Task]] = {
     cls.name: cls
     for cls in (GSM8K, RocInfill1, RocInfill3, CNNDM, PplOwt, PplLm1b, PplWikitext, PplFile, GenPPL, Mauve,
-                OracleNll, OracleGen, OracleKL, OracleOffsets, OracleGreedy, OracleInfill)
+                OracleNll, OracleGen, OracleKL, OracleOffsets, OracleGreedy, OracleInfill, *DEPENDENCY_TASKS)
 }
 
 
