@@ -179,3 +179,49 @@ def test_greedy_p_correct_is_exact_match_through_the_cli(tmp_path, monkeypatch, 
     rows = {r["metric"]: r for r in map(json.loads, (out / "cpu" / "runs.jsonl").read_text().splitlines())}
     assert rows["p_correct"]["value"] == rows["exact_match"]["value"]   # greedy: a point mass
     assert "exact P(correct)" in rows["p_correct"]["metric_label"]
+
+
+# -- the oracle's view: the perfect model of an operation language -------------------------------------------------
+def copy_closed_form(n: int, k: int, V: int) -> float:
+    """docs/results.md: P(valid) of copy (and reverse) written from the BOS under top-k, V^-min(n mod k, k - n mod k)."""
+    r = n % k
+    return float(V) ** -min(r, k - r)
+
+
+def _perfect_ops(op: str, n: int, V: int):
+    import tasks.oracle_language.perfect  # noqa: F401  (registers the perfect: specs)
+
+    model, tok = models.open_model(f"perfect:{op}(n={n},symbols={V}):mdlm")
+    loaded = LoadedModel(model, tok, "perfect", torch.device("cpu"), torch.float32, None)
+    task = get_task("oracle_ops", op=op, n=n, symbols=V, n_examples=1)
+    ex, = task.examples(tok, loaded.length)
+    return loaded, task, ex, task.requests(ex, tok, loaded.length)
+
+
+def _p_valid(loaded, task, ex, reqs, decode) -> float:
+    keys = [k for k in reqs if k.startswith("forced_")]
+    forced, _ = execute_decode(loaded, [reqs[k] for k in keys], decode)
+    return task.score(ex, {"decode": TextOutput("", []), **dict(zip(keys, forced))})["p_valid"]
+
+
+@pytest.mark.parametrize("op, n, V", [("copy", 3, 3), ("copy", 4, 2), ("reverse", 3, 3)])
+def test_the_perfect_oracle_reproduces_the_closed_form_of_copy_under_top_k(op, n, V):
+    loaded, task, ex, reqs = _perfect_ops(op, n, V)
+    assert len([k for k in reqs if k.startswith("forced_")]) == V ** n
+    got = [_p_valid(loaded, task, ex, reqs, DecodeConfig(greedy=False, policy=f"topk(k={k})", confidence="max_prob"))
+           for k in range(1, 2 * n + 1)]
+    want = [copy_closed_form(n, k, V) for k in range(1, 2 * n + 1)]
+    assert got == pytest.approx(want, rel=1e-4)
+    assert len(set(want)) >= 3   # the formula has something to say at these sizes
+
+
+def test_the_oracle_views_exact_p_valid_is_the_sampled_frequency():
+    """sort has no closed form: its exact P(valid) against 2,000 sampled documents (and copy at k = 2: 1/3)."""
+    for op, k in (("sort", 3), ("copy", 2)):
+        loaded, task, ex, reqs = _perfect_ops(op, 3, 3)
+        decode = DecodeConfig(greedy=False, policy=f"topk(k={k})", confidence="max_prob", seed=3)
+        p = _p_valid(loaded, task, ex, reqs, decode)
+        outs, _ = execute_decode(loaded, [reqs["decode"]] * N_SAMPLES, decode)
+        freq = sum(task.score(ex, {"decode": o})["valid"] for o in outs) / N_SAMPLES
+        assert 0.05 < p < 0.95 and abs(freq - p) < 3 * math.sqrt(p * (1 - p) / N_SAMPLES), (op, p, freq)
+    assert p == pytest.approx(1 / 3, rel=1e-4)
