@@ -172,13 +172,31 @@ def test_greedy_p_correct_is_exact_match_through_the_cli(tmp_path, monkeypatch, 
     items.write_text("".join(json.dumps({"items": [f"t{a}", f"t{a + 1}", f"t{a + 2}"]}) + "\n" for a in (5, 40)))
     out = tmp_path / "results"
     code = run_main(["--model", str(FIXTURES / "sdar_b4"), "--task", "list_reverse", "--data", str(items),
-                     "--policy", "margin(tau=0.3)", "--out", str(out), "--quiet", "--no-report"])
+                     "--policy", "margin(tau=0.3)", "--out", str(out), "--quiet"])
     printed = capsys.readouterr().out
     assert code == 0
     assert "P(correct)" in printed.splitlines()[0] and "exact_match" in printed
     rows = {r["metric"]: r for r in map(json.loads, (out / "cpu" / "runs.jsonl").read_text().splitlines())}
     assert rows["p_correct"]["value"] == rows["exact_match"]["value"]   # greedy: a point mass
     assert "exact P(correct)" in rows["p_correct"]["metric_label"]
+    # the report: the dependency table (exact match beside P(correct)) and its figure (harness/dependency_report.py)
+    table = (out / "cpu" / "tables" / "dependency.md").read_text().splitlines()
+    assert "exact_match" in table[2] and "P(correct)" in table[2] and table[4].startswith("| list_reverse ")
+    assert (out / "plots" / "cpu-dependency.png").is_file()
+
+
+def test_the_dependency_table_says_none_where_there_is_no_q_dec():
+    from harness.dependency_report import table
+
+    base = {"task": "list_copy", "paradigm": "mdlm", "model_id": "m", "decode": {"greedy": False}, "policy":
+            "confidence", "threshold": 0.9, "tokens_per_forward": 2.0, "nfe_mean": 3.0}
+    rows = [{**base, "run_id": "a", "metric": "exact_match", "value": 0.5},
+            {**base, "run_id": "a", "metric": "p_correct", "value": None},
+            {**base, "run_id": "b", "metric": "exact_match", "value": 0.25, "policy": "margin(tau=0.3)"},
+            {**base, "run_id": "b", "metric": "p_correct", "value": 0.125, "policy": "margin(tau=0.3)"},
+            {**base, "run_id": "c", "task": "gsm8k", "metric": "exact_match", "value": 1.0}]
+    frame = table(rows)
+    assert list(frame["P(correct)"]) == ["none", "0.125"] and list(frame.exact_match) == ["0.5", "0.25"]
 
 
 # -- the oracle's view: the perfect model of an operation language -------------------------------------------------
