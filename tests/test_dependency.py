@@ -243,3 +243,18 @@ def test_the_oracle_views_exact_p_valid_is_the_sampled_frequency():
         freq = sum(task.score(ex, {"decode": o})["valid"] for o in outs) / N_SAMPLES
         assert 0.05 < p < 0.95 and abs(freq - p) < 3 * math.sqrt(p * (1 - p) / N_SAMPLES), (op, p, freq)
     assert p == pytest.approx(1 / 3, rel=1e-4)
+
+
+def test_the_commit_order_is_the_decoders():
+    """Generation.commit_steps on the perfect copy model: AR commits left to right (ARness 1); MDLM under topk(k=2)
+    commits x1 x2, then their copies, then x3 with its copy (the closed form's schedule, n = 3)."""
+    import tasks.oracle_language.perfect  # noqa: F401
+
+    decode = DecodeConfig(greedy=False, policy="topk(k=2)", confidence="max_prob", stop_at_eos=False)
+    orders = {}
+    for tag in ("ar", "mdlm"):
+        model, tok = models.open_model(f"perfect:copy(n=3,symbols=3):{tag}")
+        [g] = model.generate([[tok.bos_id]], 6, decode)
+        orders[tag] = g.commit_steps
+    assert orders["ar"] == [0, 1, 2, 3, 4, 5] and kendall_tau(orders["ar"]) == 1.0
+    assert orders["mdlm"] == [0, 0, 2, 1, 1, 2]
