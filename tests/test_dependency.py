@@ -258,3 +258,12 @@ def test_the_commit_order_is_the_decoders():
         orders[tag] = g.commit_steps
     assert orders["ar"] == [0, 1, 2, 3, 4, 5] and kendall_tau(orders["ar"]) == 1.0
     assert orders["mdlm"] == [0, 0, 2, 1, 1, 2]
+
+
+def test_a_bad_operation_language_is_one_line():
+    with pytest.raises(TaskError, match="unknown oracle language 'rotate\\(n=3,symbols=3\\)'.*copy\\|reverse\\|sort"):
+        get_task("oracle_ops", op="rotate")
+    with pytest.raises(TaskError, match="symbols\\*\\*n <= 4096"):
+        get_task("oracle_ops", n=13, symbols=2)
+    with pytest.raises(TaskError, match="give op, n and symbols"):
+        get_task("oracle_ops", language="hmm-strong")

@@ -30,6 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
+from models.errors import unknown
+
 OPERATIONS = ("copy", "reverse", "sort")
 ENUMERATION_LIMIT = 4096
 NOISE = 1e-6
@@ -46,7 +48,7 @@ class OperationLanguage:
         from . import LanguageError
 
         if self.op not in OPERATIONS:
-            raise LanguageError(f"operation must be one of {', '.join(OPERATIONS)}, got {self.op!r}")
+            raise LanguageError(unknown("operation", self.op, OPERATIONS))
         if self.n < 1 or self.n_symbols < 2 or self.n_symbols ** self.n > ENUMERATION_LIMIT:
             raise LanguageError(f"need n >= 1, symbols >= 2 and symbols**n <= {ENUMERATION_LIMIT}, got n={self.n} "
                                 f"and symbols={self.n_symbols}")
