@@ -121,6 +121,10 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
                 gens = model.generate([requests[i].prompt for i in index], key[1], decode.replace(stop_at_eos=key[2]),
                                       forced, probe=key[4])
             except TeacherForcingError:   # no q_dec to score targets with: those requests stay unanswered (None)
+                if decode.greedy and forced is not None and all(requests[i].point_mass for i in index):
+                    for i, g in zip(index, model.generate([requests[i].prompt for i in index], key[1],
+                                                          decode.replace(stop_at_eos=key[2]))):
+                        outputs[i] = point_mass(tok, g.tokens, requests[i].forced)
                 continue
         else:
             r: InfillRequest = requests[index[0]]
@@ -130,8 +134,14 @@ def execute_decode(loaded: LoadedModel, requests: list, decode: DecodeConfig
                                 tuple(index), tuple(g.tokens_processed for g in gens),
                                 tuple(g.cache_drift for g in gens)))
         for i, g in zip(index, gens):
-            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens, g.log_q, g.first_step)
+            outputs[i] = TextOutput(tok.decode(g.tokens), g.tokens, g.log_q, g.first_step, g.commit_steps)
     return outputs, calls
+
+
+def point_mass(tok: Tokenizer, tokens: list[int], target) -> TextOutput:
+    """A teacher-forced request answered for a deterministic (greedy) decoder: its q_dec is a point mass at its own
+    output, so log q_dec(target) is 0 when the target is that output and -inf otherwise (GenerateRequest.point_mass)."""
+    return TextOutput(tok.decode(tokens), tokens, 0.0 if list(tokens) == list(target) else float("-inf"))
 
 
 # -- one cell ----------------------------------------------------------------------------------------

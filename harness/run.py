@@ -157,6 +157,11 @@ def summary_table(rows: list[dict]) -> str:
     df["decoding"] = [f"{get_paradigm(r['paradigm']).series(r)} {get_paradigm(r['paradigm']).setting(r)}"
                       for r in primary]   # from the rows themselves: pandas would turn None into NaN
     cols = ["task", "model_id", "decoding", "metric", "value", "tokens_per_s", "nfe_mean", "tokens_per_forward"]
+    exact = {r["run_id"]: r["value"] for r in rows if r["metric"] in ("p_correct", "p_valid")}   # tasks/dependency.py
+    if exact:   # the exact probability of success beside exact match ("none": no computable q_dec)
+        df["P(correct)"] = ["none" if exact.get(r["run_id"], 0) is None else exact.get(r["run_id"], "")
+                            for r in primary]
+        cols.insert(5, "P(correct)")
     df = df[cols].sort_values(["task", "model_id", "decoding"], na_position="first")
     return df.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 

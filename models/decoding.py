@@ -120,11 +120,17 @@ class Canvas:
         first = self.first_step_by_offset(chooser.first) if chooser is not None and chooser.first else [None] * len(ids)
         processed = [None] * len(ids) if self.processed is None else self.processed.tolist()
         drift = [None] * len(ids) if self.drift is None else [None if d != d else d for d in self.drift.tolist()]
+        ranks = chooser.commit_rank.tolist() if chooser is not None and chooser.commit_rank is not None else None
         out = []
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
             gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
-            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b], drift[b], processed[b]))
+            order = None
+            if ranks is not None:   # the commit rank of each decoded span position, if the chooser saw every commit
+                order = [r for r, t, s in zip(ranks[b], ids[b], span[b]) if s and t != mask_id][:len(gen)]
+                order = None if -1 in order else order
+            out.append(Generation(gen, int(nfe[b]), seconds, row_steps[b], log_q[b], first[b], drift[b], processed[b],
+                                  order))
         return out
 
     def first_step_by_offset(self, first: tuple[torch.Tensor, torch.Tensor]) -> list[dict[int, list[float]]]:
@@ -216,6 +222,9 @@ class TokenChooser:
         self.first: tuple[torch.Tensor, torch.Tensor] | None = None
         self._width = canvas_ids.shape[1] + 1   # canvas columns and a scratch one (for the `stable` score)
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._cols: torch.Tensor | None = None   # the canvas columns of the last call's rows (when the decoder gives them)
+        self.commit_rank: torch.Tensor | None = None   # [B, C + 1] the mark that committed each column, -1 before
+        self._marks = 0
 
     def _see(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
         if self.seen is not None:
@@ -224,6 +233,12 @@ class TokenChooser:
     def mark(self, tokens: torch.Tensor, which: torch.Tensor) -> None:
         """The decoder committed tokens[b, j] where which[b, j] (tokens as the last call returned them)."""
         self._see(tokens, which)
+        if self._cols is not None and self._cols.shape == which.shape:   # the commit order, for ARness
+            if self.commit_rank is None:
+                self.commit_rank = torch.full((which.shape[0], self._width), -1, dtype=torch.long, device=which.device)
+            index = self._cols.clamp(max=self._width - 1)
+            self.commit_rank.scatter_(1, index, torch.where(which, self._marks, self.commit_rank.gather(1, index)))
+            self._marks += 1
         if self.log_q is not None:
             self.log_q += torch.where(which, self._token_p.clamp(min=1e-30).log(), 0.0).sum(dim=1)
 
@@ -233,6 +248,7 @@ class TokenChooser:
         the canvas columns of the M rows (needed only when teacher-forced)."""
         logits = logits.float()
         d = self.decode
+        self._cols = cols
         if self.seen is not None:
             seen = self.seen[:, None, :self.vocab_size]
             penalised = torch.where(logits > 0, logits / d.repetition_penalty, logits * d.repetition_penalty)

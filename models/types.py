@@ -231,6 +231,9 @@ class Generation:
              otherwise (greedy, or confidence="sampled").
     first_step: with probe=True, span offset (1 = first position) -> the log-probabilities the decoder's first
              forward predicted there (its window, block, every mask, or the next token): a calibration probe.
+    commit_steps: per span position, the rank of the commit that wrote it (increasing over the decode; positions
+             committed together share one), as the host's TokenChooser saw it; None where it did not choose (compiled
+             greedy whole steps, the official MDLM loop, the family samplers).
     """
 
     tokens: list[int]
@@ -243,6 +246,7 @@ class Generation:
                                           # position, nats (None: not measured)
     tokens_processed: int | None = None   # tokens the backbone processed over this row's forwards (MDLM; None: not
                                           # counted), so a cached forward (DecodeConfig.cache) is charged what it cost
+    commit_steps: list[int] | None = None   # per span position, the (host) chooser's commit count when it was committed
 
     @property
     def n_tokens(self) -> int:

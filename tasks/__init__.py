@@ -8,7 +8,9 @@
 
 Task names: gsm8k, roc_infill1, roc_infill3, cnndm, ppl_owt, ppl_lm1b, ppl_wikitext, ppl_file,
 genppl, mauve, and on synthetic oracle languages (tasks/oracle.py) oracle_nll, oracle_gen,
-oracle_kl, oracle_offsets, oracle_greedy, oracle_infill (TASKS below is the list). The training corpus of the CPU presets is in tasks/corpus.py.
+oracle_kl, oracle_offsets, oracle_greedy, oracle_infill, and the dependency tasks (tasks/dependency.py) list_copy,
+list_reverse, list_sort, list_insert, list_remove, list_replace, list_shuffle, latin4, with their oracle view oracle_ops
+(tasks/oracle_ops.py) (TASKS below is the list). The training corpus of the CPU presets is in tasks/corpus.py.
 
     python -c "import tasks; print(list(tasks.TASKS))"
 """
@@ -25,17 +27,20 @@ from tasks.base import (
     TextOutput,
 )
 from tasks.cnndm import CNNDM
+from tasks.dependency import DEPENDENCY_TASKS
 from tasks.genppl import GenPPL
 from tasks.gsm8k import GSM8K
 from tasks.mauve_task import Mauve
 from tasks.oracle import OracleGen, OracleGreedy, OracleInfill, OracleKL, OracleNll, OracleOffsets
+from tasks.oracle_ops import OracleOps
 from tasks.perplexity import PplFile, PplLm1b, PplOwt, PplWikitext
 from tasks.rocstories import RocInfill1, RocInfill3
 
 TASKS: dict[str, type[Task]] = {
     cls.name: cls
     for cls in (GSM8K, RocInfill1, RocInfill3, CNNDM, PplOwt, PplLm1b, PplWikitext, PplFile, GenPPL, Mauve,
-                OracleNll, OracleGen, OracleKL, OracleOffsets, OracleGreedy, OracleInfill)
+                OracleNll, OracleGen, OracleKL, OracleOffsets, OracleGreedy, OracleInfill, *DEPENDENCY_TASKS,
+                OracleOps)
 }
 
 

@@ -63,6 +63,8 @@ class GenerateRequest:
     stop_at_eos: bool = True
     forced: tuple[int, ...] | None = None   # teacher-force these max_new_tokens tokens (TextOutput.log_q scores them)
     probe: bool = False                     # return the first step's predictive distributions (TextOutput.first_step)
+    point_mass: bool = False                # forced under greedy decoding: log_q 0 if the greedy output is the target,
+                                            # else -inf (a deterministic decoder's q_dec is a point mass)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class TextOutput:
     ids: list[int]
     log_q: float | None = None
     first_step: dict[int, list[float]] | None = None   # span offset -> log-probabilities of the first forward
+    commit_steps: list[int] | None = None   # per span position, the decoder step that committed it (where it says)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "tasks" / "lm_eval"
 LENGTH = 128
 ALL_TASKS = ["harness_gsm8k", "harness_roc_infill1", "harness_roc_infill3", "harness_cnndm",
-             "harness_ppl_wikitext", "harness_ppl_file", "harness_storycloze"]
+             "harness_ppl_wikitext", "harness_ppl_file", "harness_storycloze", "harness_list_copy", "harness_list_reverse",
+             "harness_list_sort", "harness_list_insert", "harness_list_remove", "harness_list_replace",
+             "harness_list_shuffle", "harness_latin4"]
 TEXT = "The cat sat on the mat. She had 3 apples and bought 5 more, so she had 8 apples."
 
 
@@ -124,6 +126,10 @@ def check_results(out: dict, paradigm: str, task_names: list[str]) -> None:
             keys = ["word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none"]
         elif name == "harness_storycloze":
             keys = ["acc,none", "acc_norm,none"]
+        elif name == "harness_list_shuffle":
+            keys = ["valid,none"]
+        elif name.startswith(("harness_list", "harness_latin")):
+            keys = ["exact_match,none", "valid,none"]
         else:
             keys = [f"{m},none" for m in ("rouge1", "rouge2", "rougeL")] + (
                 ["rougeLsum,none"] if name == "harness_cnndm" else [])

@@ -68,7 +68,9 @@ STORY = ["Ann wanted a dog.", "She asked her parents every day.", "They finally 
 
 def test_registry_names_and_errors():
     assert list(TASKS) == ["gsm8k", "roc_infill1", "roc_infill3", "cnndm", "ppl_owt", "ppl_lm1b", "ppl_wikitext",
-                           "ppl_file", "genppl", "mauve", "oracle_nll", "oracle_gen", "oracle_kl", "oracle_offsets", "oracle_greedy", "oracle_infill"]
+                           "ppl_file", "genppl", "mauve", "oracle_nll", "oracle_gen", "oracle_kl", "oracle_offsets", "oracle_greedy", "oracle_infill",
+                           "list_copy", "list_reverse", "list_sort", "list_insert", "list_remove", "list_replace",
+                           "list_shuffle", "latin4", "oracle_ops"]
     for name, cls in TASKS.items():
         assert cls.name == name
         assert cls.decode_kind in base.DECODE_KINDS
@@ -129,7 +131,9 @@ def test_every_task_builds_requests_that_fit(tok):
                 assert decode.prefix[0] == tok.bos_id and decode.suffix[-1] == tok.eos_id, name
                 assert len(decode.prefix) + decode.n_masked + len(decode.suffix) <= length, name
             for key, req in reqs.items():
-                if key != "decode":
+                if isinstance(req, GenerateRequest) and key != "decode":   # teacher forcing (tasks/dependency.py)
+                    assert req.forced is not None and len(req.forced) == req.max_new_tokens, name
+                elif key != "decode":
                     assert isinstance(req, NllRequest) and req.ids[0] == tok.bos_id and len(req.ids) <= length, name
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from tasks import Example, TaskError, TextOutput, get_task
+from tasks import Example, TaskError, TextOutput, dependency, get_task
 from tasks.base import DATA_DIR, Task, infill_context
 from tasks.cnndm import SUMMARY
 from tasks.gsm8k import prompt_text
@@ -117,3 +117,24 @@ def load_text_file(ppl_file: str | None = None, **_: Any) -> datasets.DatasetDic
         raise TaskError("task harness_ppl_file needs a file: pass --metadata ppl_file=PATH "
                          "(or TaskManager(metadata={'ppl_file': PATH}) from Python)")
     return _splits(test=get_task("ppl_file", data_path=ppl_file).records())
+
+
+# -- dependency tasks (tasks/dependency.py) ---------------------------------------------------------------------------
+def load_dependency(task: str = "list_copy", **_: Any) -> datasets.DatasetDict:
+    """The embedded records of one dependency task (dataset_kwargs.task names it)."""
+    return _splits(test=get_task(task).records())
+
+
+def dependency_prompt(doc: dict[str, Any]) -> str:
+    """The native task's prompt (tasks.dependency.prompt_text), the single source of both."""
+    return dependency.prompt_text(doc)
+
+
+def dependency_target(doc: dict[str, Any]) -> str:
+    return dependency.answer_text(doc)
+
+
+def dependency_score(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    """The native task's exact_match and valid of the generated text (no teacher forcing under lm-eval)."""
+    name = next(cls.name for cls in dependency.DEPENDENCY_TASKS if cls.op == doc["op"])
+    return _score(get_task(name), doc, results)

@@ -381,10 +381,16 @@ def language(name: str) -> OracleLanguage:
     (one line naming the parameter) otherwise."""
     if name in LANGUAGES:
         return LANGUAGES[name]
+    from .operations import operation_language   # documents [x ; f(x)]: the dependency tasks' oracle view
+
+    operation = operation_language(name)
+    if operation is not None:
+        return operation   # type: ignore[return-value]
     match = _PARAMETRIC.fullmatch(str(name).replace(" ", ""))
     if match is None:
         raise LanguageError(unknown("oracle language", name, [
-            *LANGUAGES, f"hmm({','.join(f'{k}=...' for k in REQUIRED)}[,branching=...][,noise=...])"]))
+            *LANGUAGES, f"hmm({','.join(f'{k}=...' for k in REQUIRED)}[,branching=...][,noise=...])",
+            "copy|reverse|sort(n=...,symbols=...)"]))
     values: dict[str, int | float] = {}
     for item in filter(None, match.group(1).split(",")):
         key, eq, text = item.partition("=")

@@ -34,6 +34,7 @@ from models.errors import ConfigError
 from models.sources import register_spec_prefix
 
 from . import DEFAULT_LANGUAGE, LANGUAGES, MISSING, language, oracle_tokenizer
+from .operations import OperationLanguage
 
 PREFIX = "perfect:"
 DEFAULT_LENGTH = 64
@@ -58,7 +59,9 @@ class OracleBackbone(Backbone):
         super().__init__(arch, vocab_size, length, mask_id)
         lang = language(arch.language)
         self.n_symbols = lang.n_symbols
-        self.initial, self.transition, self.emission = lang.initial, lang.transition, lang.emission
+        self.operation = lang if isinstance(lang, OperationLanguage) else None   # [x ; f(x)]: enumerated, not an HMM
+        if self.operation is None:
+            self.initial, self.transition, self.emission = lang.initial, lang.transition, lang.emission
         self.embed = nn.Embedding(vocab_size, 1)   # no weights: it carries the device and the dtype
 
     def new_cache(self, batch: int, capacity: int, zeroed: bool = False) -> KVCache:
@@ -123,9 +126,13 @@ class OracleBackbone(Backbone):
         obs.scatter_(2, column.cpu(), torch.where(observed, tokens[:, None, :], MISSING).cpu())
         obs = obs[..., :n_pos].reshape(B * Q, n_pos).numpy()
         groups, which = distinct_rows(obs)
-        state = self._state_posteriors(groups, target.reshape(-1).clamp(0, n_pos - 1).cpu().numpy(), which)
+        targets = target.reshape(-1).clamp(0, n_pos - 1).cpu().numpy()
+        if self.operation is not None:
+            probs = self.operation.predict(groups, targets, which)
+        else:
+            probs = self._state_posteriors(groups, targets, which) @ self.emission
         with np.errstate(divide="ignore"):
-            return np.log(state @ self.emission).reshape(B, Q, self.n_symbols)
+            return np.log(probs).reshape(B, Q, self.n_symbols)
 
     def _state_posteriors(self, obs: np.ndarray, target: np.ndarray, which: np.ndarray) -> np.ndarray:
         """[N, n_states] p(state at target[n] | every observation of group which[n] but the target's own)."""
@@ -169,7 +176,7 @@ def open_perfect(spec: str, paradigm: str | None = None, device="cpu", dtype: to
     parts = str(spec)[len(PREFIX):].split(":")
     if len(parts) != 2:
         raise ConfigError(f"a perfect-model spec is perfect:<language>:<model tag> with a language of "
-                         f"{', '.join(LANGUAGES)} or hmm(...) and a tag such as ar, mdlm, bd3lm-s4, setdlm-smax8; "
+                         f"{', '.join(LANGUAGES)}, hmm(...) or copy|reverse|sort(n=...,symbols=...) and a tag such as ar, mdlm, bd3lm-s4, setdlm-smax8; "
                          f"got {spec!r}")
     lang = language(parts[0])
     shape = parse_model_tag(parts[1])
