@@ -297,6 +297,30 @@ def write_d3llm(scores: list[dict], path: Path) -> None:
                           yaml.safe_dump(d3llm_layout(scores), sort_keys=True))
 
 
+def results_table(folder: Path) -> str | None:
+    """The AUP section of a results folder's report (tables/aup.md, and what harness.run prints after a grid): every
+    curve of two or more settings whose per-example scores lie in [0, 1], under y_max 100; None when there is none."""
+    curves = [c for c in curves_from_results(Path(folder)) if len(c.points) > 1
+              and all(0.0 <= v <= 1.0 for p in c.points for v in p.score)]
+    if not curves:
+        return None
+    return f"{table(score_all(curves))}\n\n{NOTE}\n"
+
+
+def write_table(folder: Path, tables: Path) -> list[Path]:
+    """tables/aup.md of a results folder (results_table), if it has a curve; the files written."""
+    from .paths import make_dirs, replacing
+    from .store import StoreError
+
+    text = results_table(folder)
+    if text is None:
+        return []
+    make_dirs(tables, folder, StoreError)
+    with replacing(tables / "aup.md", folder, StoreError) as tmp:
+        tmp.write_text(f"# AUP per curve\n\n{text}")
+    return [tables / "aup.md"]
+
+
 def read_curves(inputs: list[Path], metric: str | None = None) -> list[Curve]:
     """Curves from each input: a results folder (runs.jsonl), an lm-eval results JSON, or a folder of them."""
     curves: list[Curve] = []
