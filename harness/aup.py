@@ -146,6 +146,14 @@ def score_curve(curve: Curve, y_max: float, drop: float | None = DROP) -> dict:
 
 
 # -- reading curves: our rows -------------------------------------------------------------------------------------
+def _counted(example: dict, metric: str) -> bool:
+    """An example row with a finite score for `metric` and whole numbers of tokens and forwards (others are left
+    out: the report's own checks name malformed rows)."""
+    value = (example.get("metrics") if isinstance(example.get("metrics"), dict) else {}).get(metric)
+    whole = all(isinstance(example.get(k), int) and not isinstance(example.get(k), bool) for k in ("n_tokens", "nfe"))
+    return whole and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def curves_from_results(folder: Path, metric: str | None = None) -> list[Curve]:
     """The curves of a results folder (runs.jsonl + examples/): one per (task, metric, model, series), the primary
     metric unless `metric` names another; only decoding tasks whose rows record tokens and forwards."""
@@ -157,17 +165,17 @@ def curves_from_results(folder: Path, metric: str | None = None) -> list[Curve]:
         raise AupError(f"{folder}: no runs.jsonl (give a results folder such as results/<preset>)")
     groups: dict[tuple, list[dict]] = {}
     for row in store.runs():
-        chosen = row["metric"] == metric if metric else row.get("primary")
-        if not chosen or row.get("nfe_mean") is None or row.get("higher_is_better") is False:
+        chosen = row.get("metric") == metric if metric else row.get("primary") is True
+        if not chosen or row.get("nfe_mean") is None or row.get("higher_is_better") is False \
+                or not all(isinstance(row.get(k), str) for k in ("task", "metric", "paradigm", "run_id")):
             continue
-        key = (row["task"], row["metric"], str(row["model_id"]), series_of(row))
+        key = (row["task"], row["metric"], str(row.get("model_id")), series_of(row))
         groups.setdefault(key, []).append(row)
     curves = []
     for (task, name, model, series), rows in sorted(groups.items()):
         points = []
-        for row in sorted(rows, key=lambda r: r["run_id"]):
-            examples = [e for e in store.example_rows(row["run_id"])
-                        if isinstance((e.get("metrics") or {}).get(name), (int, float)) and e.get("nfe") is not None]
+        for row in sorted(rows, key=lambda r: str(r["run_id"])):
+            examples = [e for e in store.example_rows(row["run_id"]) if _counted(e, name)]
             if not examples:
                 continue
             points.append(Point(setting(row), tuple(str(e["example_id"]) for e in examples),
