@@ -179,21 +179,25 @@ def knob_value(name: str, value: Any) -> Any:
 
 
 def add_decode_flags(ap: argparse.ArgumentParser) -> None:
-    """One --<knob> flag per DECODE_KNOBS entry; unset flags are absent from the namespace."""
+    """One --<knob> flag per DECODE_KNOBS entry, taking one value or a comma list (harness.grids: commas inside a
+    spec's parentheses belong to it), parsed to a tuple; unset flags are absent from the namespace."""
+    from .grids import split_top
+
     for name in DECODE_KNOBS:
         def parse(text: str, name=name):
             try:
-                value = knob_value(name, text)
-                DecodeConfig(**{name: value})          # the range checks of DecodeConfig
+                values = tuple(knob_value(name, item) for item in split_top(text))
+                for value in values:
+                    DecodeConfig(**{name: value})          # the range checks of DecodeConfig
             except (ValueError, UserError) as e:   # knob_value's parse, DecodeConfig's ConfigError
                 raise argparse.ArgumentTypeError(str(e)) from None
-            return value
+            return values
         ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse, default=argparse.SUPPRESS,
                         help=KNOB_HELP.get(name))
 
 
 def given_decode_knobs(args: argparse.Namespace) -> dict:
-    """The decoding knobs given on the command line (see add_decode_flags)."""
+    """The decoding knobs given on the command line, each a tuple of its values (see add_decode_flags)."""
     return {name: getattr(args, name) for name in DECODE_KNOBS if hasattr(args, name)}
 
 

@@ -31,6 +31,9 @@ stored in the checkpoint) and `harness` (any paradigm, read from the checkpoint)
                    lm-eval's `hf` model; an empty context and the first rolling window start from
                    lm-eval's prefix token either way (bos, or eos for a tokenizer without one).
 batch_size comes from lm-eval (--batch_size, an integer).
+Speed: each generate_until request's forwards, generated tokens and decode time, counted as harness.run
+counts them, go into the results' config (`harness_accounting`) and, through harness-lm-eval with --log_samples,
+into each sample (harness/lm_eval_accounting.py).
 Bad model_args (an unknown name, a value of the wrong type or range such as window=abc or
 threshold=5, the wrong paradigm for the model name, a checkpoint that is missing or cannot be
 loaded) stop `harness-lm-eval` with one `error:` line naming the problem, exit status 2.
@@ -95,6 +98,7 @@ from harness import cli
 from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
+from harness.lm_eval_accounting import Accounting, attach_to_samples
 from harness.lm_eval_cache import keyed_by, model_identity
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from models.fields import MAX_FIELD
@@ -233,9 +237,10 @@ class HarnessLM(LM):
                 raise models.CheckpointError(f"{self.checkpoint}/config.json: the model section names no paradigm")
             self._check_paradigm(stored)
         dev = pick_device(device)
+        self.precision = decoding_precision(precision, source, dev.type)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
         try:
-            self.loaded = load_model(source, dev, precision=decoding_precision(precision, source, dev.type),
+            self.loaded = load_model(source, dev, precision=self.precision,
                                      paradigm=self.paradigm_name if source.is_pretrained_lm else None)
         except (TypeError, RuntimeError, ValueError, UserError) as e:   # a file that cannot be loaded is not a bad argument
             if isinstance(e, (models.CheckpointError, ModelArgsError)):
@@ -271,6 +276,9 @@ class HarnessLM(LM):
         except UserError as e:
             raise ModelArgsError(f"model {name!r}: model_args {e}") from None
         self._warned: set[str] = set()
+        setting = get_paradigm(self.paradigm).setting(dataclasses.asdict(self.decode))   # harness.run's label
+        self.accounting = Accounting(setting, self.precision, self.loaded.device, self.loaded.dtype,
+                                     self.loaded.model.eos_id)
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's --use_cache hands its cache here: keyed by this checkpoint and these settings
@@ -298,7 +306,8 @@ class HarnessLM(LM):
         for decode, index in groups.items():
             for start in range(0, len(index), self.batch_size):
                 chunk = index[start:start + self.batch_size]
-                outputs, _ = execute_decode(self.loaded, [prepared[i][0] for i in chunk], decode)
+                outputs, calls = execute_decode(self.loaded, [prepared[i][0] for i in chunk], decode)
+                self.accounting.record([requests[i] for i in chunk], calls)   # NFE, tokens, time (module docstring)
                 for i, out in zip(chunk, outputs):
                     texts[i] = cut_at_stop(out.text, prepared[i][2])
                     self.cache_hook.add_partial("generate_until", requests[i].args, texts[i])
@@ -342,6 +351,7 @@ class HarnessLM(LM):
             "harness_model_id": self.loaded.model_id, "harness_max_length": self.max_length,
             "harness_decode": dataclasses.asdict(self.decode),
             "harness_likelihood": "exact" if get_paradigm(self.paradigm).likelihood == "exact" else bound,
+            "harness_accounting": self.accounting.summary(),   # harness/lm_eval_accounting.py
         }
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -493,6 +503,7 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     register()
+    attach_to_samples()
     from lm_eval.__main__ import cli_evaluate
 
     saved = sys.argv

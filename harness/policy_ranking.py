@@ -33,11 +33,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .aup import ALPHA, aup as aup_score
 from .claims import Results, envelope, frontier_area
 from .paths import replacing
 from .rows import commit_policy, series_of
 
-AUP_ALPHA = 3.0
+AUP_ALPHA = ALPHA
 AUP_Y_MAX = 100.0
 TASK = "oracle_kl"
 
@@ -48,16 +49,8 @@ def quality(kl: float) -> float:
 
 
 def aup(points: list[tuple[float, float]]) -> float:
-    """AUP of (tokens per forward, y) points (the formula in the module docstring, y_max fixed)."""
-    pts = sorted(points)
-
-    def weighted(y: float) -> float:
-        return y * min(math.exp(-AUP_ALPHA * (1 - y / AUP_Y_MAX)), 1.0)
-
-    total = pts[0][0] * pts[0][1]
-    for (r0, y0), (r1, y1) in zip(pts, pts[1:]):
-        total += 0.5 * (r1 - r0) * (weighted(y1) + weighted(y0))
-    return total
+    """AUP of (tokens per forward, y) points (harness.aup's formula) with y_max fixed at 100 and every point kept."""
+    return aup_score(points, AUP_Y_MAX, drop=None, alpha=AUP_ALPHA)
 
 
 def _policy_cells(model_cells: list[dict]) -> dict[str, list[dict]]:

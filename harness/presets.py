@@ -91,6 +91,9 @@ class Preset:
     seeds: tuple[int, ...] = (0,)          # training seeds, as offsets to the sweep's --seed: every model of the
                                            # family is trained once per seed (the seed is in its model id; the
                                            # claims pool seed-level estimates, harness/claims.py)
+    decode_points: tuple = ()              # a preset file's decoding grid (harness.grids): ((knob, value), ...) per
+                                           # setting, instead of `grid`'s
+    source_file: str | None = None         # the TOML file a preset was read from (harness.grids), else None
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
@@ -123,6 +126,8 @@ class Preset:
 
     def decode_grid(self, cfg: TrainConfig, task: TaskSpec | None = None) -> list[DecodeConfig]:
         """Decoding settings swept for one model (task-specific overrides and defaults are applied later)."""
+        if self.decode_points:
+            return [DecodeConfig(**dict(point)) for point in self.decode_points]
         grid = self.grid
         if task is not None and task.thresholds is not None:
             grid = dataclasses.replace(grid, thresholds=task.thresholds)
@@ -460,6 +465,11 @@ PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRE
 
 
 def get_preset(name: str) -> Preset:
+    """A registered preset, or a preset file (FILE.toml, harness.grids), which joins the registry."""
+    from .grids import is_preset_file, load_preset_file
+
+    if is_preset_file(name):
+        return load_preset_file(name)
     if name not in PRESETS:
         raise PlanError(unknown("preset", name, PRESETS))
     return PRESETS[name]

@@ -59,6 +59,7 @@ from .cli import (  # noqa: E402
 )
 from .paths import is_safe_component, make_dirs, replacing, safe_component  # noqa: E402
 from . import dependency_report, policy_ranking  # noqa: E402
+from .aup import write_table as write_aup_table  # noqa: E402
 from tasks.oracle_language import DEFAULT_LANGUAGE  # noqa: E402
 from .rows import commit_policy, is_reference, language, policy_spec, series_of, setting, train_seed  # noqa: E402
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS  # noqa: E402
@@ -570,6 +571,7 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
                 tmp.write_text(policy_ranking.markdown(ranked, apart))
             written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
         written += dependency_report.write(preset_dir, checked_rows(preset_dir / "runs.jsonl"), plots, ReportError)
+        written += write_aup_table(preset_dir, tables)   # AUP of every real-task curve (harness/aup.py)
         summary, details = claims_tables(preset_dir)
         if not summary.empty:
             with replacing(tables / "claims.md", preset_dir, ReportError) as tmp:

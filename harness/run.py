@@ -6,7 +6,12 @@
         --window 8 --threshold 0.9 --limit 20               # a single cell
     python -m harness.run --model DIR --task gsm8k --limit 20   # a single cell of your own checkpoint
     python -m harness.run --model smollm2 --paradigm ar --task cnndm --limit 5   # or of any HF / GGUF model
+    python -m harness.run --model DIR --task gsm8k --threshold 0.9,0.5 --steps 64,128   # a grid of 4 cells
+    python -m harness.run --sweep --preset FILE.toml       # a preset written as a file (harness/grids.py)
     python -m harness.run --sweep --plan                   # what a sweep would train and run, and how long
+
+A decoding flag (and --block-size) takes a comma list: one cell per combination of the lists' values. Cells of
+--model go to results/<model slug>/ (with --preset: results/<preset>/), each with its AUP table (harness/aup.py).
 
 Before any work a sweep prints what it will train and run and a time estimate probed on this machine
 (harness/estimate.py); `--precision auto` picks each phase's precision for this hardware (harness/precision.py:
@@ -37,6 +42,8 @@ from .cli import (
     INTERRUPTED, REFERENCE, Parser, add_decode_flags, check_working_directory, given_decode_knobs, exit_exhausted, exit_user_error,
     interrupt_on_sigterm, number, reference_option, user_path,
 )
+from .aup import results_table
+from .grids import plan_grid, split_top, under_model_slug
 from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
 from .presets import PRESETS, get_preset
 from .store import ResultsStore
@@ -44,6 +51,11 @@ from .summary import sweep_summary
 from .sweep import PlanError, pending_cells, plan_checkpoint, plan_sweep, resolve_device, results_dir
 
 positive_int = number(int, 1)
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """--block-size: one whole number >= 1 or a comma list of them."""
+    return tuple(positive_int(item) for item in split_top(text))
 
 
 def jobs_option(value: str) -> str | int:
@@ -60,13 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweep", action="store_true", help="run every cell of the preset (default preset: cpu)")
-    ap.add_argument("--preset", default="cpu", help=f"one of: {', '.join(PRESETS)} (default cpu)")
+    ap.add_argument("--preset", help=f"one of: {', '.join(PRESETS)} (default cpu), or a preset file FILE.toml "
+                                     f"(harness/grids.py); with --model its tasks' settings, and its results folder")
     ap.add_argument("--paradigms", help=f"comma list (sweep), from: {', '.join(paradigm_names())}")
     ap.add_argument("--tasks", help=f"comma list (sweep), from: {', '.join(TASKS)}")
     ap.add_argument("--paradigm", help="single cell: the paradigm")
     ap.add_argument("--task", help="single cell: the task")
-    ap.add_argument("--block-size", type=positive_int, help="which of the preset's models with a block size S "
-                                                             "(BD3LM block, SetDLM set size)")
+    ap.add_argument("--block-size", type=positive_ints, help="which of the preset's models with a block size S "
+                                                              "(BD3LM block, SetDLM set size); a comma list: each")
     ap.add_argument("--model", "--checkpoint", dest="model", metavar="SPEC", type=user_path,
                     help="single cell: evaluate this model instead of a preset model: a checkpoint directory (written "
                          "by models.save, e.g. by python -m harness.train), an official kuleshov-group checkpoint or "
@@ -109,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_plan(args):
-    preset = get_preset(args.preset)
+    preset = get_preset(args.preset or "cpu")
     if args.launcher not in LAUNCHERS:
         raise PlanError(unknown("launcher", args.launcher, LAUNCHERS))
     if args.launcher != "ray" and args.ray_address:
@@ -126,15 +139,17 @@ def make_plan(args):
     if args.model:
         if args.sweep or not args.task:
             raise PlanError("--model evaluates one cell: give --task NAME (and no --sweep)")
-        return plan_checkpoint(preset, args.model, args.task, paradigm=args.paradigm, block_size=args.block_size,
-                               decode=knobs, length=args.length, **common)
+        plan = plan_grid(lambda d, b: plan_checkpoint(preset, args.model, args.task, paradigm=args.paradigm,
+                                                      block_size=b, decode=d, length=args.length, **common),
+                         knobs, args.block_size)
+        return plan if args.preset else under_model_slug(plan)   # no --preset: results/<model slug>/
     if args.length:
         raise PlanError("--length applies to --model (a pretrained model's context)")
     if args.sweep:
         if args.paradigm or args.task:
             raise PlanError("--sweep takes --paradigms/--tasks (plural); --paradigm/--task select a single cell")
-        return plan_sweep(preset, args.paradigms, args.tasks, block_size=args.block_size,
-                          decode=knobs or None, **common)
+        return plan_grid(lambda d, b: plan_sweep(preset, args.paradigms, args.tasks, block_size=b,
+                                                 decode=d or None, **common), knobs, args.block_size)
     if not (args.paradigm and args.task):
         raise PlanError("give --sweep, or --paradigm and --task for a single cell")
     if args.paradigm not in paradigm_names():
@@ -142,7 +157,8 @@ def make_plan(args):
     if get_paradigm(args.paradigm).block_size_meaning is not None and args.block_size is None:
         sizes = sorted({c.block_size for c in preset.train_configs((args.paradigm,))})
         raise PlanError(f"{args.paradigm} needs --block-size; the {preset.name} preset has {sizes}")
-    return plan_sweep(preset, args.paradigm, args.task, block_size=args.block_size, decode=knobs, **common)
+    return plan_grid(lambda d, b: plan_sweep(preset, args.paradigm, args.task, block_size=b, decode=d, **common),
+                     knobs, args.block_size)
 
 
 def summary_table(rows: list[dict]) -> str:
@@ -220,6 +236,8 @@ def _main(argv: list[str] | None) -> int:
     ids = {c.run_id for c in plan.cells}
     if not args.sweep:   # one cell or a few: their rows are the summary
         print(summary_table([r for r in store.runs() if r["run_id"] in ids]))
+        if len(ids) > 1 and (aup := results_table(store.root)) is not None:   # a grid: its curves' AUP
+            print(f"\n{aup}")
     plots = Path(args.plots) if args.plots else Path(args.out) / "plots"
     if not args.no_report:
         from .report import build_report

@@ -33,7 +33,8 @@ def test_run_evaluates_a_hugging_face_directory(hf_dir, tmp_path, capsys):
         code = run_main(["--model", str(hf_dir), "--task", task, "--limit", "2", "--length", "128", "--out", str(out),
                          "--reference", "none", "--no-report", "--quiet"])
         assert code == 0, capsys.readouterr().err
-    rows = [json.loads(line) for line in (out / "cpu" / "runs.jsonl").read_text().splitlines()]
+    runs = out / "tiny-llama" / "runs.jsonl"   # a model's own rows: results/<model slug>/
+    rows = [json.loads(line) for line in runs.read_text().splitlines()]
     assert {r["model_id"] for r in rows} == {"tiny-llama"} and {r["paradigm"] for r in rows} == {"ar"}
     assert {r["task"] for r in rows} == {"gsm8k", "ppl_wikitext"}
     assert all(r["train_precision"] is None for r in rows)          # trained elsewhere: nothing to say
