@@ -169,7 +169,7 @@ class BlockForwards:
     inputs (attention.StepCache) and attends over all of them, the padding's excluded by the mask."""
 
     def __init__(self, kind: BidirCache, backbone, ids: torch.Tensor, pos: torch.Tensor, real: torch.Tensor,
-                 attn_mask: torch.Tensor | None, drift_every: int = 0):
+                 attn_mask: torch.Tensor | None, drift_every: int | None = None):
         self.kind, self.backbone, self.ids, self.pos = kind, backbone, ids, pos
         self.attn_mask = attn_mask
         B, C = ids.shape

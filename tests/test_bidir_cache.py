@@ -189,7 +189,7 @@ def test_the_drift_diagnostic_measures_the_cache_and_changes_nothing_else():
     assert plain.cache_drift is None and probed.cache_drift > 1e-6
     assert model.generate([[5, 6]], 8, DecodeConfig(cache_drift=1, stop_at_eos=False))[0].cache_drift is None
     with pytest.raises(ConfigError, match="cache_drift must be"):
-        DecodeConfig(cache_drift=-1)
+        DecodeConfig(cache_drift=0)
     perfect, tok = _perfect_mdlm()
     out = perfect.generate([[tok.bos_id, 3, 4, 5, 6]], 8, DecodeConfig(chunk_size=4, cache="dual", cache_drift=1,
                                                                         stop_at_eos=False))[0]

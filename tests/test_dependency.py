@@ -176,13 +176,14 @@ def test_greedy_p_correct_is_exact_match_through_the_cli(tmp_path, monkeypatch, 
     printed = capsys.readouterr().out
     assert code == 0
     assert "P(correct)" in printed.splitlines()[0] and "exact_match" in printed
-    rows = {r["metric"]: r for r in map(json.loads, (out / "cpu" / "runs.jsonl").read_text().splitlines())}
+    folder = next(p for p in out.iterdir() if (p / "runs.jsonl").is_file())   # a single run: results/<model slug>/
+    rows = {r["metric"]: r for r in map(json.loads, (folder / "runs.jsonl").read_text().splitlines())}
     assert rows["p_correct"]["value"] == rows["exact_match"]["value"]   # greedy: a point mass
     assert "exact P(correct)" in rows["p_correct"]["metric_label"]
     # the report: the dependency table (exact match beside P(correct)) and its figure (harness/dependency_report.py)
-    table = (out / "cpu" / "tables" / "dependency.md").read_text().splitlines()
+    table = (folder / "tables" / "dependency.md").read_text().splitlines()
     assert "exact_match" in table[2] and "P(correct)" in table[2] and table[4].startswith("| list_reverse ")
-    assert (out / "plots" / "cpu-dependency.png").is_file()
+    assert (out / "plots" / f"{folder.name}-dependency.png").is_file()
 
 
 def test_the_dependency_table_says_none_where_there_is_no_q_dec():
