@@ -37,32 +37,12 @@ import torch
 
 from .backbones import KVCache
 from .decoding import Canvas, StepLog, greedy_scores
-from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
+from .compile import STEP_GRAPH_LIMIT, compiled_step_graphs, prepare_torch_compile  # noqa: F401 (re-exported)
+from .exported_step import ExportedStep
 from .policies import CommitPolicy
 from .types import DecodeConfig
 
 STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
-STEP_GRAPH_LIMIT = 256   # compiled graphs a process may hold per step function (dynamo's recompile limit)
-
-
-def compiled_step_graphs() -> tuple[int, float]:
-    """(graphs torch.compile and AOTInductor have compiled in this process, seconds they spent compiling them): the
-    decode steps' (DecodeConfig.compile on) and the training forwards' (harness.train --compile), the only code the
-    harness compiles."""
-    from torch._dynamo import utils
-
-    return (int(utils.counters["stats"]["unique_graphs"]) + COMPILED["graphs"],
-            utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
-
-
-def prepare_torch_compile(limit: int = STEP_GRAPH_LIMIT) -> None:
-    """What every torch.compile of the harness needs first: dynamo keeps `limit` graphs per compiled function (one
-    per batch size, cache bucket and model shape: a sweep's models share their paradigm's step function and their
-    kind's backbone forward), more than its default of 8, past which it would fall back to eager silently; and
-    inductor builds for the ISA torch is held to (match_held_cpu_isa)."""
-    for name in ("recompile_limit", "accumulated_recompile_limit"):
-        setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
-    match_held_cpu_isa()
 
 
 # -- the state -------------------------------------------------------------------------------------------------
