@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from .backbones.attention import StepCache
 from . import steps
-from .decoding import Canvas
+from .decoding import Canvas, commit
 from .official_sampler import OfficialTokenChooser, check_sampler, raw_logits, sampler_policy
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
@@ -73,11 +73,8 @@ class ARModel(ParadigmModel):
         its token, which the rows not done commit; a row is done once it commits EOS. Returns whether every row is
         done (the stop flag)."""
         col = s.n + 1
-        tokens, _ = chooser(forward(s), col.expand(s.done.shape[0], 1))
         active = ~s.done
-        s.ids.index_copy_(1, col, torch.where(active[:, None], tokens, s.ids.index_select(1, col)))
-        chooser.mark(tokens, active[:, None])
-        s.record(active, active.long())
+        tokens, _ = commit(s, chooser, forward(s), s.ids, col.expand(active.shape[0], 1), active[:, None], active)
         s.put(done=s.done | (active & (tokens[:, 0] == s.eos)) if s.checks_eos() else s.done, n=col)
         return s.done.all()
 
@@ -190,7 +187,7 @@ class _ARState(steps.StepState):
     and `n`, the column of the next input (the last token committed; the prompt's last at step 0), which is also
     the cache slot it enters."""
 
-    CANVAS = ("ids", "pos")
+    FIELDS = {"done": steps.TENSOR}
 
     def __init__(self, canvas: Canvas, decode: DecodeConfig, eos_id: int | None, P: int):
         B, C = canvas.ids.shape

@@ -57,7 +57,7 @@ import torch
 from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, left_aligned
+from .decoding import Canvas, commit, left_aligned
 from .dllm import is_family_sampler
 from .errors import ConfigError
 from .mdlm import MDLMModel
@@ -257,7 +257,7 @@ class BD3LMModel(MDLMModel):
         inp = s.ids.gather(1, inp_cols)
         blk_ids = inp[:, inp.shape[1] - S:]
         candidate = (blk_ids == self.mask_id) & s.span.gather(1, blk_cols) & s.active[:, None]
-        forced, context = 1, ()
+        forced, context = 1, None
         if s.steps_in_block is not None:   # per row; with steps >= masks it is 1
             n_masks = candidate.sum(dim=1)
             # the schedule runs over the block's masks at its first step (the official one: over the block size)
@@ -265,14 +265,10 @@ class BD3LMModel(MDLMModel):
             steps_in_block = torch.where(s.new_block, 0, s.steps_in_block)
             forced = self._forced(s.forced_table, masks_in_block, steps_in_block).minimum(n_masks)
             if s.policy.in_blocks:   # where each candidate sits in its block (DUS)
-                context = (StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block),)
+                context = StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block)
             s.put(masks_in_block=masks_in_block, steps_in_block=steps_in_block + 1)
         logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, blk_valid], dim=1))
-        tokens, scores = chooser(logits, blk_cols)
-        chosen = s.policy.select(scores, candidate, forced, *context)
-        s.ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
-        chooser.mark(tokens, chosen)
-        s.record(s.active, chosen.sum(dim=1))
+        tokens, chosen = commit(s, chooser, logits, s.ids, blk_cols, candidate, s.active, s.policy, forced, context)
         completed = s.active & ~(candidate & ~chosen).any(dim=1)
         block = s.block + completed.long()
         finished, eos_at = completed & ((s.pad + block * S) >= s.span_end), s.eos_at
@@ -340,7 +336,11 @@ class _BlockState(steps.StepState):
     counters and table (`forced_table`), and the columns pending for the cache (the block completed at the last step; at step 0 the prompt's
     complete blocks)."""
 
-    COLUMNS = ("pend_cols", "eos_at")
+    FIELDS = {"S": steps.VALUE, "official_schedule": steps.VALUE, "span": steps.CANVAS, "pad": steps.TENSOR,
+              "block": steps.TENSOR, "span_end": steps.TENSOR, "active": steps.TENSOR, "new_block": steps.TENSOR,
+              "eos_at": steps.COLUMNS, "pend_cols": f"{steps.COLUMNS} {steps.WIDTH}", "pend_valid": steps.WIDTH,
+              "arange_s": steps.TENSOR, "steps_in_block": steps.TENSOR, "masks_in_block": steps.TENSOR,
+              "forced_table": steps.TENSOR}
 
     def __init__(self, model: "BD3LMModel", canvas: Canvas, decode: DecodeConfig, policy, stop: bool):
         S = self.S = decode.decode_block

@@ -63,7 +63,7 @@ import torch.nn.functional as F
 from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, left_aligned
+from .decoding import Canvas, commit, left_aligned
 from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, check_sampler, sampler_policy
 from .paradigm import Grid, ParadigmModel
@@ -301,15 +301,10 @@ class SetDLMModel(ParadigmModel):
         W, Tw = s.arange_w.shape[0], s.win_cols.shape[1]
         inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
         inp = s.ids.gather(1, inp_cols)
-        window_ids = inp[:, inp.shape[1] - Tw:]
         logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, s.no_keys[:, :Tw]], dim=1))
-        tokens, scores = chooser(logits, s.win_cols)
         # the forced count: the schedule's (models.schedules.forced_counts) without a step budget, one a step
-        chosen = s.policy.select(scores, s.candidate, 1)
-        s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
-        chooser.mark(tokens, chosen)
+        tokens, chosen = commit(s, chooser, logits, s.ids, s.win_cols, s.candidate, s.active, s.policy)
         n_chosen = chosen.sum(dim=1)
-        s.record(s.active, n_chosen)
         remaining = s.remaining - n_chosen
         # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
         first = torch.where(s.candidate & ~chosen, s.win_cols, (s.first + W).clamp(max=s.scratch)[:, None])
@@ -367,8 +362,10 @@ class _SetState(steps.StepState):
     (`first`), the masks left, whether it is active and its leftmost committed EOS. `check_stop`: the stop rule is
     checked after this step (the official sampler checks every W steps only)."""
 
-    CANVAS = ("ids", "pos", "span", "key")
-    COLUMNS = ("pend_cols", "win_cols", "first", "eos_at")
+    FIELDS = {"span": steps.CANVAS, "key": steps.CANVAS, "remaining": steps.TENSOR, "active": steps.TENSOR,
+              "first": steps.COLUMNS, "eos_at": steps.COLUMNS, "pend_cols": f"{steps.COLUMNS} {steps.WIDTH}",
+              "pend_valid": steps.WIDTH, "win_cols": f"{steps.COLUMNS} {steps.WIDTH}", "candidate": steps.WIDTH,
+              "arange_w": steps.TENSOR, "no_keys": steps.TENSOR, "check_stop": steps.VALUE}
 
     def __init__(self, model: "SetDLMModel", canvas: Canvas, decode: DecodeConfig, policy, stop: bool):
         W = decode.window

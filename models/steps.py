@@ -64,34 +64,52 @@ def _padded(value: torch.Tensor, dim: int, size: int, fill) -> torch.Tensor:
     return torch.cat([value, value.new_full(shape, fill)], dim=dim)
 
 
+# How a state field is laid out for whole steps (StepState.FIELDS; tags combine, space-separated):
+CANVAS = "canvas"     # [B, C (+ 1)] of the canvas: padded with zeros to the step cache's width
+COLUMNS = "columns"   # holds canvas columns: the eager scratch column C becomes the fixed one
+WIDTH = "width"       # dimension 1 varies in the eager loop: padded to StepState.widths() (the scratch, for columns)
+STEPS = "steps"       # a row per step: padded to as many as any decode of the layout runs
+TENSOR = "tensor"     # a tensor (or None) kept at its shape: per-row counters, constants
+VALUE = "value"       # a host value a compiled step specialises on (part of the layout)
+HOST = "host"         # read only by the host loop: not part of the layout
+
+
 class StepState(StepLog):
     """A paradigm's decoding state, from step 0 to the last: the canvas it decodes (with a scratch column, which
     stands for "no column" and takes clamped gathers and scatters), the per-row counters of its loop, the commit
     policy, the EOS id as a tensor (-1: never stop) and the step log (StepLog: NFE and commits per step, the counting
-    rule). The transition reads and writes it through `put`: the eager loop's state takes new tensors (their widths
-    follow what the step has: the host slices them), the fixed one's tensors are written in place.
+    rule, the commit rule's memory). The transition reads and writes it through `put`: the eager loop's state takes
+    new tensors (their widths follow what the step has: the host slices them), the fixed one's tensors are written
+    in place.
 
-    `at_fixed_shapes` lays it out for whole steps: canvas tensors (`CANVAS`) as wide as the step cache, whose last
-    column becomes the scratch one; tensors of canvas columns (`COLUMNS`) with the eager scratch C mapped to it;
-    tensors the eager loop slices to fixed widths (`widths`); the commit policy's float parameters as tensors."""
+    Every field is declared in `FIELDS` (name -> its layout tags: CANVAS, COLUMNS, WIDTH, STEPS, TENSOR, VALUE,
+    HOST), a subclass's added to its base's; `at_fixed_shapes` lays the state out for whole steps by them, and a
+    compiled step's inputs (`tensors`) and layout (`layout`) are read from them. The commit policy's float
+    parameters become tensors there (`params`)."""
 
-    CANVAS: ClassVar[tuple[str, ...]] = ("ids", "pos", "span")   # [B, C (+ 1)], padded with zeros
-    COLUMNS: ClassVar[tuple[str, ...]] = ()                       # hold canvas columns (C, the scratch: none)
-    HOST = frozenset({"C", "stops"})   # attributes only the host reads (not part of the layout)
+    FIELDS: ClassVar[dict[str, str]] = {
+        "nfe": TENSOR, "per_step": STEPS, "step_no": TENSOR, "memory": HOST,   # the step log (StepLog)
+        "C": HOST, "stops": HOST, "scratch": VALUE, "fixed": VALUE, "canvas_len": TENSOR, "eos": TENSOR,
+        "policy": VALUE, "params": VALUE, "n": TENSOR, "ids": CANVAS, "pos": CANVAS}
     fixed = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.FIELDS = {**super(cls, cls).FIELDS, **cls.__dict__.get("FIELDS", {})}
 
     def __init__(self, canvas: Canvas, policy: CommitPolicy, eos_id: int | None, max_steps: int):
         B, C = canvas.ids.shape
         device = canvas.ids.device
-        super().__init__(B, max_steps, device)
+        super().__init__(B, max_steps, device, C + 1)
         self.C = self.scratch = C   # the eager canvas's scratch column: C (Canvas.with_scratch_column)
         self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as a fixed step reads it
         self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
         self.stops = eos_id is not None
         self.policy = policy
+        self.params: dict[str, torch.Tensor] = {}   # the policy's float parameters as tensors (at fixed shapes)
 
     def widths(self) -> dict[str, int]:
-        """The fixed widths (dimension 1) of the tensors whose width the eager loop varies."""
+        """The fixed widths (dimension 1) of the WIDTH fields."""
         return {}
 
     def checks_eos(self) -> bool:
@@ -113,40 +131,49 @@ class StepState(StepLog):
         fixed = copy.copy(self)
         fixed.fixed, fixed.scratch = True, width - 1   # the scratch column is >= C: never a canvas column
         widths = self.widths()
-        for name, value in vars(self).items():
+        for name, tags in self.FIELDS.items():
+            value = getattr(self, name, None)
             if not isinstance(value, torch.Tensor):
                 continue
-            if name in self.COLUMNS:
+            tags = tags.split()
+            if COLUMNS in tags:
                 value = torch.where(value >= self.C, fixed.scratch, value)
-            if name in self.CANVAS:
+            if CANVAS in tags:
                 value = _padded(value, 1, width, 0)
-            elif name in widths:
-                value = _padded(value, 1, widths[name], fixed.scratch if name in self.COLUMNS else 0)
-            elif name == "per_step":   # a row per step: as many as any decode of this layout runs
+            elif WIDTH in tags:
+                value = _padded(value, 1, widths[name], fixed.scratch if COLUMNS in tags else 0)
+            elif STEPS in tags:   # a row per step: as many as any decode of this layout runs
                 value = _padded(value, 0, width, 0)
             setattr(fixed, name, value.clone())
         fixed.n = torch.full((1,), n, dtype=torch.long, device=self.ids.device)
-        params = {}
-        for f in dataclasses.fields(self.policy):
-            if isinstance(getattr(self.policy, f.name), float):
-                params[f.name] = torch.full((), getattr(self.policy, f.name), device=self.ids.device)
-                setattr(fixed, "policy_" + f.name, params[f.name])
-        fixed.policy = _bound_policy(self.policy, params)
+        fixed.params = {f.name: torch.full((), getattr(self.policy, f.name), device=self.ids.device)
+                        for f in dataclasses.fields(self.policy) if isinstance(getattr(self.policy, f.name), float)}
+        fixed.policy = _bound_policy(self.policy, fixed.params)
         return fixed
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The state's tensors by name, in the order of FIELDS, then the policy's parameters (`policy_<name>`): a
+        compiled step's inputs."""
+        out = {name: getattr(self, name) for name in self.FIELDS
+               if isinstance(getattr(self, name, None), torch.Tensor)}
+        return out | {"policy_" + name: value for name, value in self.params.items()}
+
     def with_tensors(self, tensors: dict[str, torch.Tensor]) -> "StepState":
-        """A copy of this state with `tensors` in place of its own (an exported step's inputs), its policy bound to
-        them."""
+        """A copy of this state with `tensors` (as `tensors()` names them: an exported step's inputs) in place of its
+        own, its policy bound to them."""
         state = copy.copy(self)
+        state.params = {}
         for name, value in tensors.items():
-            setattr(state, name, value)
-        state.policy = _bound_policy(self.policy, {name[len("policy_"):]: value for name, value in tensors.items()
-                                                   if name.startswith("policy_")})
+            if name.startswith("policy_"):
+                state.params[name[len("policy_"):]] = value
+            else:
+                setattr(state, name, value)
+        state.policy = _bound_policy(self.policy, state.params)
         return state
 
     def layout(self) -> tuple:
         """What a compiled step specialises on: the kind of state, its tensors' names, shapes and dtypes, and its
-        other attributes' values (host-only ones left out; of the policy, its kind and its parameters that are not
+        other fields' values (HOST ones left out; of the policy, its kind and its parameters that are not
         tensors)."""
         def value(v):
             if isinstance(v, torch.Tensor):
@@ -155,16 +182,18 @@ class StepState(StepLog):
                 return type(v), tuple((f.name, "tensor" if isinstance(getattr(v, f.name), (float, torch.Tensor))
                                        else getattr(v, f.name)) for f in dataclasses.fields(v))
             return v
-        return (type(self).__name__, *sorted((name, value(v)) for name, v in vars(self).items()
-                                             if name not in self.HOST))
+        fields = {name: getattr(self, name, None) for name, tags in self.FIELDS.items()
+                  if tags != HOST and name != "params"}
+        return (type(self).__name__, *sorted((name, value(v)) for name, v in (fields | self.tensors()).items()))
 
     def load(self, other: "StepState") -> None:
         """Take `other`'s values (the same layout) into this state's tensors, in place (the policy stays bound to
         them)."""
-        for name, value in vars(other).items():
-            if isinstance(value, torch.Tensor):
-                getattr(self, name).copy_(value)
-            elif name != "policy":
+        for name, value in other.tensors().items():
+            (self.params[name[len("policy_"):]] if name.startswith("policy_") else getattr(self, name)).copy_(value)
+        for name in self.FIELDS:
+            value = getattr(other, name, None)
+            if name not in ("policy", "params") and not isinstance(value, torch.Tensor):
                 setattr(self, name, value)
 
     # the host's side of a paradigm whose next forward writes the columns pending for its cache (`pend_cols`,
@@ -195,7 +224,7 @@ class GreedyChoice:
     def __init__(self, policy: CommitPolicy):
         self.needs = policy.needs
 
-    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None):
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None, memory=None):
         return greedy_scores(logits.float(), self.needs)
 
     def mark(self, tokens: torch.Tensor, chosen: torch.Tensor) -> None:
@@ -247,11 +276,11 @@ def step_cache(model, batch: int, capacity: int):
 def whole_steps_apply(model, decode: DecodeConfig, canvas: Canvas) -> bool:
     """Whether a fixed-shape decode runs whole steps after its first: greedy choice with nothing that keeps
     host-side or per-row state between steps (no repetition penalty, teacher forcing or first-step probe, and a
-    commit policy that reads no score the chooser tracks across steps: every built-in rule but KLASS), for a
+    commit policy that keeps no memory across steps (CommitPolicy.keeps_memory: every built-in rule but KLASS), for a
     paradigm that has a transition. Other decodes run the fixed forward inside the eager loop."""
     return (hasattr(model, "_whole_forward") and step_mode(model, decode) != "off" and decode.greedy
             and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe
-            and "stable" not in decode.commit_policy().needs)
+            and not decode.commit_policy().keeps_memory)
 
 
 def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False):
@@ -324,9 +353,8 @@ def kept_state(model, state: StepState) -> StepState:
     if layout not in kept:
         kept[layout] = state
         if model.device.type == "cuda":
-            for value in vars(state).values():
-                if isinstance(value, torch.Tensor):
-                    torch._dynamo.mark_static_address(value)
+            for value in state.tensors().values():
+                torch._dynamo.mark_static_address(value)
         return state
     kept[layout].load(state)
     return kept[layout]
