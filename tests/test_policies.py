@@ -215,18 +215,16 @@ def test_a_policy_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eval(
     from harness import lm_eval as adapter
     from harness.report import build_report
     from harness.run import main as run_main
-    from models.policies import CommitPolicy
-
     # docs: begin policy
+    from models.policies import CommitPolicy, top_n
+
     @dataclass(frozen=True)
     class SecondBest(CommitPolicy):
         """The forced count, plus the runner-up whenever its confidence is within `gap` of the best."""
         name = "second_best"
         gap: float = field(default=0.1, metadata={"help": "how close the runner-up must be"})
 
-        def select(self, scores, candidate, n_forced):
-            from models.policies import top_n
-
+        def select(self, scores, candidate, n_forced, context=None):
             best = top_n(scores, candidate, n_forced)
             runner = top_n(scores.masked_fill(best, -1.0), candidate & ~best, 1)
             lead = scores.masked_fill(~best, -1.0).max(dim=1, keepdim=True).values
