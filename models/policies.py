@@ -548,3 +548,13 @@ def describe_policies() -> str:
                            for f in dataclasses.fields(cls))
         lines.append(f"{name} [{', '.join(cls.needs)}]: {params or 'no parameters'}")
     return "\n".join(lines)
+
+
+def policy_specs() -> list[str]:
+    """Every registered rule as its spec template, `name(param=,...)` (a rule `in_blocks`: MDLM and BD3LM only): the
+    `policy` option's help and the README's list are made from it."""
+    out = []
+    for name, cls in POLICIES.items():
+        params = ",".join(f"{f.name}=" for f in dataclasses.fields(cls))
+        out.append((f"{name}({params})" if params else name) + (" (MDLM and BD3LM)" if cls.in_blocks else ""))
+    return out

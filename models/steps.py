@@ -2,19 +2,25 @@
 
 A cached paradigm (AR, BD3LM, SetDLM) keeps its decoding state in one `StepState` subclass from step 0 and writes
 one transition, `_advance(state, forward, chooser)`: the forward, the token choice, the commit policy's selection
-(models/policies.py), the commits, the bookkeeping and the stop flag, in that order. The eager loop runs it with the
-host's forward (sliced to what is pending, cached or not) and the host's chooser (sampling with a generator,
-repetition penalty, teacher forcing, the official sampler's arithmetic); between transitions the loop does what only
-the host does (dynamic slicing, the official sampler's extra forwards, the uncached reference's context). With
-DecodeConfig.compile fixed / on and greedy choice (`whole_steps_apply`), every step after the first is a *whole
-step* (`whole_step`): the same transition on the paradigm's fixed-shape forward (`_whole_forward`) and `GreedyChoice`,
-in place on the state laid out at fixed shapes (`StepState.at_fixed_shapes`), run by `run_whole_steps` and compiled
-ahead of time by AOTInductor on a CPU (models/exported_step.py) or captured as a CUDA graph on CUDA.
+(models/policies.py), the commits, the bookkeeping and the stop flag, in that order (the commits through
+models.decoding.commit, the one commit idiom). The eager loop runs it with the host's forward (sliced to what is
+pending, cached or not) and the host's chooser (sampling with a generator, repetition penalty, teacher forcing, the
+official sampler's arithmetic, the commit rule's memory); between transitions the loop does what only the host does
+(dynamic slicing, the official sampler's extra forwards, the uncached reference's context).
 
-What a paradigm supplies: the state class (its tensors and how each is laid out at fixed shapes: `CANVAS`,
-`COLUMNS`, `widths`), `_advance`, `_fixed_step` (one forward at shapes that never change, writing the cache through
-attention.StepCache) and `_whole_forward` (that forward on the state, with the cache slots' bookkeeping). The
-engine takes the model as an argument; it never imports models/paradigm.py.
+With DecodeConfig.compile fixed / on, the steps after the prefill (all of them when what is pending at step 0 fits a
+step) run on the state laid out at fixed shapes (`StepState.at_fixed_shapes`) and the paradigm's one fixed-shape
+forward (`_whole_forward`, over `_fixed_step`), by `run_fixed_steps`: with greedy choice (`whole_steps_apply`) every
+step after the first is a *whole step* (`whole_step`: the transition with `GreedyChoice`, in place, run by
+`run_whole_steps`, compiled ahead of time by AOTInductor on a CPU, models/exported_step.py, or captured as a CUDA
+graph on CUDA); otherwise the host runs the same transition with its own chooser (`HostChoice`) and the fixed
+forward, compiled by torch.compile with compile on.
+
+What a paradigm supplies: the state class (its fields, each declared with its layout at fixed shapes in `FIELDS`:
+CANVAS, COLUMNS, WIDTH, STEPS, TENSOR, VALUE, HOST; `widths`), `_advance`, `_fixed_step` (one forward at shapes
+that never change, writing the cache through attention.StepCache) and `_whole_forward` (that forward on the state,
+with the cache slots' bookkeeping). The engine takes the model as an argument; it never imports models/paradigm.py.
+tests/test_extra_paradigm.py declares a paradigm with its own state and transition in the test file alone.
 
 MDLM shares the engine's parts that are not about a cache (the step log with its counting rule, the greedy scores,
 the commit policies) but keeps its eager loop: it has no cache, so its step is the bidirectional forward of the whole
@@ -112,6 +118,11 @@ class StepState(StepLog):
         """The fixed widths (dimension 1) of the WIDTH fields."""
         return {}
 
+    def host_rows(self) -> int | None:
+        """How many of the transition's rows the host's chooser draws for at fixed shapes: as many as the eager loop
+        would give it (its sampling generator then draws the same numbers), None: all."""
+        return None
+
     def checks_eos(self) -> bool:
         """Whether the transition runs the EOS stop rule: always at fixed shapes (one compiled step serves decodes
         with and without it: an EOS of -1 stops no row), in the eager loop only where an EOS can stop a row."""
@@ -146,8 +157,9 @@ class StepState(StepLog):
                 value = _padded(value, 0, width, 0)
             setattr(fixed, name, value.clone())
         fixed.n = torch.full((1,), n, dtype=torch.long, device=self.ids.device)
-        fixed.params = {f.name: torch.full((), getattr(self.policy, f.name), device=self.ids.device)
-                        for f in dataclasses.fields(self.policy) if isinstance(getattr(self.policy, f.name), float)}
+        fixed.params = ({name: value.clone() for name, value in self.params.items()} if self.fixed else
+                        {f.name: torch.full((), getattr(self.policy, f.name), device=self.ids.device)
+                         for f in dataclasses.fields(self.policy) if isinstance(getattr(self.policy, f.name), float)})
         fixed.policy = _bound_policy(self.policy, fixed.params)
         return fixed
 
@@ -231,6 +243,31 @@ class GreedyChoice:
         """Nothing to keep: greedy choice keeps no q_dec and no repetition penalty."""
 
 
+class HostChoice:
+    """The host's chooser (models.decoding.TokenChooser: sampling, repetition penalty, teacher forcing, the rule's
+    memory) on a state at fixed shapes: told the fixed scratch column (mapped back to the canvas's, C, as the eager
+    loop has it) and drawing for the rows the eager loop would draw for (`StepState.host_rows`), the rest padded
+    (never candidates)."""
+
+    def __init__(self, chooser, state: StepState):
+        self.chooser, self.state, self.rows = chooser, state, None
+
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor, memory=None):
+        s, width = self.state, logits.shape[1]
+        self.rows = s.host_rows()
+        if self.rows is not None:
+            logits, cols = logits[:, :self.rows], cols[:, :self.rows]
+        tokens, scores = self.chooser(logits, torch.where(cols >= s.C, s.C, cols), memory)
+        if self.rows is None:
+            return tokens, scores
+        pad = width - self.rows
+        tokens = torch.cat([tokens, tokens.new_zeros(tokens.shape[0], pad)], dim=1)
+        return tokens, torch.cat([scores, scores.new_zeros(scores.shape[0], pad, *scores.shape[2:])], dim=1)
+
+    def mark(self, tokens: torch.Tensor, chosen: torch.Tensor) -> None:
+        self.chooser.mark(tokens[:, :self.rows], chosen[:, :self.rows])
+
+
 def whole_step(model, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, state: StepState,
                light: bool = False) -> torch.Tensor:
     """One whole step: the paradigm's transition (`_advance`) on its fixed-shape forward over the step cache (k, v,
@@ -285,7 +322,7 @@ def whole_steps_apply(model, decode: DecodeConfig, canvas: Canvas) -> bool:
 
 def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False):
     """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None.
-    `whole`: the whole step (`whole_step`) instead of the paradigm's forward alone (`_fixed_step`)."""
+    `whole`: the whole step (`whole_step`) instead of the paradigm's fixed forward alone (`_fixed_step`)."""
     mode = step_mode(model, decode)
     if mode == "off":
         return None
@@ -296,8 +333,7 @@ def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bo
 class DecodeSteps:
     """What a cached decode runs (`decode_steps`): `whole`, every step after the first is a whole step; `fixed`,
     its steps are at fixed shapes, on `cache` (the step cache) with `step_fn` (the whole step, or the fixed forward
-    inside the eager loop); `first`: the fixed forward the eager loop's steps call (with whole steps, the first
-    step's, eagerly)."""
+    of the steps the host runs: `run_fixed_steps`)."""
     whole: bool
     cache: object = None
     step_fn: object = None
@@ -306,7 +342,8 @@ class DecodeSteps:
     def fixed(self) -> bool:
         return self.step_fn is not None
 
-    def first(self, model):
+    def forward(self, model):
+        """The fixed forward of the steps the host runs (with whole steps, the first step's, eagerly)."""
         return model._fixed_step if self.whole else self.step_fn
 
 
@@ -358,6 +395,33 @@ def kept_state(model, state: StepState) -> StepState:
         return state
     kept[layout].load(state)
     return kept[layout]
+
+
+def run_fixed_steps(model, run: DecodeSteps, state: StepState, steps: int, width: int, advance: int, chooser,
+                    first: bool = False, light: bool = False) -> StepState:
+    """A decode at fixed shapes from the eager loop's `state` (or from step 0, `first`): up to `steps` steps of the
+    paradigm's one transition (`_advance`) on the state laid out at fixed shapes, each on the paradigm's one
+    fixed-shape forward (`_whole_forward`) writing `width` cache slots from the slot pointer and advancing it by at
+    most `advance`. With whole steps (`run.whole`) they run as `run_whole_steps` (the first step of a `first`
+    decode with the host's chooser); else the host runs them with its chooser (HostChoice) and the fixed forward
+    (eager, or compiled once per batch size and cache bucket), reading the stop flag after each. Returns the state
+    they ran on (its `finish` hands the tokens and the log back)."""
+    cache = run.cache
+    if not state.fixed:
+        state = state.at_fixed_shapes(cache.capacity, cache.length)
+    choice, forward = HostChoice(chooser, state), run.forward(model)
+    for i in range(steps):
+        if run.whole and (i > 0 or not first):
+            cache.length = int(state.n)
+            return run_whole_steps(model, run.step_fn, cache, state, steps - i, width, advance, light)
+        if int(state.n) + width > cache.capacity:
+            cache.length = int(state.n)
+            cache.compact()
+            state.n.fill_(cache.length)
+        if bool(model._advance(state, model._whole_forward(cache.k, cache.v, cache.valid, state, forward=forward),
+                               choice)):
+            break
+    return state
 
 
 def run_whole_steps(model, step_fn, cache, state: StepState, steps: int, width: int, advance: int,
@@ -440,25 +504,3 @@ class StopFlag:
             self.copied.record()
         self.posted = True
         return seen
-
-
-class FixedStepInputs:
-    """The preallocated inputs of a fixed-shape forward inside the eager loop (BD3LM, SetDLM): [`width` slots of
-    what enters the cache] + [`width` slots of queries]. Each step writes its Tp entering and T - Tp query inputs
-    into them in place, with no allocation per step, and the rest is invalid: stale ids and positions there are
-    never keys, and their rows are never read."""
-
-    def __init__(self, batch: int, width: int, device: torch.device):
-        self.width = width
-        self.ids = torch.zeros(batch, 2 * width, dtype=torch.long, device=device)
-        self.pos = torch.zeros_like(self.ids)
-        self.valid = torch.zeros(batch, 2 * width, dtype=torch.bool, device=device)
-
-    def fill(self, inp: torch.Tensor, inp_pos: torch.Tensor, new_valid: torch.Tensor, Tp: int
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        W, Tq = self.width, inp.shape[1] - Tp
-        self.valid.zero_()
-        for buffer, x in ((self.ids, inp), (self.pos, inp_pos), (self.valid, new_valid)):
-            buffer[:, :Tp] = x[:, :Tp]
-            buffer[:, W:W + Tq] = x[:, Tp:]
-        return self.ids, self.pos, self.valid

@@ -21,7 +21,7 @@ import torch
 from .backbones import BackboneSpec
 from .fields import check_fields
 from .dllm import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
-from .policies import CommitPolicy, parse_policy
+from .policies import CommitPolicy, parse_policy, policy_specs
 from .backbones.gpt import GPTArch
 from .errors import ConfigError, UserError, unknown
 
@@ -117,9 +117,8 @@ class DecodeConfig:
         "the harness's sizes: python -m harness.bench steps). Same greedy tokens in all")})
     policy: str = field(default="confidence", metadata={**NEW_KNOB, "help": (
         "the commit policy (MDLM, BD3LM, SetDLM; models/policies.py): which masked positions a step commits beyond "
-        "the schedule's count, as name or name(param=value,...): confidence (tau from --threshold), kfloor(tau=), "
-        "topk(k=), margin(tau=), entropy(theta=), eb(gamma=,proxy=entropy|margin), factor(f=), "
-        "klass(tau=,kl=,steps=), dus(a=) (MDLM and BD3LM)")})
+        "the schedule's count, as name or name(param=value,...) (confidence: tau also from --threshold): "
+        + ", ".join(policy_specs()))})
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
