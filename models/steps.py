@@ -62,16 +62,18 @@ def _bound_policy(policy: CommitPolicy, values: dict[str, torch.Tensor]) -> Comm
 
 
 def _padded(value: torch.Tensor, dim: int, size: int, fill) -> torch.Tensor:
-    """`value` extended along `dim` to `size` entries of `fill` (never cut)."""
+    """`value` extended along `dim` to `size` entries of `fill` (never cut): a number, or a tensor of one entry along
+    `dim` (repeated)."""
     if value.shape[dim] >= size:
         return value.clone()
     shape = list(value.shape)
     shape[dim] = size - value.shape[dim]
-    return torch.cat([value, value.new_full(shape, fill)], dim=dim)
+    pad = fill.expand(shape) if isinstance(fill, torch.Tensor) else value.new_full(shape, fill)
+    return torch.cat([value, pad], dim=dim)
 
 
 # How a state field is laid out for whole steps (StepState.FIELDS; tags combine, space-separated):
-CANVAS = "canvas"     # [B, C (+ 1)] of the canvas: padded with zeros to the step cache's width
+CANVAS = "canvas"     # [B, C (+ 1)] of the canvas: padded to the step cache's width (scratch values, else zeros)
 COLUMNS = "columns"   # holds canvas columns: the eager scratch column C becomes the fixed one
 WIDTH = "width"       # dimension 1 varies in the eager loop: padded to StepState.widths() (the scratch, for columns)
 STEPS = "steps"       # a row per step: padded to as many as any decode of the layout runs
@@ -149,8 +151,8 @@ class StepState(StepLog):
             tags = tags.split()
             if COLUMNS in tags:
                 value = torch.where(value >= self.C, fixed.scratch, value)
-            if CANVAS in tags:
-                value = _padded(value, 1, width, 0)
+            if CANVAS in tags:   # the columns past the canvas hold what its scratch column holds (as the eager one)
+                value = _padded(value, 1, width, value[:, self.C:self.C + 1] if value.shape[1] > self.C else 0)
             elif WIDTH in tags:
                 value = _padded(value, 1, widths[name], fixed.scratch if COLUMNS in tags else 0)
             elif STEPS in tags:   # a row per step: as many as any decode of this layout runs
