@@ -5,9 +5,10 @@ colours and knobs); defining the class registers it. Nothing else is edited, yet
 choices, trains and evaluates in a smoke sweep, is drawn and tabled by the report, and is an lm-eval model.
 This is the walk-through of the README's "how to add a paradigm".
 
-The second fixture defines `StreakStop`, a cached paradigm with its own decoding state and transition on AR's
-forward (a row stops once it commits one token three times in a row): the step engine runs its `_advance` eagerly,
-at fixed shapes with the host's chooser, and compiled as whole steps, with the same tokens, NFE and tokens per step.
+The second fixture defines `StreakStop`, a cached paradigm with its own decoding state (a `steps.StepState`
+subclass) and transition on AR's forward (a row stops once it commits one token three times in a row): the step
+engine runs its `_advance` eagerly, at fixed shapes with the host's chooser, and compiled as whole steps, with the
+same tokens, NFE and tokens per step.
 
     pytest tests/test_extra_paradigm.py
 """
