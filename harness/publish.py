@@ -225,8 +225,17 @@ def benchmark_list(src: Sources) -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
+def policy_list(src: Sources) -> str:
+    """The built-in commit policies (models.policies.POLICIES), each with its spec and where it is published."""
+    from models.policies import POLICIES, policy_specs
+
+    return "\n".join(f"* `{spec}`: {cls.paper or _first_sentence(cls.__doc__ or '')}"
+                     for spec, cls in zip(policy_specs(), POLICIES.values()))
+
+
 SEAMS = {   # each seam of docs/extending.md and the test that declares its worked example in the test file alone
-    "paradigm": "tests/test_extra_paradigm.py", "policy": "tests/test_policies.py", "kind": "tests/test_extra_kind.py",
+    "paradigm": "tests/test_extra_paradigm.py", "engine": "tests/test_extra_paradigm.py",
+    "policy": "tests/test_policies.py", "score": "tests/test_policy_scores.py", "kind": "tests/test_extra_kind.py",
     "family": "tests/test_dllm.py", "sampler": "tests/test_samplers.py", "task": "tests/test_extra_task.py",
     "preset": "tests/test_extra_preset.py"}
 
@@ -296,6 +305,7 @@ def parts() -> list[Part]:
             Part("docs/layout.md", "layout", module_layout),
             *(Part("docs/extending.md", f"example: {seam}", worked_example(seam)) for seam in SEAMS),
             Part("README.md", "commonest errors", commonest_errors),
+            Part("README.md", "policies", policy_list),
             Part("docs/troubleshooting.md", "errors", every_error)]
 
 

@@ -31,7 +31,7 @@ import torch
 
 import models
 from models import Batch
-from models.steps import prepare_torch_compile
+from models.compile import prepare_torch_compile
 from models.errors import ConfigError, UserError, unknown
 from models.tokenizers import Tokenizer
 

@@ -3,7 +3,7 @@
 Decoding prefills the (left-padded) prompts in one causal forward that also yields the first
 token, then runs one single-token forward per step, appending its K/V to the preallocated cache.
 NFE = number of generated positions. Every step is one transition (`_advance`, models/steps.py) on the decoding
-state (`_ARState`, from step 0): the forward, the token choice, the commit and the stop flag. DecodeConfig.compile
+state (`ARState`, from step 0): the forward, the token choice, the commit and the stop flag. DecodeConfig.compile
 fixed / on: the same forward at fixed shapes, the cache written at a tensor slot and attended whole under a mask, so
 it compiles once; with greedy choice each step after the prefill is a whole step (the same transition on that
 forward, compiled). Infilling sees only the prefix
@@ -32,10 +32,26 @@ import torch.nn.functional as F
 
 from .backbones.attention import StepCache
 from . import steps
-from .decoding import Canvas
+from .decoding import Canvas, commit
 from .official_sampler import OfficialTokenChooser, raw_logits
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
+
+
+class ARState(steps.StepState):
+    """AR's decoding state: the canvas (every step writes one real column: no scratch column), the rows done (EOS)
+    and `n`, the column of the next input (the last token committed; the prompt's last at step 0), which is also
+    the cache slot it enters. A paradigm built on AR's forward (tests/test_extra_paradigm.py) subclasses it, with
+    its own fields declared in FIELDS, and names it as its `State`."""
+
+    FIELDS = {"done": steps.TENSOR}
+
+    def __init__(self, canvas: Canvas, decode: DecodeConfig, eos_id: int | None, P: int):
+        B, C = canvas.ids.shape
+        super().__init__(canvas, decode.plan.policy, eos_id, C - P)
+        self.ids, self.pos = canvas.ids, canvas.positions
+        self.done = torch.zeros(B, dtype=torch.bool, device=canvas.ids.device)
+        self.n = torch.full((1,), P - 1, dtype=torch.long, device=canvas.ids.device)
 
 
 class ARModel(ParadigmModel):
@@ -44,6 +60,7 @@ class ARModel(ParadigmModel):
     likelihood = "exact"
     knobs = frozenset({"use_cache", "sampler", "compile"})
     samplers = ("harness", "official")
+    State = ARState   # the decoding state (a subclass's own, with its own transition `_advance`)
     colormap = "Greys"
 
     def _fixed_step(self, k: list[torch.Tensor], v: list[torch.Tensor], tokens: torch.Tensor,
@@ -53,25 +70,25 @@ class ARModel(ParadigmModel):
         h = self.backbone(tokens, positions, attn_mask=valid[:, None, None, :], cache=StepCache(k, v, slots))
         return self.backbone.logits(h)
 
-    def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "_ARState",
-                       light: bool = False):
-        """The whole step's forward (models.steps.whole_step): the token at canvas column `s.n` (a generated, real
-        token: its cache slot s.n becomes valid) enters slot s.n and predicts column s.n + 1."""
-        def forward(s: _ARState) -> torch.Tensor:
+    def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "ARState",
+                       light: bool = False, forward=None):
+        """The fixed-shape forward of a step (models.steps.run_fixed_steps, whole_step): the token at canvas column
+        `s.n` (a generated, real token: its cache slot s.n becomes valid) enters slot s.n and predicts column
+        s.n + 1. `forward`: the fixed forward to run (default `_fixed_step`; the host's steps pass it compiled)."""
+        fixed_forward = forward or self._fixed_step
+
+        def forward(s: ARState) -> torch.Tensor:
             valid.index_fill_(1, s.n, True)
-            return self._fixed_step(k, v, s.ids.index_select(1, s.n), s.pos.index_select(1, s.n), s.n, valid)
+            return fixed_forward(k, v, s.ids.index_select(1, s.n), s.pos.index_select(1, s.n), s.n, valid)
         return forward
 
-    def _advance(self, s: "_ARState", forward, chooser) -> torch.Tensor:
+    def _advance(self, s: "ARState", forward, chooser) -> torch.Tensor:
         """THE decode step (models/steps.py), eager or whole: `forward(s)` predicts column s.n + 1, `chooser` picks
         its token, which the rows not done commit; a row is done once it commits EOS. Returns whether every row is
         done (the stop flag)."""
         col = s.n + 1
-        tokens, _ = chooser(forward(s), col.expand(s.done.shape[0], 1))
         active = ~s.done
-        s.ids.index_copy_(1, col, torch.where(active[:, None], tokens, s.ids.index_select(1, col)))
-        chooser.mark(tokens, active[:, None])
-        s.record(active, active.long())
+        tokens, _ = commit(s, chooser, forward(s), s.ids, col.expand(active.shape[0], 1), active[:, None], active)
         s.put(done=s.done | (active & (tokens[:, 0] == s.eos)) if s.checks_eos() else s.done, n=col)
         return s.done.all()
 
@@ -124,19 +141,15 @@ class ARModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, ar=True,
                                                     ordered=True, forced=canvas.forced))
         stop = stop_at_eos and self.eos_id is not None
-        state = _ARState(canvas, decode, self.eos_id if stop else None, P)
+        state = self.State(canvas, decode, self.eos_id if stop else None, P)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
-        run = steps.decode_steps(self, decode, canvas, 1)   # whole: every step after the prefill
-        whole, fixed, step_fn = run.whole, run.fixed, run.step_fn
-        cache = run.cache if fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
-        if fixed and not whole:   # the slot indices and the step's [B, 1] inputs, preallocated (written in place)
-            slots = torch.arange(cache.capacity, device=device)
-            step_ids, step_pos = ids.new_zeros(B, 1), pos.new_zeros(B, 1)   # strides (1, 1) whatever C is
+        run = steps.decode_steps(self, decode, canvas, 1)   # at fixed shapes: every step after the prefill
+        cache = run.cache if run.fixed else self.backbone.new_cache(B, C) if decode.use_cache else None
 
-        def forward(s: _ARState) -> torch.Tensor:
-            """The host's forward of step `step`, which predicts column `col`: the prefill, a cached step (sliced or
-            at fixed shapes) or the reference path without a cache."""
+        def forward(s: ARState) -> torch.Tensor:
+            """The host's forward of step `step`, which predicts column `col`: the prefill, a sliced cached step or
+            the reference path without a cache."""
             if cache is None:  # reference path: recompute the whole prefix every step
                 mask = None
                 if padded:
@@ -152,13 +165,6 @@ class ARModel(ParadigmModel):
                 h = self.backbone(ids[:, :P], pos[:, :P], attn_mask=mask, is_causal=not padded, cache=cache,
                                   keep=None if hooks.all_rows else slice(P - 1, P))
                 cache.commit(P, real[:, :P])
-            elif fixed:   # the input is a generated (real) token: slot col - 1 becomes valid before it is written
-                cache.valid[:, col - 1] = True
-                step_ids.copy_(ids[:, col - 1:col])   # own buffers: a view's strides would follow the canvas length
-                step_pos.copy_(pos[:, col - 1:col])   # and recompile the step
-                step_logits = step_fn(cache.k, cache.v, step_ids, step_pos, slots[col - 1:col], cache.valid)
-                cache.length += 1
-                return step_logits
             else:
                 mask = None
                 if padded:
@@ -172,23 +178,8 @@ class ARModel(ParadigmModel):
             done = self._advance(state, forward, chooser)
             if stop and bool(done):
                 break
-            if whole and step == 0:   # the prefill wrote slots [0, P); the next step's input is column P
+            if run.fixed:   # the prefill wrote slots [0, P); the other steps at fixed shapes, input column P first
                 if N > 1:
-                    state = steps.run_whole_steps(self, step_fn, cache, state, N - 1, width=1, advance=1)
+                    state = steps.run_fixed_steps(self, run, state, N - 1, 1, 1, chooser)
                 break
         return state.finish(canvas)
-
-
-class _ARState(steps.StepState):
-    """AR's decoding state: the canvas (every step writes one real column: no scratch column), the rows done (EOS)
-    and `n`, the column of the next input (the last token committed; the prompt's last at step 0), which is also
-    the cache slot it enters."""
-
-    CANVAS = ("ids", "pos")
-
-    def __init__(self, canvas: Canvas, decode: DecodeConfig, eos_id: int | None, P: int):
-        B, C = canvas.ids.shape
-        super().__init__(canvas, decode.plan.policy, eos_id, C - P)
-        self.ids, self.pos = canvas.ids, canvas.positions
-        self.done = torch.zeros(B, dtype=torch.bool, device=canvas.ids.device)
-        self.n = torch.full((1,), P - 1, dtype=torch.long, device=canvas.ids.device)

@@ -57,7 +57,7 @@ import torch
 from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, left_aligned
+from .decoding import Canvas, commit, left_aligned
 from .errors import ConfigError
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser
@@ -204,9 +204,13 @@ class BD3LMModel(MDLMModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids,
                                                     canvas.real & ~canvas.span, device, forced=canvas.forced))
         run = steps.decode_steps(self, decode, canvas, S)   # whole: every step after the first
-        fixed = run.fixed
-        step = (_FixedBlockStep(self, run.cache, run.first(self), S) if fixed else
-                _CachedBlockStep(self.backbone, self.backbone.new_step_cache(B, C, S), S, keep_all=hooks.all_rows)
+        left = state.per_step.shape[0]
+        if run.fixed and state.pend_cols.shape[1] in (0, S):   # what is pending fills a step's slots: all at fixed
+            # shapes (a longer prefill runs first as the sliced step, on the step cache)
+            return steps.run_fixed_steps(self, run, state, left, 2 * S, S, chooser, first=True,
+                                         light=True).finish(canvas)
+        step = (_CachedBlockStep(self.backbone, run.cache if run.fixed else self.backbone.new_step_cache(B, C, S), S,
+                                 keep_all=hooks.all_rows)
                 if decode.use_cache else _UncachedBlockStep(self.backbone, ids, pos, canvas.real, context, S))
         if hooks.prefill_apart and decode.use_cache and state.pend_cols.shape[1] > 0:
             # the official prefill: the context's complete blocks, a forward of its own (ours writes them in the
@@ -218,7 +222,7 @@ class BD3LMModel(MDLMModel):
             """The host's forward: [what is pending, as wide as it is] + [the block], cached (sliced or at fixed
             shapes) or recomputing the context; the block's logits."""
             h = step(inp, s.pos.gather(1, inp_cols), new_valid, s.pend_cols.shape[1])
-            return h if fixed else self.backbone.logits(h[:, h.shape[1] - S:])   # a fixed step returns logits
+            return self.backbone.logits(h[:, h.shape[1] - S:])
 
         while True:
             self._advance(state, forward, chooser)
@@ -234,9 +238,8 @@ class BD3LMModel(MDLMModel):
                 break
             if not any_completed:   # nothing pending: the next forward feeds the block alone
                 state.drop_pending()
-            if run.whole:   # the other steps: whole, from this loop's state
-                left = state.per_step.shape[0] - int(state.step_no)
-                state = steps.run_whole_steps(self, run.step_fn, run.cache, state, left, width=2 * S, advance=S,
+            if run.fixed:   # the prefill done, the other steps at fixed shapes, from this loop's state
+                state = steps.run_fixed_steps(self, run, state, left - int(state.step_no), 2 * S, S, chooser,
                                               light=True)
                 break
         return state.finish(canvas)
@@ -256,7 +259,7 @@ class BD3LMModel(MDLMModel):
         inp = s.ids.gather(1, inp_cols)
         blk_ids = inp[:, inp.shape[1] - S:]
         candidate = (blk_ids == self.mask_id) & s.span.gather(1, blk_cols) & s.active[:, None]
-        forced, context = 1, ()
+        forced, context = 1, None
         if s.steps_in_block is not None:   # per row; with steps >= masks it is 1
             n_masks = candidate.sum(dim=1)
             # the schedule runs over the block's masks at its first step (the official one: over the block size)
@@ -264,14 +267,10 @@ class BD3LMModel(MDLMModel):
             steps_in_block = torch.where(s.new_block, 0, s.steps_in_block)
             forced = self._forced(s.forced_table, masks_in_block, steps_in_block).minimum(n_masks)
             if s.policy.in_blocks:   # where each candidate sits in its block (DUS)
-                context = (StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block),)
+                context = StepContext(s.arange_s.expand(blk_cols.shape[0], S), S, steps_in_block)
             s.put(masks_in_block=masks_in_block, steps_in_block=steps_in_block + 1)
         logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, blk_valid], dim=1))
-        tokens, scores = chooser(logits, blk_cols)
-        chosen = s.policy.select(scores, candidate, forced, *context)
-        s.ids.scatter_(1, blk_cols, torch.where(chosen, tokens, blk_ids))
-        chooser.mark(tokens, chosen)
-        s.record(s.active, chosen.sum(dim=1))
+        tokens, chosen = commit(s, chooser, logits, s.ids, blk_cols, candidate, s.active, s.policy, forced, context)
         completed = s.active & ~(candidate & ~chosen).any(dim=1)
         block = s.block + completed.long()
         finished, eos_at = completed & ((s.pad + block * S) >= s.span_end), s.eos_at
@@ -284,20 +283,23 @@ class BD3LMModel(MDLMModel):
         return ~s.active.any()
 
     def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "_BlockState",
-                       light: bool = False):
+                       light: bool = False, forward=None):
         """The whole step's forward (models.steps.whole_step): [S pending slots] + [the block] (_fixed_step) at the
         2S slots from the slot pointer, which then passes the pending block if it is valid (it is in the cache now).
         `light`: the last step completed no block (every pending slot invalid): the block's S rows alone, at the S
         slots from the pointer, which stays. With one commit per step that is S - 1 steps of every S:
         models.steps.run_whole_steps runs it where the host reads the state after every step anyway (a CPU:
-        _BlockState.light); the same tokens."""
+        _BlockState.light); the same tokens. `forward`: the fixed forward to run (default `_fixed_step`; the host's
+        steps pass it compiled)."""
+        fixed_forward = forward or self._fixed_step
+
         def forward(s: _BlockState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
                     ) -> torch.Tensor:
             S = s.S
             if light:
                 inp_cols, inp, new_valid = inp_cols[:, S:], inp[:, S:], new_valid[:, S:]
             slots = s.n + torch.arange(inp_cols.shape[1], device=inp_cols.device)
-            logits = self._fixed_step(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, not light)
+            logits = fixed_forward(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, not light)
             if not light:
                 valid.index_copy_(1, slots[:S], s.pend_valid)   # a block completed at the last step is in the cache
                 s.n.add_(S * s.pend_valid.any().long())
@@ -339,7 +341,11 @@ class _BlockState(steps.StepState):
     counters and table (`forced_table`), and the columns pending for the cache (the block completed at the last step; at step 0 the prompt's
     complete blocks)."""
 
-    COLUMNS = ("pend_cols", "eos_at")
+    FIELDS = {"S": steps.VALUE, "official_schedule": steps.VALUE, "span": steps.CANVAS, "pad": steps.TENSOR,
+              "block": steps.TENSOR, "span_end": steps.TENSOR, "active": steps.TENSOR, "new_block": steps.TENSOR,
+              "eos_at": steps.COLUMNS, "pend_cols": f"{steps.COLUMNS} {steps.WIDTH}", "pend_valid": steps.WIDTH,
+              "arange_s": steps.TENSOR, "steps_in_block": steps.TENSOR, "masks_in_block": steps.TENSOR,
+              "forced_table": steps.TENSOR}
 
     def __init__(self, model: "BD3LMModel", canvas: Canvas, decode: DecodeConfig, hooks, stop: bool):
         S = self.S = decode.decode_block
@@ -418,30 +424,6 @@ class _CachedBlockStep:
 
     def completed(self, rows, next_start) -> None:
         """Nothing to do: a completed block enters the cache in the next forward."""
-
-
-class _FixedBlockStep(_CachedBlockStep):
-    """The cached step at fixed shapes (DecodeConfig.compile fixed / on): every forward after the prefill is
-    [S pending slots] + [the block], 2S inputs (with nothing pending, S invalid slots whose keys no query sees and
-    that are never committed), written at tensor slots of the whole cache (BD3LMModel._fixed_step, compiled once per
-    batch size and cache bucket). A prefill of more than one block runs as the sliced step. Returns the block's
-    logits."""
-
-    def __init__(self, model, cache, step_fn, S: int):
-        super().__init__(model.backbone, cache, S)
-        self.step_fn, self.slots = step_fn, torch.arange(cache.capacity, device=model.device)
-        self.inputs = steps.FixedStepInputs(cache.valid.shape[0], S, model.device)
-
-    def __call__(self, inp, inp_pos, new_valid, Tp):
-        S, cache = self.S, self.cache
-        if Tp not in (0, S):   # the prefill: as the sliced step
-            return self.backbone.logits(super().__call__(inp, inp_pos, new_valid, Tp)[:, -S:])
-        cache.ensure_room(2 * S)
-        n = cache.length
-        logits = self.step_fn(cache.k, cache.v, *self.inputs.fill(inp, inp_pos, new_valid, Tp),
-                              self.slots[n:n + 2 * S], cache.valid)
-        cache.commit(Tp, new_valid[:, :Tp])
-        return logits
 
 
 class _UncachedBlockStep:

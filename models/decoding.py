@@ -12,12 +12,12 @@ that the per-step decode loops stay cheap.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
+from .policies import CommitPolicy, Distributions, PositionMemory, compute_scores
 from .types import ContextOverflowError, DecodeConfig, Generation, count_generated_tokens
 from .errors import ConfigError
 
@@ -150,9 +150,11 @@ NOT_DECODED = -1   # StepLog's entry for a step in which a row was not decoded (
 
 class StepLog:
     """Per-row NFE and tokens-per-step bookkeeping for a decode loop, kept on the device (the step counter too, so
-    that a compiled whole step keeps it: models.steps.StepState is one)."""
+    that a compiled whole step keeps it: models.steps.StepState is one), and the commit rule's memory across steps
+    (`columns`: the canvas's, with its scratch one)."""
 
-    def __init__(self, batch: int, max_steps: int, device: torch.device):
+    def __init__(self, batch: int, max_steps: int, device: torch.device, columns: int = 0):
+        self.memory = PositionMemory(columns)   # the commit rule's, if it remembers (CommitPolicy.new_memory)
         self.nfe = torch.zeros(batch, dtype=torch.long, device=device)
         self.per_step = torch.zeros(max_steps, batch, dtype=torch.long, device=device)
         self.step_no = torch.zeros(1, dtype=torch.long, device=device)
@@ -169,6 +171,24 @@ class StepLog:
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.nfe, self.per_step[:int(self.step_no)]
+
+
+def commit(log: StepLog, chooser, logits: torch.Tensor, ids: torch.Tensor, cols: torch.Tensor, candidate: torch.Tensor,
+           active: torch.Tensor, policy: CommitPolicy | None = None, n_forced: torch.Tensor | int = 1, context=None,
+           chooser_cols: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """THE commit idiom of every decode step: the chooser's tokens and scores for the rows `logits` [B, M, V] of
+    canvas columns `cols` [B, M] (`chooser_cols`: told to the chooser, with the rule's memory that `log`, the
+    decoding state, keeps), the commit policy's selection among `candidate` [B, M] (at least `n_forced`; `context`:
+    where they sit in their block, for a rule `in_blocks`; without a policy, every candidate: AR), the chosen tokens
+    written into `ids` at `cols`, the chooser told what was committed (its log q, the repetition penalty) and the
+    step logged for the `active` rows [B]. Returns (tokens, chosen)."""
+    tokens, scores = chooser(logits, cols if chooser_cols else None, log.memory)
+    chosen = candidate if policy is None else policy.select(scores, candidate, n_forced,
+                                                            *(() if context is None else (context,)))
+    ids.scatter_(1, cols, torch.where(chosen, tokens, ids.gather(1, cols)))
+    chooser.mark(tokens, chosen)
+    log.record(active, chosen.sum(dim=1))
+    return tokens, chosen
 
 
 def sampling_generator(decode: DecodeConfig, device: torch.device) -> torch.Generator | None:
@@ -220,8 +240,7 @@ class TokenChooser:
         self._token_p: torch.Tensor | None = None
         self.probe = False          # set by Canvas.track: keep the first call's (cols, log-probabilities)
         self.first: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._width = canvas_ids.shape[1] + 1   # canvas columns and a scratch one (for the `stable` score)
-        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._width = canvas_ids.shape[1] + 1   # canvas columns and a scratch one (for the commit ranks)
         self._cols: torch.Tensor | None = None   # the canvas columns of the last call's rows (when the decoder gives them)
         self.commit_rank: torch.Tensor | None = None   # [B, C + 1] the mark that committed each column, -1 before
         self._marks = 0
@@ -242,10 +261,12 @@ class TokenChooser:
         if self.log_q is not None:
             self.log_q += torch.where(which, self._token_p.clamp(min=1e-30).log(), 0.0).sum(dim=1)
 
-    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None,
+                 memory: PositionMemory | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """logits [B, M, V] -> (tokens [B, M], scores) in float32: the scores the commit policy reads (`needs`), the
         confidence [B, M] for the default policy, else [B, M] or [B, M, len(needs)] (models.policies); cols [B, M]:
-        the canvas columns of the M rows (needed only when teacher-forced)."""
+        the canvas columns of the M rows (needed when teacher-forced, and by a rule that remembers, whose memory
+        `memory` the decoding state keeps)."""
         logits = logits.float()
         d = self.decode
         self._cols = cols
@@ -256,7 +277,7 @@ class TokenChooser:
         if self.probe and self.first is None and cols is not None:
             self.first = (cols.clone(), torch.log_softmax(logits / (1.0 if d.greedy else d.temperature), dim=-1))
         if d.greedy:
-            return greedy_scores(logits, self.policy.needs, lambda probs: self._stable(probs, cols))
+            return greedy_scores(logits, self.policy.needs, self.policy, cols, memory)
         probs = torch.softmax(logits / d.temperature, dim=-1)
         if d.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -276,70 +297,23 @@ class TokenChooser:
         conf = probs.max(dim=-1).values if d.confidence == "max_prob" else token_p
         if self.policy.needs == ("confidence",):
             return tokens, conf
-        return tokens, policy_scores(self.policy.needs, conf, probs, stable=lambda p: self._stable(p, cols))
-
-    def _stable(self, probs: torch.Tensor, cols: torch.Tensor | None) -> torch.Tensor:
-        """[B, M] for each row's canvas column: how many consecutive steps, this one included, its distribution
-        moved by less than the policy's `kl` from the step before (KL(p_t || p_t-1), nats); 0 the first time a
-        column is predicted. The last distribution and the count are kept per column (KLASS)."""
-        if cols is None:
-            raise ValueError(f"policy {self.policy.spec()} tracks each position's distribution: the decoder must pass "
-                             f"the canvas columns")
-        B, M, V = probs.shape
-        if self._last is None:
-            self._last = (torch.zeros(B, self._width, V, device=probs.device),
-                          torch.full((B, self._width), -1, dtype=torch.long, device=probs.device))
-        last, count = self._last
-        index = cols.clamp(max=self._width - 1)
-        before = last.gather(1, index[..., None].expand(-1, -1, V))
-        kl = (torch.special.xlogy(probs, probs) - torch.special.xlogy(probs, before)).sum(dim=-1)
-        kl = torch.where(before.sum(dim=-1) > 0, kl.nan_to_num(nan=math.inf), math.inf)   # never seen: unstable
-        stable = torch.where(kl < self.policy.kl, count.gather(1, index).clamp(min=0) + 1, 0)
-        last.scatter_(1, index[..., None].expand(-1, -1, V), probs.float())
-        count.scatter_(1, index, stable)
-        return stable
+        return tokens, compute_scores(self.policy.needs, Distributions(conf, probs, tokens=tokens, cols=cols,
+                                                                      memory=memory, policy=self.policy))
 
 
-def policy_scores(needs: tuple[str, ...], conf: torch.Tensor, probs: torch.Tensor | None = None,
-                  log_p: torch.Tensor | None = None, tokens: torch.Tensor | None = None, stable=None) -> torch.Tensor:
-    """The scores a commit policy `needs` from the step's distributions over the vocabulary, given as probs [B, M, V]
-    (sampling: what the tokens were drawn from) or as their logs log_p (greedy: the log-softmax of the logits, read
-    without a vocabulary-wide exp where a score allows it, with `tokens` its argmax and conf = exp(its max)); stable:
-    probs -> the `stable` count, which the chooser tracks. Stacked on a last dimension in the order of `needs` when
-    there are several.
-
-    From log_p, the margin is conf minus exp(the largest log-probability but the argmax's): exp is monotone, so this
-    is p1 - p2 bit for bit, without a top-k or an exp over the vocabulary; the entropy is one exp and an in-place
-    product, summed by nansum: a suppressed token has p log p = 0 * -inf = NaN, which nansum adds as 0 (the same sum
-    as nan_to_num then sum)."""
-    out = []
-    for need in needs:
-        if need == "confidence":
-            out.append(conf)
-        elif need == "margin":
-            if probs is not None:
-                top2 = probs.topk(2, dim=-1).values
-                out.append(top2[..., 0] - top2[..., 1])
-            else:
-                second = log_p.scatter(-1, tokens[..., None], -math.inf).amax(dim=-1)
-                out.append(conf - second.exp())
-        elif need == "stable":
-            out.append(stable(probs if probs is not None else log_p.exp()).float())
-        elif probs is not None:   # entropy, nats
-            out.append(-torch.special.xlogy(probs, probs).sum(dim=-1))
-        else:
-            out.append(-log_p.exp().mul_(log_p).nansum(dim=-1))
-    return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
-
-
-def greedy_scores(logits: torch.Tensor, needs: tuple[str, ...], stable=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 logits [..., V] -> (argmax tokens, the scores a policy `needs`, policy_scores): THE greedy choice of
-    TokenChooser and of the whole decode steps (models.steps.GreedyChoice)."""
+def greedy_scores(logits: torch.Tensor, needs: tuple[str, ...], policy: CommitPolicy | None = None,
+                  cols: torch.Tensor | None = None, memory: PositionMemory | None = None, **given
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 logits [..., V] -> (argmax tokens, the scores a policy `needs`, models.policies.compute_scores from
+    the log-probabilities): THE greedy choice of TokenChooser and of the whole decode steps (models.steps.GreedyChoice).
+    `cols`, `memory`: the rows' canvas columns and the rule's memory (a score that remembers); `given`: name ->
+    function of the probabilities, a score computed by the caller instead."""
     if needs == ("confidence",):
         return greedy_choice(logits)
     log_p = logits.log_softmax(-1)   # one pass serves the choice and every score
     top, tokens = log_p.max(dim=-1)
-    return tokens, policy_scores(needs, top.exp(), log_p=log_p, tokens=tokens, stable=stable)
+    return tokens, compute_scores(needs, Distributions(top.exp(), log_p=log_p, tokens=tokens, cols=cols,
+                                                       memory=memory, policy=policy), given)
 
 
 def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -78,8 +78,9 @@ class ExportedStep:
     def bind(self, cache, state) -> Callable[[], torch.Tensor]:
         """The step on `cache` (KVCache: k, v, valid) and `state` (models.steps.StepState), compiled at the first
         decode of its layout; each call runs one step in place and returns the stop flag."""
-        fields = [name for name, value in vars(state).items() if isinstance(value, torch.Tensor)]
-        args = (*cache.k, *cache.v, cache.valid, *(getattr(state, name) for name in fields))
+        tensors = state.tensors()
+        fields = list(tensors)
+        args = (*cache.k, *cache.v, cache.valid, *tensors.values())
         constants = self.constants()
         key = (type(self.model), self.model.config, self.name, state.layout(),
                tuple((tuple(a.shape), a.dtype, a.device) for a in args[:2 * len(cache.k) + 1]),

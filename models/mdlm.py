@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from .bidir_cache import BlockForwards
-from .decoding import Canvas, StepLog, TokenChooser, eos_stop, left_aligned
+from .decoding import Canvas, StepLog, TokenChooser, commit, eos_stop, left_aligned
 from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, official_commit_counts
 from .paradigm import Grid, ParadigmModel
@@ -169,7 +169,7 @@ class MDLMModel(ParadigmModel):
         if not bool(real.all()):
             attn_mask = (real[:, None, :] | torch.eye(C, dtype=torch.bool, device=device))[:, None]
         chooser = canvas.track(TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, forced=canvas.forced))
-        log = StepLog(B, sum(map(len, schedules)), device)
+        log = StepLog(B, sum(map(len, schedules)), device, C + 1)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stop = stop_at_eos and self.eos_id is not None
         forward = BlockForwards(decode.bidir_cache(), self.backbone, ids, pos, real, attn_mask, decode.cache_drift)
@@ -187,14 +187,10 @@ class MDLMModel(ParadigmModel):
                 decoding = cand.any(dim=1)   # the rows this forward decodes: each row counts its own forwards
                 h = forward(lo, hi, step_no, decoding)
                 rows = (cand_cols - lo)[..., None].expand(-1, -1, h.shape[-1])
-                tokens, conf = chooser(self.backbone.logits(h.gather(1, rows)), cand_cols)
                 context = (StepContext(cand_cols - cols[:, :1], cols.shape[1], step_no) if chooser.policy.in_blocks
                            else None)   # the chunk is DUS's block
-                chosen = chooser.policy.select(conf, cand, k, *(() if context is None else (context,)))
-                ids.scatter_(1, cand_cols, torch.where(chosen, tokens, ids.gather(1, cand_cols)))
-                chooser.mark(tokens, chosen)
-                n_chosen = chosen.sum(dim=1)
-                log.record(decoding, n_chosen)
+                commit(log, chooser, self.backbone.logits(h.gather(1, rows)), ids, cand_cols, cand, decoding,
+                       chooser.policy, k, context)
                 candidate = (ids.gather(1, cols) == self.mask_id) & ~done[:, None]
                 if chooser.policy.one_per_step:
                     n_left -= k  # every row commits exactly k: no need to look
@@ -264,11 +260,9 @@ class MDLMModel(ParadigmModel):
                 if not bool(decoding.any()):
                     break
                 h = self.backbone(x[:, :C2], x_pos, attn_mask=attn_mask)
-                tokens, conf = chooser(self.backbone.logits(h.gather(1, read_cols[..., None].expand(-1, -1, h.shape[-1]))))
-                chosen = chooser.policy.select(conf, candidate, k)
-                x.scatter_(1, write_cols, torch.where(chosen, tokens, x.gather(1, write_cols)))
-                chooser.mark(tokens, chosen)
-                log.record(decoding, chosen.sum(dim=1))
+                logits = self.backbone.logits(h.gather(1, read_cols[..., None].expand(-1, -1, h.shape[-1])))
+                _, chosen = commit(log, chooser, logits, x, write_cols, candidate, decoding, chooser.policy, k,
+                                   chooser_cols=False)
                 candidate = candidate & ~chosen
             if stop:   # the official stopping criteria run after every block (chunk)
                 done = done | eos_stop(x[:, :C], span, mask_id, self.eos_id)

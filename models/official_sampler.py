@@ -77,10 +77,11 @@ class OfficialTokenChooser(TokenChooser):
         super().__init__(*args, **kwargs)
         self.ar = ar
 
-    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None,
+                 memory=None) -> tuple[torch.Tensor, torch.Tensor]:
         if (logits.dtype == torch.float32 or not self.decode.plan.sampler.official or not self.decode.greedy
                 or self.seen is not None):
-            return super().__call__(logits, cols)
+            return super().__call__(logits, cols, memory)
         log_p = logits.log_softmax(-1) if self.ar else logits - torch.logsumexp(logits, dim=-1, keepdim=True)
         probs = log_p.exp()
         tokens = probs.argmax(dim=-1)

@@ -11,18 +11,23 @@ whole step the greedy scores come from models.steps.GreedyChoice and the policy'
 (one compiled step serves every value); `select` must not read a tensor back to the host, nor raise a number to a
 tensor's power (Dilated.spacing says why). tests/test_compiled_steps.py compiles every rule's `select` ahead of time.
 
-Scores, per candidate position (p: the step's processed distribution there, after temperature and nucleus):
+Scores, per candidate position (p: the step's processed distribution there, after temperature and nucleus), each
+one function registered by `@score(name)` (SCORES), which computes it from the probabilities (sampling) or from their
+logs (greedy) in one place; a rule's `needs` names registered scores:
   confidence  c = p(x̂), the probability of the proposed token (or max p with DecodeConfig.confidence="max_prob")
   margin      m = p1 - p2, the two largest probabilities
   entropy     H = -sum p log p, in nats
   stable      how many consecutive steps, this one included, the position's distribution moved by less than the
-              policy's `kl` (KL(p_t || p_t-1)); kept per canvas column by the chooser (KLASS)
+              policy's `kl` (KL(p_t || p_t-1)) (KLASS)
+
+A rule that remembers across steps declares its per-position memory (`new_memory`: tensors of the canvas columns,
+`keeps_memory` then true); the decoding state keeps it (models.decoding.StepLog.memory) and its scores read and
+update it (`Distributions.memory`). Whole compiled steps run only rules without memory (models.steps.whole_steps_apply).
 
 Flags:
   value_independent(decode): the commit set depends only on the predictive distributions, never on sampled values;
       then the decoder's joint q_dec is a product of marginals, exact to score and to teacher-force (the oracle's
       two-sided KL). Confidence-based rules are value-independent when greedy or with confidence="max_prob".
-  monotone: a committed token is never re-masked (every rule here is).
 
 A policy is named on the command line and in DecodeConfig.policy by its spec, `name` or `name(param=value, ...)`:
 `margin(tau=0.3)`, `eb(gamma=0.1,proxy=margin)` (or `eb(gamma:0.1;proxy:margin)`, for lm-eval's model_args, which
@@ -38,7 +43,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 
@@ -46,14 +51,16 @@ from .fields import split_call
 from .errors import UserError, unknown
 
 POLICIES: dict[str, type["CommitPolicy"]] = {}
+SCORES: dict[str, "Callable[[Distributions], torch.Tensor]"] = {}
 
 
 class PolicyError(UserError):
     """A policy spec that names no policy, or parameters a policy does not take or cannot use."""
 
 
-def _top(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
-    """The n highest-scoring candidates per row ([B, M] bool); n an int or [B]."""
+def top_n(score: torch.Tensor, candidate: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
+    """The n highest-scoring candidates per row ([B, M] bool); n an int or [B]: every rule's floor (the schedule's
+    count), and a tool for a rule of one's own."""
     score = score.masked_fill(~candidate, -math.inf)
     if isinstance(n, int) and n == 1:
         chosen = torch.arange(score.shape[1], device=score.device) == score.argmax(dim=1, keepdim=True)
@@ -71,7 +78,7 @@ def select_commits(conf: torch.Tensor, candidate: torch.Tensor, n_forced: torch.
 
     conf, candidate: [B, M]; n_forced: int or [B]. Returns bool [B, M] (a subset of candidate).
     """
-    chosen = _top(conf, candidate, n_forced)
+    chosen = top_n(conf, candidate, n_forced)
     return chosen if threshold is None else chosen | (candidate & (conf >= threshold))
 
 
@@ -95,6 +102,77 @@ class StepContext:
     step: torch.Tensor | int
 
 
+class PositionMemory(dict):
+    """A commit rule's memory across steps: name -> a tensor per canvas column ([B, columns, ...]), made by the rule
+    (`CommitPolicy.new_memory`) at its first step and kept on the decoding state (models.decoding.StepLog.memory).
+    `columns`: the canvas's columns and a scratch one."""
+
+    def __init__(self, columns: int):
+        super().__init__()
+        self.columns = columns
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """One step's predictive distributions at its M candidate rows, as a score reads them: the probabilities
+    `probs` [B, M, V] (sampling: what the tokens were drawn from) or their logs `log_p` (greedy: the log-softmax of
+    the logits, with `tokens` its argmax), and `conf` [B, M] the confidence; `cols` [B, M] the rows' canvas columns
+    and `memory` the rule's (`policy`) memory, for a score that remembers."""
+
+    conf: torch.Tensor
+    probs: torch.Tensor | None = None
+    log_p: torch.Tensor | None = None
+    tokens: torch.Tensor | None = None
+    cols: torch.Tensor | None = None
+    memory: PositionMemory | None = None
+    policy: "CommitPolicy | None" = None
+
+    @property
+    def p(self) -> torch.Tensor:
+        """The probabilities, whichever form was given."""
+        return self.probs if self.probs is not None else self.log_p.exp()
+
+
+def score(name: str):
+    """Register `fn(d: Distributions) -> [B, M]` as the score `name` (SCORES), which a rule's `needs` may name."""
+    def register(fn):
+        SCORES[name] = fn
+        return fn
+    return register
+
+
+def compute_scores(needs: tuple[str, ...], d: Distributions, given: dict | None = None) -> torch.Tensor:
+    """The scores `needs` of the step `d`, stacked on a last dimension in that order when there are several; `given`:
+    name -> function of the probabilities, computed by the caller instead (a test's fixed counts)."""
+    out = [given[need](d.p) if given and need in given else SCORES[need](d) for need in needs]
+    return out[0] if len(out) == 1 else torch.stack(out, dim=-1)
+
+
+@score("confidence")
+def _confidence(d: Distributions) -> torch.Tensor:
+    return d.conf
+
+
+@score("margin")
+def _margin(d: Distributions) -> torch.Tensor:
+    """p1 - p2. From log_p: conf minus exp(the largest log-probability but the argmax's); exp is monotone, so this
+    is p1 - p2 bit for bit, without a top-k or an exp over the vocabulary."""
+    if d.probs is not None:
+        top2 = d.probs.topk(2, dim=-1).values
+        return top2[..., 0] - top2[..., 1]
+    second = d.log_p.scatter(-1, d.tokens[..., None], -math.inf).amax(dim=-1)
+    return d.conf - second.exp()
+
+
+@score("entropy")
+def _entropy(d: Distributions) -> torch.Tensor:
+    """-sum p log p, nats. From log_p: one exp and an in-place product, summed by nansum (a suppressed token has
+    p log p = 0 * -inf = NaN, which nansum adds as 0: the same sum as nan_to_num then sum)."""
+    if d.probs is not None:
+        return -torch.special.xlogy(d.probs, d.probs).sum(dim=-1)
+    return -d.log_p.exp().mul_(d.log_p).nansum(dim=-1)
+
+
 @dataclass(frozen=True)
 class CommitPolicy:
     """One commit rule; subclasses set `name` (registering it), `needs` (the scores it reads, in order), `paper`
@@ -103,7 +181,6 @@ class CommitPolicy:
     name: ClassVar[str]
     needs: ClassVar[tuple[str, ...]] = ("confidence",)
     paper: ClassVar[str] = ""
-    monotone: ClassVar[bool] = True
     in_blocks: ClassVar[bool] = False   # reads where each candidate sits in its block and the block's step number
                                         # (`StepContext`): MDLM (a chunk) and BD3LM (a block), not SetDLM's window
 
@@ -116,9 +193,26 @@ class CommitPolicy:
         problems = self.problems()
         if problems:
             raise PolicyError(f"policy {self.name}: " + "; ".join(problems))
+        self.check_needs()
 
     def problems(self) -> list[str]:
         return []
+
+    def check_needs(self) -> None:
+        """PolicyError unless every score this rule `needs` is registered (`@score`)."""
+        missing = [need for need in self.needs if need not in SCORES]
+        if missing:
+            raise PolicyError(f"policy {self.name} needs {missing}: {unknown('score', missing[0], SCORES)}")
+
+    def new_memory(self, batch: int, columns: int, vocab: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """The per-position memory this rule keeps across steps (name -> [batch, columns, ...] tensors, at their
+        starting values): none, unless the rule remembers."""
+        return {}
+
+    @property
+    def keeps_memory(self) -> bool:
+        """Whether this rule remembers across steps (new_memory): its decodes run in the eager loop."""
+        return type(self).new_memory is not CommitPolicy.new_memory
 
     # -- what readers ask ------------------------------------------------------------------------------------
     @property
@@ -189,7 +283,7 @@ class KFloor(Confidence):
     def select(self, scores, candidate, n_forced, context=None):
         above = candidate & (scores > self.tau)
         enough = above.sum(dim=1) >= torch.as_tensor(n_forced, device=scores.device)
-        return torch.where(enough[:, None], above, _top(scores, candidate, n_forced))
+        return torch.where(enough[:, None], above, top_n(scores, candidate, n_forced))
 
 
 @dataclass(frozen=True)
@@ -211,8 +305,8 @@ class TopK(CommitPolicy):
 
     def select(self, scores, candidate, n_forced, context=None):
         if isinstance(n_forced, int):   # no tensor to read back: a compiled whole step traces this too
-            return _top(scores, candidate, max(n_forced, self.k))
-        return _top(scores, candidate, torch.clamp(n_forced, min=self.k))
+            return top_n(scores, candidate, max(n_forced, self.k))
+        return top_n(scores, candidate, torch.clamp(n_forced, min=self.k))
 
 
 @dataclass(frozen=True)
@@ -230,7 +324,7 @@ class Margin(CommitPolicy):
         return [] if 0.0 < self.tau <= 1.0 else [f"tau must be in (0, 1], got {self.tau}"]
 
     def select(self, scores, candidate, n_forced, context=None):
-        return _top(scores, candidate, n_forced) | (candidate & (scores >= self.tau))
+        return top_n(scores, candidate, n_forced) | (candidate & (scores >= self.tau))
 
 
 @dataclass(frozen=True)
@@ -247,7 +341,7 @@ class Entropy(CommitPolicy):
         return [] if math.isfinite(self.theta) and self.theta >= 0 else [f"theta must be >= 0, got {self.theta}"]
 
     def select(self, scores, candidate, n_forced, context=None):
-        return _top(-scores, candidate, n_forced) | (candidate & (scores <= self.theta))
+        return top_n(-scores, candidate, n_forced) | (candidate & (scores <= self.theta))
 
 
 @dataclass(frozen=True)
@@ -281,7 +375,7 @@ class EntropyBounded(CommitPolicy):
             h = entropy.gather(1, order).masked_fill(~candidate.gather(1, order), 0.0)
             return h.cumsum(dim=1) - h.cummax(dim=1).values <= self.gamma
 
-        return _prefix(order_score, candidate, accept) | _top(order_score, candidate, n_forced)
+        return _prefix(order_score, candidate, accept) | top_n(order_score, candidate, n_forced)
 
 
 @dataclass(frozen=True)
@@ -305,7 +399,7 @@ class Factor(CommitPolicy):
             n = torch.arange(1, c.shape[1] + 1, device=c.device)
             return ((n + 1) * (1 - c) <= self.f) | (n == 1)
 
-        return _prefix(scores, candidate, accept) | _top(scores, candidate, n_forced)
+        return _prefix(scores, candidate, accept) | top_n(scores, candidate, n_forced)
 
 
 @dataclass(frozen=True)
@@ -351,7 +445,7 @@ class Dilated(CommitPolicy):
             raise PolicyError("policy dus commits by position within a block: MDLM and BD3LM only")
         pattern = candidate & (context.offset % self.spacing(context) == 0)
         short = pattern.sum(dim=1) < torch.as_tensor(n_forced, device=scores.device)   # the floor, by position too
-        floor = _top(-context.offset.float(), candidate & ~pattern, n_forced)
+        floor = top_n(-context.offset.float(), candidate & ~pattern, n_forced)
         return torch.where(short[:, None], pattern | floor, pattern)
 
 
@@ -359,7 +453,7 @@ class Dilated(CommitPolicy):
 class KLStable(CommitPolicy):
     """KLASS (KL-adaptive stability sampling): commit every candidate whose confidence is above `tau` and whose
     predictive distribution has moved by less than `kl` (KL(p_t || p_t-1), nats) at each of the last `steps`
-    steps (its `stable` count, kept per position by the token chooser); where no candidate qualifies (or fewer
+    steps (its `stable` count, from the last distribution and count it keeps per canvas column); where no candidate qualifies (or fewer
     than the schedule's count), the most confident ones fill the count. Value-independent when greedy or with
     confidence="max_prob". Paper: Kim et al. 2025, "KL-adaptive stability sampling" (shkim0116/KLASS
     stable_confident_decode; unmask_strategy all)."""
@@ -377,11 +471,39 @@ class KLStable(CommitPolicy):
         return out + ([] if isinstance(self.steps, int) and self.steps >= 1 else
                       [f"steps must be an integer >= 1, got {self.steps}"])
 
+    def new_memory(self, batch, columns, vocab, device):
+        """Per canvas column: the last distribution predicted there (zeros: never) and its stable count."""
+        return {"last": torch.zeros(batch, columns, vocab, device=device),
+                "count": torch.full((batch, columns), -1, dtype=torch.long, device=device)}
+
     def select(self, scores, candidate, n_forced, context=None):
         conf, stable = scores[..., 0], scores[..., 1]
         qualify = candidate & (conf > self.tau) & (stable >= self.steps)
         short = qualify.sum(dim=1) < torch.as_tensor(n_forced, device=scores.device)
-        return torch.where(short[:, None], qualify | _top(conf, candidate, n_forced), qualify)
+        return torch.where(short[:, None], qualify | top_n(conf, candidate, n_forced), qualify)
+
+
+@score("stable")
+def _stable(d: Distributions) -> torch.Tensor:
+    """[B, M] for each row's canvas column: how many consecutive steps, this one included, its distribution moved by
+    less than the rule's `kl` from the step before (KL(p_t || p_t-1), nats); 0 the first time a column is predicted.
+    Reads and updates the rule's memory (KLStable.new_memory)."""
+    if d.cols is None or d.memory is None:
+        raise ValueError(f"policy {d.policy.spec()} tracks each position's distribution: the decoder must pass the "
+                         f"canvas columns and the state's memory")
+    probs = d.p
+    B, M, V = probs.shape
+    if not d.memory:
+        d.memory.update(d.policy.new_memory(B, d.memory.columns, V, probs.device))
+    last, count = d.memory["last"], d.memory["count"]
+    index = d.cols.clamp(max=d.memory.columns - 1)
+    before = last.gather(1, index[..., None].expand(-1, -1, V))
+    kl = (torch.special.xlogy(probs, probs) - torch.special.xlogy(probs, before)).sum(dim=-1)
+    kl = torch.where(before.sum(dim=-1) > 0, kl.nan_to_num(nan=math.inf), math.inf)   # never seen: unstable
+    stable = torch.where(kl < d.policy.kl, count.gather(1, index).clamp(min=0) + 1, 0)
+    last.scatter_(1, index[..., None].expand(-1, -1, V), probs.float())
+    count.scatter_(1, index, stable)
+    return stable.float()
 
 
 def _parse_value(cls: type[CommitPolicy], name: str, text: str):
@@ -426,3 +548,13 @@ def describe_policies() -> str:
                            for f in dataclasses.fields(cls))
         lines.append(f"{name} [{', '.join(cls.needs)}]: {params or 'no parameters'}")
     return "\n".join(lines)
+
+
+def policy_specs() -> list[str]:
+    """Every registered rule as its spec template, `name(param=,...)` (a rule `in_blocks`: MDLM and BD3LM only): the
+    `policy` option's help and the README's list are made from it."""
+    out = []
+    for name, cls in POLICIES.items():
+        params = ",".join(f"{f.name}=" for f in dataclasses.fields(cls))
+        out.append((f"{name}({params})" if params else name) + (" (MDLM and BD3LM)" if cls.in_blocks else ""))
+    return out

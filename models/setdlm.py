@@ -63,7 +63,7 @@ import torch.nn.functional as F
 from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, left_aligned
+from .decoding import Canvas, commit, left_aligned
 from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser
 from .paradigm import Grid, ParadigmModel
@@ -248,9 +248,13 @@ class SetDLMModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, ids.device,
                                                     forced=canvas.forced))
         run = steps.decode_steps(self, decode, canvas, W)   # whole: every step after the first
-        fixed = run.fixed
-        if fixed:
-            step = _FixedSetStep(self, run.cache, run.first(self), W)
+        left = int(state.remaining.max()) + 1
+        if run.fixed and state.pend_cols.shape[1] <= state.widths()["pend_cols"]:   # what is accepted at step 0
+            # fits a step's slots: all at fixed shapes (a longer prefill runs first as the sliced step)
+            return steps.run_fixed_steps(self, run, state, left, state.widths()["pend_cols"] + W, W, chooser,
+                                         first=True).finish(canvas)
+        if run.fixed:
+            step = _CachedSetStep(self.backbone, run.cache)
         elif decode.use_cache:
             step = _CachedSetStep(self.backbone, self.backbone.new_step_cache(B, state.C, W), keep_all=hooks.all_rows)
             if hooks.prefill_apart and state.pend_cols.shape[1] > 0:   # the official prefill: the prompt (causal)
@@ -264,7 +268,7 @@ class SetDLMModel(ParadigmModel):
             there are], cached (sliced or at fixed shapes) or recomputing the accepted ones; the window's logits."""
             Tp = s.pend_cols.shape[1]
             h = step(inp, s.pos.gather(1, inp_cols), new_valid, Tp)
-            return h if fixed else self.backbone.logits(h[:, h.shape[1] - (inp_cols.shape[1] - Tp):])
+            return self.backbone.logits(h[:, h.shape[1] - (inp_cols.shape[1] - Tp):])
 
         n_next = int(state.candidate.sum(dim=1).max())
         state.win_cols, state.candidate = state.win_cols[:, :n_next], state.candidate[:, :n_next]
@@ -283,10 +287,9 @@ class SetDLMModel(ParadigmModel):
                 break
             state.win_cols, state.candidate = state.win_cols[:, :n_next], state.candidate[:, :n_next]
             step.accepted(state.pend_cols, state.pend_valid)
-            if run.whole:   # the other steps: whole, from this loop's state
+            if run.fixed:   # the prefill done, the other steps at fixed shapes, from this loop's state
                 P = state.widths()["pend_cols"]
-                state = steps.run_whole_steps(self, run.step_fn, run.cache, state, int(state.remaining.max()) + 1,
-                                              width=P + W, advance=P)
+                state = steps.run_fixed_steps(self, run, state, int(state.remaining.max()) + 1, P + W, P, chooser)
                 break
         return state.finish(canvas)
 
@@ -300,15 +303,10 @@ class SetDLMModel(ParadigmModel):
         W, Tw = s.arange_w.shape[0], s.win_cols.shape[1]
         inp_cols = torch.cat([s.pend_cols, s.win_cols], dim=1)
         inp = s.ids.gather(1, inp_cols)
-        window_ids = inp[:, inp.shape[1] - Tw:]
         logits = forward(s, inp_cols, inp, torch.cat([s.pend_valid, s.no_keys[:, :Tw]], dim=1))
-        tokens, scores = chooser(logits, s.win_cols)
         # the forced count: the schedule's (models.schedules.forced_counts) without a step budget, one a step
-        chosen = s.policy.select(scores, s.candidate, 1)
-        s.ids.scatter_(1, s.win_cols, torch.where(chosen, tokens, window_ids))
-        chooser.mark(tokens, chosen)
+        tokens, chosen = commit(s, chooser, logits, s.ids, s.win_cols, s.candidate, s.active, s.policy)
         n_chosen = chosen.sum(dim=1)
-        s.record(s.active, n_chosen)
         remaining = s.remaining - n_chosen
         # positions past the window are untouched masks, so the new leftmost mask is in the window or just after it
         first = torch.where(s.candidate & ~chosen, s.win_cols, (s.first + W).clamp(max=s.scratch)[:, None])
@@ -337,15 +335,18 @@ class SetDLMModel(ParadigmModel):
         return left_aligned(cols, is_mask)
 
     def _whole_forward(self, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, s: "_SetState",
-                       light: bool = False):
+                       light: bool = False, forward=None):
         """The whole step's forward (models.steps.whole_step): [P accepted slots] + [W window slots] (_fixed_step;
         P = 1 for a policy that accepts exactly one token a step, else W) at the slots from the slot pointer, which
-        then passes the accepted tokens (they are in the cache now)."""
+        then passes the accepted tokens (they are in the cache now). `forward`: the fixed forward to run (default
+        `_fixed_step`; the host's steps pass it compiled)."""
+        fixed_forward = forward or self._fixed_step
+
         def forward(s: _SetState, inp_cols: torch.Tensor, inp: torch.Tensor, new_valid: torch.Tensor
                     ) -> torch.Tensor:
             P = s.pend_cols.shape[1]
             slots = s.n + torch.arange(inp_cols.shape[1], device=inp_cols.device)
-            logits = self._fixed_step(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, accepted=P)
+            logits = fixed_forward(k, v, inp, s.pos.gather(1, inp_cols), new_valid, slots, valid, accepted=P)
             valid.index_copy_(1, slots[:P], s.pend_valid)
             s.n.add_(s.pend_valid.sum(dim=1).max())
             return logits
@@ -366,8 +367,10 @@ class _SetState(steps.StepState):
     (`first`), the masks left, whether it is active and its leftmost committed EOS. `check_stop`: the stop rule is
     checked after this step (the official sampler checks every W steps only)."""
 
-    CANVAS = ("ids", "pos", "span", "key")
-    COLUMNS = ("pend_cols", "win_cols", "first", "eos_at")
+    FIELDS = {"span": steps.CANVAS, "key": steps.CANVAS, "remaining": steps.TENSOR, "active": steps.TENSOR,
+              "first": steps.COLUMNS, "eos_at": steps.COLUMNS, "pend_cols": f"{steps.COLUMNS} {steps.WIDTH}",
+              "pend_valid": steps.WIDTH, "win_cols": f"{steps.COLUMNS} {steps.WIDTH}", "candidate": steps.WIDTH,
+              "arange_w": steps.TENSOR, "no_keys": steps.TENSOR, "check_stop": steps.VALUE}
 
     def __init__(self, model: "SetDLMModel", canvas: Canvas, decode: DecodeConfig, hooks, stop: bool):
         W = decode.window
@@ -411,6 +414,10 @@ class _SetState(steps.StepState):
         self.no_keys = torch.zeros(B, W, dtype=torch.bool, device=device)   # the window's masks are nobody's keys
         self.win_cols, self.candidate = model._window(self)
 
+    def host_rows(self) -> int:
+        """The eager loop's window: as wide as the most masks a row has in it."""
+        return int(self.candidate.sum(dim=1).max())
+
     def widths(self) -> dict[str, int]:
         W = self.arange_w.shape[0]
         P = 1 if self.policy.one_per_step else W   # part of the layout: a library each way
@@ -444,32 +451,6 @@ class _CachedSetStep:
 
     def accepted(self, cols, valid) -> None:
         """Nothing to do: accepted tokens enter the cache in the next forward."""
-
-
-class _FixedSetStep(_CachedSetStep):
-    """The cached step at fixed shapes (DecodeConfig.compile fixed / on): every forward after the prefill is
-    [W slots of accepted tokens] + [W window slots], the unused ones invalid (no query sees them, none is
-    committed), written at tensor slots of the whole cache (SetDLMModel._fixed_step, compiled once per batch size
-    and cache bucket). A prefill of more than W tokens runs as the sliced step. Returns the window's logits."""
-
-    def __init__(self, model, cache, step_fn, W: int):
-        super().__init__(model.backbone, cache)
-        self.W, self.step_fn = W, step_fn
-        self.slots = torch.arange(cache.capacity, device=model.device)
-        self.inputs = steps.FixedStepInputs(cache.valid.shape[0], W, model.device)
-
-    def __call__(self, inp, inp_pos, new_valid, Tp):
-        W, cache = self.W, self.cache
-        Tw = inp.shape[1] - Tp
-        if Tp > W:   # the prefill: as the sliced step
-            h = super().__call__(inp, inp_pos, new_valid, Tp)
-            return self.backbone.logits(h[:, h.shape[1] - Tw:])
-        cache.ensure_room(2 * W)
-        n = cache.length
-        logits = self.step_fn(cache.k, cache.v, *self.inputs.fill(inp, inp_pos, new_valid, Tp),
-                              self.slots[n:n + 2 * W], cache.valid)
-        cache.commit(Tp, new_valid[:, :Tp])
-        return logits[:, :Tw]
 
 
 class _UncachedSetStep:

@@ -2,19 +2,25 @@
 
 A cached paradigm (AR, BD3LM, SetDLM) keeps its decoding state in one `StepState` subclass from step 0 and writes
 one transition, `_advance(state, forward, chooser)`: the forward, the token choice, the commit policy's selection
-(models/policies.py), the commits, the bookkeeping and the stop flag, in that order. The eager loop runs it with the
-host's forward (sliced to what is pending, cached or not) and the host's chooser (sampling with a generator,
-repetition penalty, teacher forcing, the official sampler's arithmetic); between transitions the loop does what only
-the host does (dynamic slicing, the official sampler's extra forwards, the uncached reference's context). With
-DecodeConfig.compile fixed / on and greedy choice (`whole_steps_apply`), every step after the first is a *whole
-step* (`whole_step`): the same transition on the paradigm's fixed-shape forward (`_whole_forward`) and `GreedyChoice`,
-in place on the state laid out at fixed shapes (`StepState.at_fixed_shapes`), run by `run_whole_steps` and compiled
-ahead of time by AOTInductor on a CPU (models/exported_step.py) or captured as a CUDA graph on CUDA.
+(models/policies.py), the commits, the bookkeeping and the stop flag, in that order (the commits through
+models.decoding.commit, the one commit idiom). The eager loop runs it with the host's forward (sliced to what is
+pending, cached or not) and the host's chooser (sampling with a generator, repetition penalty, teacher forcing, the
+official sampler's arithmetic, the commit rule's memory); between transitions the loop does what only the host does
+(dynamic slicing, the official sampler's extra forwards, the uncached reference's context).
 
-What a paradigm supplies: the state class (its tensors and how each is laid out at fixed shapes: `CANVAS`,
-`COLUMNS`, `widths`), `_advance`, `_fixed_step` (one forward at shapes that never change, writing the cache through
-attention.StepCache) and `_whole_forward` (that forward on the state, with the cache slots' bookkeeping). The
-engine takes the model as an argument; it never imports models/paradigm.py.
+With DecodeConfig.compile fixed / on, the steps after the prefill (all of them when what is pending at step 0 fits a
+step) run on the state laid out at fixed shapes (`StepState.at_fixed_shapes`) and the paradigm's one fixed-shape
+forward (`_whole_forward`, over `_fixed_step`), by `run_fixed_steps`: with greedy choice (`whole_steps_apply`) every
+step after the first is a *whole step* (`whole_step`: the transition with `GreedyChoice`, in place, run by
+`run_whole_steps`, compiled ahead of time by AOTInductor on a CPU, models/exported_step.py, or captured as a CUDA
+graph on CUDA); otherwise the host runs the same transition with its own chooser (`HostChoice`) and the fixed
+forward, compiled by torch.compile with compile on.
+
+What a paradigm supplies: the state class (its fields, each declared with its layout at fixed shapes in `FIELDS`:
+CANVAS, COLUMNS, WIDTH, STEPS, TENSOR, VALUE, HOST; `widths`), `_advance`, `_fixed_step` (one forward at shapes
+that never change, writing the cache through attention.StepCache) and `_whole_forward` (that forward on the state,
+with the cache slots' bookkeeping). The engine takes the model as an argument; it never imports models/paradigm.py.
+tests/test_extra_paradigm.py declares a paradigm with its own state and transition in the test file alone.
 
 MDLM shares the engine's parts that are not about a cache (the step log with its counting rule, the greedy scores,
 the commit policies) but keeps its eager loop: it has no cache, so its step is the bidirectional forward of the whole
@@ -37,32 +43,12 @@ import torch
 
 from .backbones import KVCache
 from .decoding import Canvas, StepLog, greedy_scores
-from .exported_step import COMPILED, ExportedStep, match_held_cpu_isa
+from .compile import STEP_GRAPH_LIMIT, compiled_step_graphs, prepare_torch_compile  # noqa: F401 (re-exported)
+from .exported_step import ExportedStep
 from .policies import CommitPolicy
 from .types import DecodeConfig
 
 STEP_BUCKET = 64   # cache slots of a fixed-shape step come in multiples of this (bounded recompiles)
-STEP_GRAPH_LIMIT = 256   # compiled graphs a process may hold per step function (dynamo's recompile limit)
-
-
-def compiled_step_graphs() -> tuple[int, float]:
-    """(graphs torch.compile and AOTInductor have compiled in this process, seconds they spent compiling them): the
-    decode steps' (DecodeConfig.compile on) and the training forwards' (harness.train --compile), the only code the
-    harness compiles."""
-    from torch._dynamo import utils
-
-    return (int(utils.counters["stats"]["unique_graphs"]) + COMPILED["graphs"],
-            utils.calculate_time_spent().get("total_wall_time", 0.0) + COMPILED["seconds"])
-
-
-def prepare_torch_compile(limit: int = STEP_GRAPH_LIMIT) -> None:
-    """What every torch.compile of the harness needs first: dynamo keeps `limit` graphs per compiled function (one
-    per batch size, cache bucket and model shape: a sweep's models share their paradigm's step function and their
-    kind's backbone forward), more than its default of 8, past which it would fall back to eager silently; and
-    inductor builds for the ISA torch is held to (match_held_cpu_isa)."""
-    for name in ("recompile_limit", "accumulated_recompile_limit"):
-        setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
-    match_held_cpu_isa()
 
 
 # -- the state -------------------------------------------------------------------------------------------------
@@ -76,43 +62,68 @@ def _bound_policy(policy: CommitPolicy, values: dict[str, torch.Tensor]) -> Comm
 
 
 def _padded(value: torch.Tensor, dim: int, size: int, fill) -> torch.Tensor:
-    """`value` extended along `dim` to `size` entries of `fill` (never cut)."""
+    """`value` extended along `dim` to `size` entries of `fill` (never cut): a number, or a tensor of one entry along
+    `dim` (repeated)."""
     if value.shape[dim] >= size:
         return value.clone()
     shape = list(value.shape)
     shape[dim] = size - value.shape[dim]
-    return torch.cat([value, value.new_full(shape, fill)], dim=dim)
+    pad = fill.expand(shape) if isinstance(fill, torch.Tensor) else value.new_full(shape, fill)
+    return torch.cat([value, pad], dim=dim)
+
+
+# How a state field is laid out for whole steps (StepState.FIELDS; tags combine, space-separated):
+CANVAS = "canvas"     # [B, C (+ 1)] of the canvas: padded to the step cache's width (scratch values, else zeros)
+COLUMNS = "columns"   # holds canvas columns: the eager scratch column C becomes the fixed one
+WIDTH = "width"       # dimension 1 varies in the eager loop: padded to StepState.widths() (the scratch, for columns)
+STEPS = "steps"       # a row per step: padded to as many as any decode of the layout runs
+TENSOR = "tensor"     # a tensor (or None) kept at its shape: per-row counters, constants
+VALUE = "value"       # a host value a compiled step specialises on (part of the layout)
+HOST = "host"         # read only by the host loop: not part of the layout
 
 
 class StepState(StepLog):
     """A paradigm's decoding state, from step 0 to the last: the canvas it decodes (with a scratch column, which
     stands for "no column" and takes clamped gathers and scatters), the per-row counters of its loop, the commit
     policy, the EOS id as a tensor (-1: never stop) and the step log (StepLog: NFE and commits per step, the counting
-    rule). The transition reads and writes it through `put`: the eager loop's state takes new tensors (their widths
-    follow what the step has: the host slices them), the fixed one's tensors are written in place.
+    rule, the commit rule's memory). The transition reads and writes it through `put`: the eager loop's state takes
+    new tensors (their widths follow what the step has: the host slices them), the fixed one's tensors are written
+    in place.
 
-    `at_fixed_shapes` lays it out for whole steps: canvas tensors (`CANVAS`) as wide as the step cache, whose last
-    column becomes the scratch one; tensors of canvas columns (`COLUMNS`) with the eager scratch C mapped to it;
-    tensors the eager loop slices to fixed widths (`widths`); the commit policy's float parameters as tensors."""
+    Every field is declared in `FIELDS` (name -> its layout tags: CANVAS, COLUMNS, WIDTH, STEPS, TENSOR, VALUE,
+    HOST), a subclass's added to its base's; `at_fixed_shapes` lays the state out for whole steps by them, and a
+    compiled step's inputs (`tensors`) and layout (`layout`) are read from them. The commit policy's float
+    parameters become tensors there (`params`)."""
 
-    CANVAS: ClassVar[tuple[str, ...]] = ("ids", "pos", "span")   # [B, C (+ 1)], padded with zeros
-    COLUMNS: ClassVar[tuple[str, ...]] = ()                       # hold canvas columns (C, the scratch: none)
-    HOST = frozenset({"C", "stops"})   # attributes only the host reads (not part of the layout)
+    FIELDS: ClassVar[dict[str, str]] = {
+        "nfe": TENSOR, "per_step": STEPS, "step_no": TENSOR, "memory": HOST,   # the step log (StepLog)
+        "C": HOST, "stops": HOST, "scratch": VALUE, "fixed": VALUE, "canvas_len": TENSOR, "eos": TENSOR,
+        "policy": VALUE, "params": VALUE, "n": TENSOR, "ids": CANVAS, "pos": CANVAS}
     fixed = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.FIELDS = {**super(cls, cls).FIELDS, **cls.__dict__.get("FIELDS", {})}
 
     def __init__(self, canvas: Canvas, policy: CommitPolicy, eos_id: int | None, max_steps: int):
         B, C = canvas.ids.shape
         device = canvas.ids.device
-        super().__init__(B, max_steps, device)
+        super().__init__(B, max_steps, device, C + 1)
         self.C = self.scratch = C   # the eager canvas's scratch column: C (Canvas.with_scratch_column)
         self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as a fixed step reads it
         self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
         self.stops = eos_id is not None
         self.policy = policy
+        self.params: dict[str, torch.Tensor] = {}   # the policy's float parameters as tensors (at fixed shapes)
 
     def widths(self) -> dict[str, int]:
-        """The fixed widths (dimension 1) of the tensors whose width the eager loop varies."""
+        """The fixed widths (dimension 1) of the WIDTH fields."""
         return {}
+
+    def host_rows(self) -> int | None:
+        """How many of the transition's rows the host's chooser draws for at fixed shapes: as many as the eager loop
+        would give it (its sampling generator then draws the same numbers), None: all."""
+        return None
 
     def checks_eos(self) -> bool:
         """Whether the transition runs the EOS stop rule: always at fixed shapes (one compiled step serves decodes
@@ -133,40 +144,50 @@ class StepState(StepLog):
         fixed = copy.copy(self)
         fixed.fixed, fixed.scratch = True, width - 1   # the scratch column is >= C: never a canvas column
         widths = self.widths()
-        for name, value in vars(self).items():
+        for name, tags in self.FIELDS.items():
+            value = getattr(self, name, None)
             if not isinstance(value, torch.Tensor):
                 continue
-            if name in self.COLUMNS:
+            tags = tags.split()
+            if COLUMNS in tags:
                 value = torch.where(value >= self.C, fixed.scratch, value)
-            if name in self.CANVAS:
-                value = _padded(value, 1, width, 0)
-            elif name in widths:
-                value = _padded(value, 1, widths[name], fixed.scratch if name in self.COLUMNS else 0)
-            elif name == "per_step":   # a row per step: as many as any decode of this layout runs
+            if CANVAS in tags:   # the columns past the canvas hold what its scratch column holds (as the eager one)
+                value = _padded(value, 1, width, value[:, self.C:self.C + 1] if value.shape[1] > self.C else 0)
+            elif WIDTH in tags:
+                value = _padded(value, 1, widths[name], fixed.scratch if COLUMNS in tags else 0)
+            elif STEPS in tags:   # a row per step: as many as any decode of this layout runs
                 value = _padded(value, 0, width, 0)
             setattr(fixed, name, value.clone())
         fixed.n = torch.full((1,), n, dtype=torch.long, device=self.ids.device)
-        params = {}
-        for f in dataclasses.fields(self.policy):
-            if isinstance(getattr(self.policy, f.name), float):
-                params[f.name] = torch.full((), getattr(self.policy, f.name), device=self.ids.device)
-                setattr(fixed, "policy_" + f.name, params[f.name])
-        fixed.policy = _bound_policy(self.policy, params)
+        fixed.params = ({name: value.clone() for name, value in self.params.items()} if self.fixed else
+                        {f.name: torch.full((), getattr(self.policy, f.name), device=self.ids.device)
+                         for f in dataclasses.fields(self.policy) if isinstance(getattr(self.policy, f.name), float)})
+        fixed.policy = _bound_policy(self.policy, fixed.params)
         return fixed
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The state's tensors by name, in the order of FIELDS, then the policy's parameters (`policy_<name>`): a
+        compiled step's inputs."""
+        out = {name: getattr(self, name) for name in self.FIELDS
+               if isinstance(getattr(self, name, None), torch.Tensor)}
+        return out | {"policy_" + name: value for name, value in self.params.items()}
+
     def with_tensors(self, tensors: dict[str, torch.Tensor]) -> "StepState":
-        """A copy of this state with `tensors` in place of its own (an exported step's inputs), its policy bound to
-        them."""
+        """A copy of this state with `tensors` (as `tensors()` names them: an exported step's inputs) in place of its
+        own, its policy bound to them."""
         state = copy.copy(self)
+        state.params = {}
         for name, value in tensors.items():
-            setattr(state, name, value)
-        state.policy = _bound_policy(self.policy, {name[len("policy_"):]: value for name, value in tensors.items()
-                                                   if name.startswith("policy_")})
+            if name.startswith("policy_"):
+                state.params[name[len("policy_"):]] = value
+            else:
+                setattr(state, name, value)
+        state.policy = _bound_policy(self.policy, state.params)
         return state
 
     def layout(self) -> tuple:
         """What a compiled step specialises on: the kind of state, its tensors' names, shapes and dtypes, and its
-        other attributes' values (host-only ones left out; of the policy, its kind and its parameters that are not
+        other fields' values (HOST ones left out; of the policy, its kind and its parameters that are not
         tensors)."""
         def value(v):
             if isinstance(v, torch.Tensor):
@@ -175,16 +196,18 @@ class StepState(StepLog):
                 return type(v), tuple((f.name, "tensor" if isinstance(getattr(v, f.name), (float, torch.Tensor))
                                        else getattr(v, f.name)) for f in dataclasses.fields(v))
             return v
-        return (type(self).__name__, *sorted((name, value(v)) for name, v in vars(self).items()
-                                             if name not in self.HOST))
+        fields = {name: getattr(self, name, None) for name, tags in self.FIELDS.items()
+                  if tags != HOST and name != "params"}
+        return (type(self).__name__, *sorted((name, value(v)) for name, v in (fields | self.tensors()).items()))
 
     def load(self, other: "StepState") -> None:
         """Take `other`'s values (the same layout) into this state's tensors, in place (the policy stays bound to
         them)."""
-        for name, value in vars(other).items():
-            if isinstance(value, torch.Tensor):
-                getattr(self, name).copy_(value)
-            elif name != "policy":
+        for name, value in other.tensors().items():
+            (self.params[name[len("policy_"):]] if name.startswith("policy_") else getattr(self, name)).copy_(value)
+        for name in self.FIELDS:
+            value = getattr(other, name, None)
+            if name not in ("policy", "params") and not isinstance(value, torch.Tensor):
                 setattr(self, name, value)
 
     # the host's side of a paradigm whose next forward writes the columns pending for its cache (`pend_cols`,
@@ -215,11 +238,36 @@ class GreedyChoice:
     def __init__(self, policy: CommitPolicy):
         self.needs = policy.needs
 
-    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None):
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor | None = None, memory=None):
         return greedy_scores(logits.float(), self.needs)
 
     def mark(self, tokens: torch.Tensor, chosen: torch.Tensor) -> None:
         """Nothing to keep: greedy choice keeps no q_dec and no repetition penalty."""
+
+
+class HostChoice:
+    """The host's chooser (models.decoding.TokenChooser: sampling, repetition penalty, teacher forcing, the rule's
+    memory) on a state at fixed shapes: told the fixed scratch column (mapped back to the canvas's, C, as the eager
+    loop has it) and drawing for the rows the eager loop would draw for (`StepState.host_rows`), the rest padded
+    (never candidates)."""
+
+    def __init__(self, chooser, state: StepState):
+        self.chooser, self.state, self.rows = chooser, state, None
+
+    def __call__(self, logits: torch.Tensor, cols: torch.Tensor, memory=None):
+        s, width = self.state, logits.shape[1]
+        self.rows = s.host_rows()
+        if self.rows is not None:
+            logits, cols = logits[:, :self.rows], cols[:, :self.rows]
+        tokens, scores = self.chooser(logits, torch.where(cols >= s.C, s.C, cols), memory)
+        if self.rows is None:
+            return tokens, scores
+        pad = width - self.rows
+        tokens = torch.cat([tokens, tokens.new_zeros(tokens.shape[0], pad)], dim=1)
+        return tokens, torch.cat([scores, scores.new_zeros(scores.shape[0], pad, *scores.shape[2:])], dim=1)
+
+    def mark(self, tokens: torch.Tensor, chosen: torch.Tensor) -> None:
+        self.chooser.mark(tokens[:, :self.rows], chosen[:, :self.rows])
 
 
 def whole_step(model, k: list[torch.Tensor], v: list[torch.Tensor], valid: torch.Tensor, state: StepState,
@@ -267,16 +315,16 @@ def step_cache(model, batch: int, capacity: int):
 def whole_steps_apply(model, decode: DecodeConfig, canvas: Canvas) -> bool:
     """Whether a fixed-shape decode runs whole steps after its first: greedy choice with nothing that keeps
     host-side or per-row state between steps (no repetition penalty, teacher forcing or first-step probe, and a
-    commit policy that reads no score the chooser tracks across steps: every built-in rule but KLASS), for a
+    commit policy that keeps no memory across steps (CommitPolicy.keeps_memory: every built-in rule but KLASS), for a
     paradigm that has a transition. Other decodes run the fixed forward inside the eager loop."""
     return (hasattr(model, "_whole_forward") and step_mode(model, decode) != "off" and decode.greedy
             and decode.repetition_penalty == 1.0 and canvas.forced is None and not canvas.probe
-            and "stable" not in decode.plan.policy.needs)
+            and not decode.plan.policy.keeps_memory)
 
 
 def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bool = False):
     """(the step cache, the step function) when `decode` asks for fixed-shape steps on this device, else None.
-    `whole`: the whole step (`whole_step`) instead of the paradigm's forward alone (`_fixed_step`)."""
+    `whole`: the whole step (`whole_step`) instead of the paradigm's fixed forward alone (`_fixed_step`)."""
     mode = step_mode(model, decode)
     if mode == "off":
         return None
@@ -287,8 +335,7 @@ def fixed_step(model, decode: DecodeConfig, batch: int, capacity: int, whole: bo
 class DecodeSteps:
     """What a cached decode runs (`decode_steps`): `whole`, every step after the first is a whole step; `fixed`,
     its steps are at fixed shapes, on `cache` (the step cache) with `step_fn` (the whole step, or the fixed forward
-    inside the eager loop); `first`: the fixed forward the eager loop's steps call (with whole steps, the first
-    step's, eagerly)."""
+    of the steps the host runs: `run_fixed_steps`)."""
     whole: bool
     cache: object = None
     step_fn: object = None
@@ -297,7 +344,8 @@ class DecodeSteps:
     def fixed(self) -> bool:
         return self.step_fn is not None
 
-    def first(self, model):
+    def forward(self, model):
+        """The fixed forward of the steps the host runs (with whole steps, the first step's, eagerly)."""
         return model._fixed_step if self.whole else self.step_fn
 
 
@@ -344,12 +392,38 @@ def kept_state(model, state: StepState) -> StepState:
     if layout not in kept:
         kept[layout] = state
         if model.device.type == "cuda":
-            for value in vars(state).values():
-                if isinstance(value, torch.Tensor):
-                    torch._dynamo.mark_static_address(value)
+            for value in state.tensors().values():
+                torch._dynamo.mark_static_address(value)
         return state
     kept[layout].load(state)
     return kept[layout]
+
+
+def run_fixed_steps(model, run: DecodeSteps, state: StepState, steps: int, width: int, advance: int, chooser,
+                    first: bool = False, light: bool = False) -> StepState:
+    """A decode at fixed shapes from the eager loop's `state` (or from step 0, `first`): up to `steps` steps of the
+    paradigm's one transition (`_advance`) on the state laid out at fixed shapes, each on the paradigm's one
+    fixed-shape forward (`_whole_forward`) writing `width` cache slots from the slot pointer and advancing it by at
+    most `advance`. With whole steps (`run.whole`) they run as `run_whole_steps` (the first step of a `first`
+    decode with the host's chooser); else the host runs them with its chooser (HostChoice) and the fixed forward
+    (eager, or compiled once per batch size and cache bucket), reading the stop flag after each. Returns the state
+    they ran on (its `finish` hands the tokens and the log back)."""
+    cache = run.cache
+    if not state.fixed:
+        state = state.at_fixed_shapes(cache.capacity, cache.length)
+    choice, forward = HostChoice(chooser, state), run.forward(model)
+    for i in range(steps):
+        if run.whole and (i > 0 or not first):
+            cache.length = int(state.n)
+            return run_whole_steps(model, run.step_fn, cache, state, steps - i, width, advance, light)
+        if int(state.n) + width > cache.capacity:
+            cache.length = int(state.n)
+            cache.compact()
+            state.n.fill_(cache.length)
+        if bool(model._advance(state, model._whole_forward(cache.k, cache.v, cache.valid, state, forward=forward),
+                               choice)):
+            break
+    return state
 
 
 def run_whole_steps(model, step_fn, cache, state: StepState, steps: int, width: int, advance: int,
@@ -432,25 +506,3 @@ class StopFlag:
             self.copied.record()
         self.posted = True
         return seen
-
-
-class FixedStepInputs:
-    """The preallocated inputs of a fixed-shape forward inside the eager loop (BD3LM, SetDLM): [`width` slots of
-    what enters the cache] + [`width` slots of queries]. Each step writes its Tp entering and T - Tp query inputs
-    into them in place, with no allocation per step, and the rest is invalid: stale ids and positions there are
-    never keys, and their rows are never read."""
-
-    def __init__(self, batch: int, width: int, device: torch.device):
-        self.width = width
-        self.ids = torch.zeros(batch, 2 * width, dtype=torch.long, device=device)
-        self.pos = torch.zeros_like(self.ids)
-        self.valid = torch.zeros(batch, 2 * width, dtype=torch.bool, device=device)
-
-    def fill(self, inp: torch.Tensor, inp_pos: torch.Tensor, new_valid: torch.Tensor, Tp: int
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        W, Tq = self.width, inp.shape[1] - Tp
-        self.valid.zero_()
-        for buffer, x in ((self.ids, inp), (self.pos, inp_pos), (self.valid, new_valid)):
-            buffer[:, :Tp] = x[:, :Tp]
-            buffer[:, W:W + Tq] = x[:, Tp:]
-        return self.ids, self.pos, self.valid

@@ -23,7 +23,7 @@ from .backbones import BackboneSpec
 from .fields import check_fields
 from .samplers import Sampler, SamplerError, parse_sampler, sampler_help
 from .bidir_cache import BidirCache, parse_cache
-from .policies import POLICIES, CommitPolicy, parse_policy
+from .policies import CommitPolicy, parse_policy, policy_specs
 from .backbones.gpt import GPTArch
 from .errors import ConfigError, UserError, unknown
 
@@ -54,12 +54,11 @@ def count_generated_tokens(ids: Sequence[int], eos_id: int | None, stop_at_eos: 
 
 def policy_help() -> str:
     """The --policy help (DecodeConfig.policy's), listing the registered commit rules with their parameters."""
-    specs = ", ".join(name + (f"({','.join(f.name + '=' for f in dataclasses.fields(cls))})" if dataclasses.fields(cls)
-                              else "") for name, cls in POLICIES.items())
-    blocks = ", ".join(name for name, cls in POLICIES.items() if cls.in_blocks)
     return ("the commit policy (MDLM, BD3LM, SetDLM; models/policies.py): which masked positions a step commits beyond "
-            f"the schedule's count, as name or name(param=value,...): {specs} (confidence's tau is --threshold; "
-            f"by position within a block, MDLM and BD3LM only: {blocks})")
+            "the schedule's count, as name or name(param=value,...) (confidence's tau is also --threshold): "
+            + ", ".join(policy_specs()))
+
+
 
 @dataclass(frozen=True)
 class DecodeConfig:

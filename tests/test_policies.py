@@ -215,20 +215,18 @@ def test_a_policy_declared_in_one_file_reaches_the_cli_sweep_report_and_lm_eval(
     from harness import lm_eval as adapter
     from harness.report import build_report
     from harness.run import main as run_main
-    from models.policies import CommitPolicy
-
     # docs: begin policy
+    from models.policies import CommitPolicy, top_n
+
     @dataclass(frozen=True)
     class SecondBest(CommitPolicy):
         """The forced count, plus the runner-up whenever its confidence is within `gap` of the best."""
         name = "second_best"
         gap: float = field(default=0.1, metadata={"help": "how close the runner-up must be"})
 
-        def select(self, scores, candidate, n_forced):
-            from models.policies import _top
-
-            best = _top(scores, candidate, n_forced)
-            runner = _top(scores.masked_fill(best, -1.0), candidate & ~best, 1)
+        def select(self, scores, candidate, n_forced, context=None):
+            best = top_n(scores, candidate, n_forced)
+            runner = top_n(scores.masked_fill(best, -1.0), candidate & ~best, 1)
             lead = scores.masked_fill(~best, -1.0).max(dim=1, keepdim=True).values
             return best | (runner & (scores >= lead - self.gap))
     # docs: end policy
@@ -355,25 +353,29 @@ def test_dilated_unmasking_decodes_blocks_and_chunks_not_windows():
 
 def test_klass_commits_the_confident_and_stable_as_its_definition_says():
     """KLASS on a hand-made sequence of distributions over 6 positions (some drifting, some settling), fed step by
-    step through the token chooser, which keeps each position's last distribution: every step's commits equal a
+    step through the token chooser, with the rule's memory (each position's last distribution and count) kept
+    outside it, as a decoding state keeps it: every step's commits equal a
     plain re-implementation (conf > tau and KL(p_t || p_t-1) < kl at each of the last `steps` steps; else the
     most confident fill the count)."""
     from models.decoding import TokenChooser
+    from models.policies import PositionMemory
 
     spec = "klass(tau=0.5,kl=0.02,steps=2)"
     policy = parse_policy(spec)
+    assert policy.keeps_memory and not parse_policy("margin").keeps_memory
     g = torch.Generator().manual_seed(0)
     M, V, T = 6, 5, 7
     target = torch.randn(M, V, generator=g) * 3
     chooser = TokenChooser(DecodeConfig(policy=spec), V, torch.zeros(1, M, dtype=torch.long),
                            torch.zeros(1, M, dtype=torch.bool), torch.device("cpu"))
+    memory = PositionMemory(M + 1)   # the canvas's columns and a scratch one
     prev, count, kinds = [None] * M, [0] * M, set()
     for t in range(T):
         drift = torch.randn(M, V, generator=g) * torch.tensor([2.0, 0.01, 0.01, 1.0, 0.0, 0.3])[:, None] / (t + 1)
         logits = (target + drift)[None]
         p = logits.softmax(-1)[0].tolist()
         candidate = torch.tensor([[True, True, True, t % 2 == 0, True, True]])
-        tokens, scores = chooser(logits, torch.arange(M)[None])
+        tokens, scores = chooser(logits, torch.arange(M)[None], memory)
         got = set(policy.select(scores, candidate, 1)[0].nonzero().flatten().tolist())
         for i in range(M):   # the reference's stability count
             kl = math.inf if prev[i] is None else sum(a * math.log(a / b) for a, b in zip(p[i], prev[i]) if a > 0)

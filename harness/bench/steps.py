@@ -41,7 +41,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import models
 from models import DecodeConfig
 from models import steps
-from models.steps import StopFlag, prepare_torch_compile
+from models.compile import prepare_torch_compile
+from models.steps import StopFlag
 
 from ..env import measured_on
 from .common import cold_compile_caches, cpu_model, prompts, table
