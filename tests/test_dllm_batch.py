@@ -66,3 +66,20 @@ def test_a_batch_is_one_loop(case, monkeypatch):
     rows = sampler.rows(model, batch, 16, seed=3, stop_at_eos=False)
     assert set(calls) == {len(batch)}
     assert len(calls) <= max(n for _, n, _ in rows) + 1 < sum(n for _, n, _ in rows)
+
+
+@pytest.mark.parametrize("case", ["llada_mha", "sdar_b4"])
+def test_the_bench_s_larger_model_keeps_the_family_and_batches_as_batch_1(case):
+    """harness.bench families' larger random model: the fixture's family facts with LARGER's sizes, and a batch of it
+    decodes each row as batch 1 too (wider heads, more layers than the fixture)."""
+    from harness.bench.families import LARGER, larger
+
+    fixture, _ = load(case)
+    model = larger(fixture)
+    arch, small = model.config.backbone.arch, fixture.config.backbone.arch
+    assert {k: getattr(arch, k) for k in LARGER} == LARGER and arch.d_model != small.d_model
+    assert (model.paradigm, model.mask_id, model.config.block_size, arch.shift_logits) == \
+        (fixture.paradigm, fixture.mask_id, fixture.config.block_size, small.shift_logits)
+    sampler, batch = SETTINGS[case][0], prompts()[:4]
+    assert sampler.rows(model, batch, 8, seed=3, stop_at_eos=False) == \
+        [sampler.rows(model, [p], 8, seed=3, stop_at_eos=False)[0] for p in batch]
