@@ -81,6 +81,11 @@ def why_skipped(name: str) -> str | None:
 
         if not smollm2_installed():
             return f"SmolLM2 is not installed ({SMOLLM2_INSTALL})"
+    if name == "families":
+        from .families import FIXTURES
+
+        if not FIXTURES.is_dir():
+            return "the dLLM fixtures (tests/test_dllm.py's) are not next to the repository"
     return None
 
 

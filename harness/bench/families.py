@@ -1,5 +1,5 @@
 """`python -m harness.bench families`: the diffusion families' own samplers (models/dllm_samplers.py) at batch 1 and 8,
-tokens/s, on each family's fixture (../shared/fixtures/dllm) and on a larger random model of the same family shape
+tokens/s, on each family's fixture (the tiny checkpoints tests/test_dllm.py reads, FIXTURES) and on a larger random model of the same family shape
 (the fixture's config with LARGER's sizes, seeded random weights). Batch 1 decodes the 8 prompts (lengths 8..22, so a
 batch is left-padded) one at a time, batch 8 all at once; an A/A control times the batch-1 run twice as two runs, so
 its ratio shows the noise of the round-robin. EOS is ignored, the tokens of both are compared (a batch decodes each
@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from models import DecodeConfig, open_model
+from models.errors import UserError
 from models.factory import from_config
 
 from ..timing import Stopwatch
@@ -58,8 +59,8 @@ def _run(model, batches: list[list[list[int]]], decode: DecodeConfig):
 def bench_families(args) -> dict:
     """Each family sampler at batch 1 (the prompts one by one, twice: the A/A control) and 8, round-robin."""
     if not FIXTURES.is_dir():
-        print(f"skipped: no fixtures at {FIXTURES.name} (../shared/fixtures/dllm)")
-        return {"benchmark": "families", "rows": []}
+        raise UserError(f"harness.bench families needs the dLLM fixtures folder {FIXTURES.name}/ (the one "
+                        f"tests/test_dllm.py reads)")
     gen = torch.Generator().manual_seed(0)
     rows = []
     for case, spec in SAMPLERS.items():
