@@ -22,7 +22,10 @@ for call. The options are the references' own arguments, with their defaults (bl
 The generation length is the task's `max_new_tokens` (LLaDA's gen_length, Dream's max_new_tokens, SDAR's gen_length,
 Fast-dLLM v2's max_new_tokens); the output is what the sampler returns after the prompt, cut by the token-counting rule
 (models.types.TOKEN_COUNTING_RULE), with SDAR's never-decoded trailing blocks (masks) dropped. One model call is one
-forward (NFE); each row is decoded on its own, as the references decode batch 1.
+forward (NFE). LLaDA, Dream and SDAR decode a batch of prompts in one loop (`run_batch`): left-padded with an attention
+mask, positions from each row's first token, each row's arithmetic and draws (its own generator) on its own columns,
+so every row equals its batch-1 decode (tests/test_dllm_batch.py); a row's NFE counts the forwards in which it is
+decoded. Fast-dLLM v2 (whose rows advance sub-block by sub-block at their own pace) decodes row by row.
 """
 
 from __future__ import annotations
@@ -35,94 +38,11 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from .backbones.attention import StepCache
 from .dllm import family_named
+from .dllm_runner import (Call, Runner, _even_split, _left_padded, _padded_mask, _top_k_filter,
+                          _top_p_filter)
 from .errors import ConfigError
 from .samplers import Sampler, SamplerError
-
-
-# -- the backbone as the references call it ---------------------------------------------------------------------
-@dataclass
-class Call:
-    """One model call as the fixtures trace it."""
-    input_ids: list[int]
-    position_ids: list[int]
-    attention: str | list[list[bool]]    # "full" (no mask) or the boolean [T, kv + T] mask
-    kv_len_before: int | None
-    kv_len_after: int | None
-    logits: torch.Tensor | None = None
-
-
-class Runner:
-    """Raw logits of one forward of the backbone (no mask suppression, no shift; `predict` applies the model's declared
-    shift, as the Dream and Fast-dLLM v2 samplers shift the logits of every call), with the references' cache: `store` keeps the call's keys/values (SDAR's store_kv, Fast-dLLM
-    v2's update_past_key_values); otherwise the call reads the cache and writes nothing. `trace` records every call."""
-
-    def __init__(self, model, trace: list[Call] | None = None, keep_logits: bool = False):
-        self.backbone, self.trace, self.keep_logits = model.backbone, trace, keep_logits
-        self.shift = model.config.backbone.arch.shift_logits
-        self.calls = 0
-        self.cache = None
-        self.draws: list[tuple[list, list]] | None = [] if trace is not None else None   # SDAR's (x0, x0_p) per step
-
-    def new_cache(self, capacity: int) -> None:
-        self.cache = self.backbone.new_cache(1, capacity, zeroed=True)   # (block-cache calls attend to every slot)
-
-    def __call__(self, ids: torch.Tensor, mask: torch.Tensor | None = None, store: bool = False,
-                 replace: int | None = None, visible: int | None = None) -> torch.Tensor:
-        """ids [1, T] at positions cache length + arange(T); mask [T, cache length + T] bool (True: may attend).
-        `replace`: Fast-dLLM v2's block cache: the inputs' keys/values overwrite the uncommitted slots from cache length
-        + replace on (the block a previous call left there), at those positions, and every query attends to the
-        first `visible` slots."""
-        cache = self.cache
-        before = cache.length if cache is not None else 0
-        T = ids.shape[1]
-        start = before + (replace or 0)
-        positions = torch.arange(start, start + T, device=ids.device)[None]
-        if replace is not None:
-            step_cache = StepCache(cache.k, cache.v, positions[0])
-            mask = torch.arange(cache.capacity, device=ids.device)[None, :].expand(T, -1) < visible
-            hidden = self.backbone(ids, positions, attn_mask=mask[None, None], cache=step_cache, shift=False)
-        else:
-            hidden = self.backbone(ids, positions, attn_mask=None if mask is None else mask[None, None], cache=cache,
-                                   shift=False)
-        weight, bias = self.backbone.output_head()
-        logits = F.linear(hidden, weight, bias).float()
-        if cache is not None and store:
-            cache.commit(T)
-        self.calls += 1
-        if self.trace is not None:
-            self.trace.append(Call(ids[0].tolist(), positions[0].tolist(), "full" if mask is None else mask.tolist(),
-                                   None if cache is None else before, None if cache is None else cache.length,
-                                   logits.clone() if self.keep_logits else None))
-        return logits
-
-
-    def predict(self, ids: torch.Tensor, mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
-        """The logits of a call as predictions of its input positions: shifted by one where the model declares it
-        (Dream, Fast-dLLM v2: position i from output i - 1 of the same call, position 0 from its own)."""
-        logits = self(ids, mask, **kwargs)
-        return torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if self.shift else logits
-
-
-def _even_split(total: int, steps: int) -> list[int]:
-    """total over steps, the remainder to the first steps (LLaDA's and SDAR's get_num_transfer_tokens)."""
-    return [total // steps + (1 if i < total % steps else 0) for i in range(steps)]
-
-
-def _top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    kth = torch.topk(logits, min(k, logits.shape[-1]))[0][..., -1, None]
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def _top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Nucleus filter as Dream and SDAR write it: keep the smallest prefix of the sorted tokens whose mass reaches p."""
-    sorted_logits, order = torch.sort(logits, descending=True)
-    drop = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1) > p
-    drop[..., 1:] = drop[..., :-1].clone()
-    drop[..., 0] = False
-    remove = torch.zeros_like(drop).scatter(-1, order, drop)
-    return logits.masked_fill(remove, torch.finfo(logits.dtype).min)
 
 
 # -- a family's sampler -----------------------------------------------------------------------------------------
@@ -176,7 +96,16 @@ class FamilySampler(Sampler):
 
     def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
             device, block: int | None) -> tuple[list[int], list[int]]:
-        """(ids after the prompt, tokens committed per step) of one prompt; `block` is the model's block size."""
+        """(ids after the prompt, tokens committed per step) of one prompt; `block` is the model's block size. A
+        sampler that decodes a batch in one loop defines `run_batch` instead."""
+        (ids, committed, _), = self.run_batch(run, [prompt], new, mask_id, stop_ids, [gen], device, block)
+        return ids, committed
+
+    def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
+                  gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
+        """(ids after the prompt, tokens committed per step, forwards counted for the row) per prompt, the batch
+        decoded in one loop (left-padded, each row's forwards and draws its batch-1 ones; `gens[r]` is row r's
+        generator); a sampler that defines only `run` decodes row by row."""
         raise NotImplementedError
 
     def generate(self, model, prompts, max_new_tokens: int, decode) -> list:
@@ -199,16 +128,23 @@ class FamilySampler(Sampler):
 
     def rows(self, model, prompts, max_new_tokens: int, seed: int, stop_at_eos: bool,
              trace: list[Runner] | None = None, keep_logits: bool = False) -> list[tuple[list[int], int, list[int]]]:
-        """(output ids after the prompt, model calls, tokens committed per step) per prompt, decoded one by one;
-        `trace` receives each prompt's Runner (its calls in .trace, SDAR's draws in .draws)."""
+        """(output ids after the prompt, model calls counted for the row, tokens committed per step) per prompt: the
+        whole batch in one loop where the sampler has `run_batch` (each row equal to its batch-1 decode), else one by
+        one; traced (`trace` receives each prompt's Runner, its calls in .trace, SDAR's draws in .draws), one by one."""
         self.applies(model)
-        out = []
         stop_ids = {model.eos_id} if stop_at_eos and model.eos_id is not None else set()
+        prompts = [list(p) for p in prompts]
+        args = (max_new_tokens, model.mask_id, stop_ids)
+        if type(self).run_batch is not FamilySampler.run_batch and trace is None and len(prompts) > 1:
+            run = Runner(model, batch=len(prompts))
+            gens = [torch.Generator(model.device).manual_seed(seed) for _ in prompts]
+            return [(ids, nfe, committed) for ids, committed, nfe in
+                    self.run_batch(run, prompts, *args, gens, model.device, model.config.block_size)]
+        out = []
         for prompt in prompts:
             run = Runner(model, [] if trace is not None else None, keep_logits)
             gen = torch.Generator(model.device).manual_seed(seed)
-            ids, committed = self.run(run, list(prompt), max_new_tokens, model.mask_id, stop_ids, gen, model.device,
-                                      model.config.block_size)
+            ids, committed = self.run(run, prompt, *args, gen, model.device, model.config.block_size)
             if trace is not None:
                 trace.append(run)
             out.append((ids, run.calls, committed))
@@ -230,11 +166,13 @@ class LLaDA(FamilySampler):
         return ([f"remasking must be low_confidence or random, got {self.remasking!r}"]
                 if self.remasking not in ("low_confidence", "random") else [])
 
-    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
-            device, block: int | None) -> tuple[list[int], list[int]]:
+    def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
+                  gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
         """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
         steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
-        block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax."""
+        block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax.
+        A batch is left-padded with an attention mask (as generate() takes attention_mask), positions from each row's
+        first token; each row's arithmetic and draws are on its own columns, as at batch 1."""
         o = self
         block = o.block_length or new
         if new % block:
@@ -243,32 +181,36 @@ class LLaDA(FamilySampler):
         if o.steps % blocks:
             raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks")
         steps = o.steps // blocks
-        P = len(prompt)
-        x = torch.tensor([prompt + [mask_id] * new], device=device)
-        committed = []
+        P = max(len(p) for p in prompts)
+        pads = [P - len(p) for p in prompts]
+        x, real, positions = _left_padded(prompts, pads, P + new, mask_id, device)
+        mask = _padded_mask(None, real, 0, P + new)
+        committed = [[] for _ in prompts]
         for b in range(blocks):
             end = P + (b + 1) * block
-            counts = _even_split(int((x[0, P + b * block:end] == mask_id).sum()), steps)
+            counts = [_even_split(int((x[r, P + b * block:end] == mask_id).sum()), steps) for r in range(len(prompts))]
             for i in range(steps):
-                masked = x == mask_id
-                logits = run.predict(x)
-                if o.temperature == 0:
-                    x0 = logits.argmax(-1)
-                else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
-                    l64 = logits.double()
-                    u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
-                    x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
-                if o.remasking == "low_confidence":
-                    confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
-                else:
-                    confidence = torch.rand(x0.shape, generator=gen, device=device)
-                confidence[:, end:] = float("-inf")
-                x0 = torch.where(masked, x0, x)
-                confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), device=device))
-                chosen = torch.topk(confidence[0], counts[i]).indices
-                x[0, chosen] = x0[0, chosen]
-                committed.append(counts[i])
-        return x[0, P:].tolist(), committed
+                all_logits = run.predict(x, mask, positions=positions)
+                for r, (pad, gen) in enumerate(zip(pads, gens)):
+                    row, logits = x[r:r + 1, pad:], all_logits[r:r + 1, pad:]
+                    masked = row == mask_id
+                    if o.temperature == 0:
+                        x0 = logits.argmax(-1)
+                    else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
+                        l64 = logits.double()
+                        u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
+                        x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
+                    if o.remasking == "low_confidence":
+                        confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
+                    else:
+                        confidence = torch.rand(x0.shape, generator=gen, device=device)
+                    confidence[:, end - pad:] = float("-inf")
+                    x0 = torch.where(masked, x0, row)
+                    confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), device=device))
+                    chosen = torch.topk(confidence[0], counts[r][i]).indices
+                    row[0, chosen] = x0[0, chosen]
+                    committed[r].append(counts[r][i])
+        return [(x[r, P:].tolist(), committed[r], len(committed[r])) for r in range(len(prompts))]
 
 
 def _dream_tokens(logits: torch.Tensor, o: Dream, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,45 +252,51 @@ class Dream(FamilySampler):
         return ([f"alg must be origin, maskgit_plus, topk_margin or entropy, got {self.alg!r}"]
                 if self.alg not in ("origin", "maskgit_plus", "topk_margin", "entropy") else [])
 
-    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
-            device, block: int | None) -> tuple[list[int], list[int]]:
+    def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
+                  gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
         """Dream-org generation_utils.py `diffusion_generate` (its `_sample`): the whole canvas each step, logits shifted
         by one; timesteps linspace(1, eps, steps + 1); step i commits int(n_masked * (1 - s / t)) positions (the last
-        step all of them), the most confident by `alg` (or, for origin, each masked position with probability 1 - s/t)."""
+        step all of them), the most confident by `alg` (or, for origin, each masked position with probability 1 - s/t).
+        A batch is left-padded with an attention mask (as diffusion_generate takes attention_mask), positions from each
+        row's first token; each row's arithmetic and draws are on its own columns, as at batch 1."""
         o = self
-        P = len(prompt)
-        x = torch.tensor([prompt + [mask_id] * new], device=device)
+        P = max(len(p) for p in prompts)
+        pads = [P - len(p) for p in prompts]
+        x_all, real, positions = _left_padded(prompts, pads, P + new, mask_id, device)
+        mask = _padded_mask(None, real, 0, P + new)
         timesteps = torch.linspace(1, o.eps, o.steps + 1, device=device)
-        committed = []
+        committed = [[] for _ in prompts]
         for i in range(o.steps):
-            masked = x == mask_id
-            logits = run.predict(x)
-            mask_logits = logits[masked]
+            all_logits = run.predict(x_all, mask, positions=positions)
             t, s = timesteps[i], timesteps[i + 1]
-            before = int(masked.sum())
-            if o.alg == "origin":
-                p_transfer = 1 - s / t if i < o.steps - 1 else 1
-                x0 = torch.full((before,), mask_id, dtype=torch.long, device=device)
-                transfer = torch.rand(before, generator=gen, device=device) < p_transfer
-                _, x0[transfer] = _dream_tokens(mask_logits[transfer], o, gen)
-                x[masked] = x0
-            else:
-                confidence, x0 = _dream_tokens(mask_logits, o, gen)
-                n_masked = masked.sum() / masked.shape[0]
-                k = int(n_masked * (1 - s / t)) if i < o.steps - 1 else int(n_masked)
-                full = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=device)
-                full[masked] = confidence
-                if k > 0:
-                    if o.alg_temp == 0:
-                        _, chosen = torch.topk(full, k)
-                    else:
-                        chosen = torch.multinomial(F.softmax(full / o.alg_temp, dim=-1), k, generator=gen)
-                    proposal = torch.full_like(x, mask_id)
-                    proposal[masked] = x0
-                    rows = torch.arange(x.shape[0], device=device)[:, None].expand_as(chosen)
-                    x[rows, chosen] = proposal[rows, chosen]
-            committed.append(before - int((x == mask_id).sum()))
-        return x[0, P:].tolist(), committed
+            for r, (pad, gen) in enumerate(zip(pads, gens)):
+                x, logits = x_all[r:r + 1, pad:], all_logits[r:r + 1, pad:]
+                masked = x == mask_id
+                mask_logits = logits[masked]
+                before = int(masked.sum())
+                if o.alg == "origin":
+                    p_transfer = 1 - s / t if i < o.steps - 1 else 1
+                    x0 = torch.full((before,), mask_id, dtype=torch.long, device=device)
+                    transfer = torch.rand(before, generator=gen, device=device) < p_transfer
+                    _, x0[transfer] = _dream_tokens(mask_logits[transfer], o, gen)
+                    x[masked] = x0
+                else:
+                    confidence, x0 = _dream_tokens(mask_logits, o, gen)
+                    n_masked = masked.sum() / masked.shape[0]
+                    k = int(n_masked * (1 - s / t)) if i < o.steps - 1 else int(n_masked)
+                    full = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=device)
+                    full[masked] = confidence
+                    if k > 0:
+                        if o.alg_temp == 0:
+                            _, chosen = torch.topk(full, k)
+                        else:
+                            chosen = torch.multinomial(F.softmax(full / o.alg_temp, dim=-1), k, generator=gen)
+                        proposal = torch.full_like(x, mask_id)
+                        proposal[masked] = x0
+                        rows = torch.arange(x.shape[0], device=device)[:, None].expand_as(chosen)
+                        x[rows, chosen] = proposal[rows, chosen]
+                committed[r].append(before - int((x == mask_id).sum()))
+        return [(x_all[r, P:].tolist(), committed[r], len(committed[r])) for r in range(len(prompts))]
 
 
 def _sdar_draw(logits: torch.Tensor, o: SDAR, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -386,62 +334,82 @@ class SDAR(FamilySampler):
                  f"{self.remasking!r}"] if self.remasking not in ("low_confidence_dynamic", "low_confidence_static",
                                                                    "sequential") else [])
 
-    def run(self, run: Runner, prompt: list[int], new: int, mask_id: int, stop_ids: set[int], gen: torch.Generator,
-            device, block: int | None) -> tuple[list[int], list[int]]:
+    def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
+                  gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
         """JetAstra/SDAR generate.py `block_diffusion_generate`: the prompt's whole blocks prefilled into the cache, then
         each block denoised with the block-causal mask (k // B <= q // B, absolute positions) and written to the cache by
         one more forward once it has no mask; each step draws x0 and commits by `remasking` with the block's count
         schedule (an even split of the block size over the steps); stops after a block that put a stop id in the
-        output (later blocks stay masks)."""
+        output (later blocks stay masks). The reference decodes batch 1; a batch is left-padded by whole blocks so that
+        every row's blocks (aligned to its own positions) share columns and one cache; a row's forwards count while it
+        decodes its block (a row whose block is complete waits for the others, then all write theirs in one forward),
+        each row draws from its own generator, and a row that stopped or ran out of blocks sits out."""
         o = self
         B = o.block_length or block
         steps = o.denoising_steps or B
-        P = len(prompt)
-        n_blocks = (P + new + B - 1) // B
-        total = n_blocks * B
+        N = len(prompts)
+        first = [len(p) // B for p in prompts]   # each row's first block to decode (its whole blocks prefilled)
+        n_blocks = [(len(p) + new + B - 1) // B - f for p, f in zip(prompts, first)]
+        K = max(first) * B
+        pads = [K - f * B for f in first]
+        total = K + max(n_blocks) * B
         run.new_cache(total + B)
-        x = torch.full((1, total), mask_id, dtype=torch.long, device=device)
-        x[0, :P] = torch.tensor(prompt, device=device)
+        x, real, positions = _left_padded(prompts, pads, total, mask_id, device)
         blockwise = torch.arange(total, device=device) // B
         allowed = blockwise[None, :] <= blockwise[:, None]           # [q, k]: k's block is not after q's
-        prefill = P // B * B
-        if prefill:
-            run(x[:, :prefill], allowed[:prefill, :prefill], store=True)
+        nfe = [int(f > 0) for f in first]
+        if K:
+            run(x[:, :K], _padded_mask(allowed[:K, :K], real, 0, K), store=True, positions=positions[:, :K])
         counts = _even_split(B, steps)
-        committed = []
-        for b in range(P // B, n_blocks):
-            lo, hi = b * B, (b + 1) * B
+        committed = [[] for _ in prompts]
+        live = [True] * N
+        for b in range(max(n_blocks)):
+            rows = [r for r in range(N) if live[r] and b < n_blocks[r]]
+            if not rows:
+                break
+            lo, hi = K + b * B, K + (b + 1) * B
             cur = x[:, lo:hi].clone()
-            mask = allowed[lo:hi, :hi]
+            mask, pos = _padded_mask(allowed[lo:hi, :hi], real, lo, hi), positions[:, lo:hi]
             for step in range(steps + 1):
-                masked = cur == mask_id
-                if not masked.any():
-                    run(cur, mask, store=True)
+                todo = [r for r in rows if bool((cur[r] == mask_id).any())]
+                if not todo:
+                    run(cur, mask, store=True, positions=pos)
+                    for r in rows:
+                        nfe[r] += 1
                     break
                 if step >= steps:   # the reference indexes past its schedule here (IndexError)
                     raise SamplerError("sampler sdar: a block still has masks after its steps (the model predicted the "
                                        "mask id)")
-                x0, x0_p = _sdar_draw(run.predict(cur, mask), o, gen)
-                if run.draws is not None:
-                    run.draws.append((x0[0].tolist(), x0_p[0].tolist()))
-                k = counts[step]
-                confidence = torch.where(masked, x0_p, torch.tensor(float("-inf"), device=device))
-                transfer = torch.zeros_like(masked)
-                if o.remasking == "sequential":
-                    transfer[0, masked[0].nonzero()[:k, 0]] = True
-                elif o.remasking == "low_confidence_dynamic" and int((confidence[0] > o.threshold).sum()) >= k:
-                    transfer[0] = confidence[0] > o.threshold
-                else:
-                    transfer[0, torch.topk(confidence[0], k).indices] = True
-                cur[transfer] = x0[transfer]
-                committed.append(int(transfer.sum()))
+                logits = run.predict(cur, mask, positions=pos)
+                for r in todo:
+                    nfe[r] += 1
+                    row = cur[r:r + 1]
+                    masked = row == mask_id
+                    x0, x0_p = _sdar_draw(logits[r:r + 1], o, gens[r])
+                    if run.draws is not None:
+                        run.draws.append((x0[0].tolist(), x0_p[0].tolist()))
+                    k = counts[step]
+                    confidence = torch.where(masked, x0_p, torch.tensor(float("-inf"), device=device))
+                    transfer = torch.zeros_like(masked)
+                    if o.remasking == "sequential":
+                        transfer[0, masked[0].nonzero()[:k, 0]] = True
+                    elif o.remasking == "low_confidence_dynamic" and int((confidence[0] > o.threshold).sum()) >= k:
+                        transfer[0] = confidence[0] > o.threshold
+                    else:
+                        transfer[0, torch.topk(confidence[0], k).indices] = True
+                    row[transfer] = x0[transfer]
+                    committed[r].append(int(transfer.sum()))
             x[:, lo:hi] = cur
-            if stop_ids and any(t in stop_ids for t in x[0, P:].tolist()):
-                break
-        out = x[0, P:].tolist()
-        while out and out[-1] == mask_id:   # blocks left undecoded after a stop
-            out.pop()
-        return out, committed
+            for r in rows:
+                if stop_ids and any(t in stop_ids for t in x[r, pads[r] + len(prompts[r]):].tolist()):
+                    live[r] = False
+        out = []
+        for r, prompt in enumerate(prompts):
+            ids = x[r, pads[r] + len(prompt):].tolist()
+            while ids and ids[-1] == mask_id:   # blocks left undecoded after a stop
+                ids.pop()
+            out.append((ids, committed[r], nfe[r]))
+        return out
 
 
 @dataclass(frozen=True)

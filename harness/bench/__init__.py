@@ -18,6 +18,8 @@ under results/bench/<name>.json).
     python -m harness.bench smollm2         # SmolLM2-135M: our AR decoding vs transformers, roofline share
     python -m harness.bench steps           # dispatched ops per decode step; eager vs compiled steps and backbones
                                             # (harness/bench/steps.py; the published shapes on the meta device)
+    python -m harness.bench families        # the diffusion families' own samplers, batch 1 vs 8, on the fixtures
+                                            # and a larger random model of each family's shape
     python -m harness.bench gpu             # the prepared GPU check (harness/bench/gpu.py; CUDA, < 8 minutes)
     python -m harness.bench all             # every benchmark above but gpu; one that needs a wheel that is
                                             # not installed (smollm2) is skipped with one line saying why
@@ -53,6 +55,7 @@ from ..env import fingerprint
 from ..paths import make_dirs, replacing
 from .caches import bench_caches, caches_table
 from .decode import bench_decode, decode_table
+from .families import bench_families
 from .matched import bench_matched, matched_table
 from .policies import bench_policies
 from .precision import bench_precision
@@ -64,7 +67,7 @@ from .vs_hf import bench_vs_hf, vs_hf_table
 BENCHMARKS = {"decode": bench_decode, "vs-hf": bench_vs_hf, "matched": bench_matched, "train": bench_train,
               "train-compiled": bench_train_compiled,
               "precision": bench_precision, "policies": bench_policies, "caches": bench_caches,
-              "smollm2": bench_smollm2, "steps": bench_steps}
+              "smollm2": bench_smollm2, "steps": bench_steps, "families": bench_families}
 # the published benchmark tables, in the order docs/benchmarks.md shows them: (benchmark name, its table from the
 # result <bench>/<name>.json); harness/publish.py renders each between the markers of that name (common.bench_section)
 TABLES: tuple[tuple[str, Callable[[dict], str]], ...] = (
@@ -80,6 +83,11 @@ def why_skipped(name: str) -> str | None:
 
         if not smollm2_installed():
             return f"SmolLM2 is not installed ({SMOLLM2_INSTALL})"
+    if name == "families":
+        from .families import FIXTURES
+
+        if not FIXTURES.is_dir():
+            return "the dLLM fixtures (tests/test_dllm.py's) are not next to the repository"
     return None
 
 
