@@ -122,18 +122,33 @@ def _top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 
 # -- the samplers ------------------------------------------------------------------------------------------------
-def llada(run: Runner, prompt: list[int], new: int, o: LLaDAOptions, mask_id: int, stop_ids: set[int],
-          gen: torch.Generator, device) -> tuple[list[int], list[int]]:
-    """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
-    steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
-    block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax."""
+def llada_schedule(new: int, o: LLaDAOptions) -> tuple[int, int, int]:
+    """(block length, blocks, steps per block) of LLaDA's generate() for a generation of `new` tokens; SamplerError
+    naming the length where its rules (gen_length % block_length == 0, steps % blocks == 0) fail."""
     block = o.block_length or new
     if new % block:
         raise SamplerError(f"sampler llada: the generation length {new} is not a multiple of block_length={block}")
     blocks = new // block
     if o.steps % blocks:
-        raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks")
-    steps = o.steps // blocks
+        raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks of "
+                           f"block_length={block} in the generation length {new}")
+    return block, blocks, o.steps // blocks
+
+
+def check_generation_length(spec: str, new: int) -> None:
+    """A family sampler's rules on the generation length, checked before any work (SamplerError naming the length):
+    LLaDA's steps / blocks divisibility; the other families take any length."""
+    options = parse_sampler(spec)
+    if isinstance(options, LLaDAOptions):
+        llada_schedule(new, options)
+
+
+def llada(run: Runner, prompt: list[int], new: int, o: LLaDAOptions, mask_id: int, stop_ids: set[int],
+          gen: torch.Generator, device) -> tuple[list[int], list[int]]:
+    """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
+    steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
+    block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax."""
+    block, blocks, steps = llada_schedule(new, o)
     P = len(prompt)
     x = torch.tensor([prompt + [mask_id] * new], device=device)
     committed = []

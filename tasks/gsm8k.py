@@ -14,6 +14,11 @@ Protocol (docs/algorithms.md §8.1, adapted to models trained from scratch on ta
   * answer_nll_per_token: NLL (nats per token) of " {answer}" + eos given the prompt, summed over
     all examples and divided by their total token count. For the diffusion paradigms it is the
     NELBO, an upper bound. It separates paradigms even when tiny models score ~0 accuracy.
+Option `chat` (default false; `harness.run` turns it on for an instruct/chat checkpoint with a chat template,
+models/chat.py chat_default): the prompt is the checkpoint's chat template rendered by its tokenizer around one user
+turn holding "Question: {question}\nAnswer:" with the assistant header after it (exactly transformers'
+apply_chat_template(..., add_generation_prompt=True), then encoded as it is, without another bos, as transformers
+encodes a rendered chat); the reference answer for the NLL follows it.
 Context policy: max_new_tokens is clamped to the space left after the prompt; a question that
 does not fit with at least one new token is refused (TaskError); the reference answer in the
 NLL request is truncated at the context length.
@@ -97,11 +102,24 @@ class GSM8K(Task):
     embedded_file = "gsm8k/test.jsonl"
     hf_default = ("openai/gsm8k", "main", "test")
 
-    def __init__(self, max_new_tokens: int = 256, **source: Any):
+    def __init__(self, max_new_tokens: int = 256, chat: bool = False, **source: Any):
         super().__init__(**source)
         if max_new_tokens < 1:
             raise TaskError(f"task gsm8k: max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not isinstance(chat, bool):
+            raise TaskError(f"task gsm8k: chat must be true or false, got {chat!r}")
         self.max_new_tokens = max_new_tokens
+        self.chat = chat
+
+    def prompt_ids(self, question: str, tokenizer: Any) -> list[int]:
+        """The prompt's tokens: bos + the plain prompt, or (chat) the tokenizer's own rendering of it as a user turn."""
+        if not self.chat:
+            return [tokenizer.bos_id] + tokenizer.encode(prompt_text(question))
+        template = getattr(tokenizer, "chat", None)
+        if template is None:
+            raise TaskError("task gsm8k: chat=true needs a model whose tokenizer has a chat template; this one has "
+                            "none (set chat false)")
+        return tokenizer.encode(template.render([{"role": "user", "content": prompt_text(question)}]))
 
     def parse(self, record: Record) -> dict[str, Any]:
         expected = 'fields "question" and "answer"'
@@ -116,7 +134,7 @@ class GSM8K(Task):
 
     def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
         length = check_context_length(self.name, context_length)
-        prompt = [tokenizer.bos_id] + tokenizer.encode(prompt_text(example.fields["question"]))
+        prompt = self.prompt_ids(example.fields["question"], tokenizer)
         prompt, n_new = fit_generation(prompt, self.max_new_tokens, length)   # the context policy: tasks/base.py
         answer = tokenizer.encode(" " + example.fields["answer"]) + [tokenizer.eos_id]
         return {
