@@ -438,11 +438,15 @@ _PAPER_PRESETS = (
 # blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over
 # blocks of 32 and sub-blocks of 8 (its chat setting). bf16, as the weights are published. For GPUs; `--plan` works
 # offline (the published configs' sizes ship in models/assets/dllm_configs.json); running downloads the checkpoint.
+# The question is asked in the checkpoint's own chat template (task option chat: every family's evaluation applies
+# it: Dream's eval_instruct, dllm's and Fast-dLLM's LLaDA scripts, TraDo's); a Fast-dLLM v2 model has no likelihood,
+# so its rows say answer_nll_per_token is not available. `--max-new-tokens` changes the length.
 # `--sampler harness` decodes the same model with our decoders and commit policies. Never run in CI.
 def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
     return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
                   block_sizes=(), grid=Grid(thresholds=(None,)), warmup=5, external=((hub_id, {}),), precision="bf16",
-                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": 256, "source": "hf"}, {"sampler": sampler}),))
+                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": 256, "source": "hf", "chat": True},
+                                  {"sampler": sampler}),))
 
 
 _DLLM_PRESETS = (
