@@ -442,6 +442,20 @@ _PAPER_PRESETS = (
 # it: Dream's eval_instruct, dllm's and Fast-dLLM's LLaDA scripts, TraDo's); a Fast-dLLM v2 model has no likelihood,
 # so its rows say answer_nll_per_token is not available. `--max-new-tokens` changes the length.
 # `--sampler harness` decodes the same model with our decoders and commit policies. Never run in CI.
+FAMILY_SETTINGS = {   # the published GSM8K setting of each family's own sampler, for a generation of n new tokens
+    "llada": lambda n: f"llada(steps={n},block_length={32 if n % 32 == 0 else n})",
+    "dream": lambda n: f"dream(steps={n},alg=entropy)",
+    "sdar": lambda n: "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
+    "fastdllm_v2": lambda n: "fastdllm_v2(threshold=0.9)",
+}
+
+
+def family_setting(family: str, new_tokens: int) -> str:
+    """A diffusion family's own sampler at its authors' evaluation setting (FAMILY_SETTINGS): what its preset runs,
+    and what `--model X --task T` decodes a checkpoint of the family with when no decoding flag is given."""
+    return FAMILY_SETTINGS[family](new_tokens)
+
+
 def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
     return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
                   block_sizes=(), grid=Grid(thresholds=(None,)), warmup=5, external=((hub_id, {}),), precision="bf16",
@@ -450,13 +464,13 @@ def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
 
 
 _DLLM_PRESETS = (
-    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", "llada(steps=256,block_length=32)",
+    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", family_setting("llada", 256),
           "LLaDA-8B-Instruct on GSM8K with LLaDA's generate(): blocks of 32, one step per token"),
-    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", "dream(steps=256,alg=entropy)",
+    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", family_setting("dream", 256),
           "Dream-v0-Instruct-7B on GSM8K with diffusion_generate: entropy order, one step per token"),
-    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
+    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", family_setting("sdar", 256),
           "SDAR-8B-Chat on GSM8K with block_diffusion_generate: blocks of 4 in 4 steps, dynamic threshold 0.9"),
-    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", "fastdllm_v2(threshold=0.9)",
+    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", family_setting("fastdllm_v2", 256),
           "Fast_dLLM_v2_7B on GSM8K with its generate(): blocks of 32, sub-blocks of 8, threshold 0.9"),
 )
 

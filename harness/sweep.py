@@ -32,7 +32,7 @@ from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 from .configs import PlanError, RunCell, TrainConfig, options_tuple, source_model_id, spec_model_id
 from .instruments import Featuriser, Judge, plan_featuriser, plan_judge
 from .precision import INSTRUMENT_PRECISION, resolve_precision
-from .presets import Preset, TaskSpec
+from .presets import Preset, TaskSpec, family_setting
 from .store import ResultsStore
 from .cache import checkpoint_dir
 from .precision import resolve_device as torch_device
@@ -188,9 +188,10 @@ def check_length(decode: DecodeConfig, task: Task, origin: str) -> None:
 
 def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str, TrainConfig | ModelConfig]],
            decode: dict | None, data: str | None, source: str | None, limit: int | None, notes: list[str],
-           overrides: dict | None = None, **cell_fields) -> tuple[list[RunCell], dict[str, Task]]:
+           overrides: dict | None = None, one_default=None, **cell_fields) -> tuple[list[RunCell], dict[str, Task]]:
     """The cells of every (task, model, decode setting), and the tasks by name; `targets` are (model_id,
-    config) pairs; `overrides`: task options set on the command line (command_options)."""
+    config) pairs; `overrides`: task options set on the command line (command_options); `one_default(task)`: the
+    one setting to decode with when no decoding knob is given (plan_checkpoint), instead of the preset's grid."""
     cells, tasks = [], {}
     for name in task_names:
         try:
@@ -206,10 +207,15 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 grid = [DecodeConfig()]
             else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every
                 # point, but for a diffusion family's own sampler (its options are the setting: models/dllm_samplers.py)
-                narrows = decode is not None and (any(k not in GRID_WIDE_KNOBS for k in decode)
-                                                  or is_family_sampler(decode.get("sampler", "")))
+                chosen = decode if decode or one_default is None else one_default(task)
+                family = is_family_sampler((chosen or {}).get("sampler", ""))
+                if family and task.decode_kind == "infill":
+                    raise PlanError(f"task {name}: sampler={chosen['sampler']} does not infill (a family's own sampler "
+                                    f"continues a prompt); use our decoders (sampler harness) for infilling")
+                narrows = chosen is not None and (any(k not in GRID_WIDE_KNOBS for k in chosen) or family)
                 grid = [DecodeConfig()] if narrows else preset.decode_grid(cfg, spec)
-                grid = [resolve_decode(cfg, d.replace(**spec.decode).replace(**(decode or {})), task) for d in grid]
+                own = {} if family else spec.decode   # the preset's per-task knobs are for our decoders
+                grid = [resolve_decode(cfg, d.replace(**own).replace(**(chosen or {})), task) for d in grid]
             for d in grid:
                 check_length(d, task, origin)
                 cells.append(RunCell(
@@ -312,12 +318,40 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
     overrides = dict(task_overrides or {})
     if overrides.get("chat") is None:   # the checkpoint's own template by default where it is an instruct model
         overrides["chat_default"] = bool(planned_chat(model_source))
+    family = source_family(model_source)
+
+    def own_default(task: Task) -> dict:
+        """One cell: the family's own sampler at its published setting, else our decoder at one token per step."""
+        if family is not None and task.decode_kind == "generate":
+            return {"sampler": family_setting(family, getattr(task, "max_new_tokens", 256))}
+        return {"threshold": None}
+
     cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes, overrides,
+                      None if decode else own_default,
                       batch_size=batch_size, device=device, seed=seed, precision=decode_precision)
     judge = plan_judge(preset, cells, seed, precision, device)
     train = (judge.train,) if judge is not None and judge.train is not None else ()
     return Plan(preset, train, tuple(cells), judge, {model_id: external}, tuple(dict.fromkeys(notes)),
                 featuriser=plan_featuriser(cells))
+
+
+def source_family(source: ModelSource) -> str | None:
+    """The diffusion family (models/dllm.py) of a local Hugging Face folder or of a published hub id, read from its
+    config alone; None for every other model."""
+    import json
+
+    from models.dllm import family_of, published_config
+
+    if not source.is_pretrained_lm:
+        return None
+    folder = Path(str(source.spec)).expanduser()
+    try:
+        config = (json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file()
+                  else published_config(str(source.spec)))
+        family = family_of(config) if isinstance(config, dict) else None
+    except (OSError, ValueError, UserError):
+        return None   # the loader reports a broken config in one line
+    return family.name if family is not None else None
 
 
 def external_model(spec: str | ModelSource, paradigm: str | None = None, length: int | None = None,

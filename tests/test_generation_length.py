@@ -89,3 +89,25 @@ def test_the_chat_prompt_is_the_tokenizers_own_rendering(instruct):
     _, bare = open_model(FIXTURES / "llada_mha")
     with pytest.raises(Exception, match="chat=true needs a model whose tokenizer has a chat template"):
         task.requests(Example("0", record), bare, 256)
+
+
+@pytest.mark.parametrize("case, sampler", [("llada_mha", "llada(block_length=32,steps=96)"),
+                                           ("dream_gqa", "dream(alg=entropy,steps=96)"),
+                                           ("sdar_b4", "sdar(block_length=4,denoising_steps=4,threshold=0.9)"),
+                                           ("fastdllm_v2_bd8", "fastdllm_v2(threshold=0.9)")])
+def test_a_single_run_is_one_cell_with_the_models_own_default(case, sampler):
+    """`--model X --task T` with no decoding flag: one cell, the family's own sampler at its published setting for the
+    task's length (never the preset's 5-point grid of our decoder)."""
+    cell, = plan_checkpoint(get_preset("cpu"), str(FIXTURES / case), "gsm8k").cells
+    assert cell.decode.sampler == sampler
+    infill, = plan_checkpoint(get_preset("cpu"), str(FIXTURES / "llada_mha"), "roc_infill1").cells   # our decoder,
+    assert infill.decode.sampler == "harness" and infill.decode.threshold is None              # one token per step
+
+
+def test_a_family_sampler_on_other_tasks_names_only_what_the_user_set():
+    cell, = plan_checkpoint(get_preset("cpu"), str(FIXTURES / "llada_mha"), "cnndm",
+                            decode={"sampler": "llada(steps=48)"}).cells   # the preset's repetition_penalty is ours
+    assert cell.decode.repetition_penalty == 1.0
+    with pytest.raises(PlanError, match="does not infill") as e:
+        plan_checkpoint(get_preset("cpu"), str(FIXTURES / "llada_mha"), "roc_infill1", decode={"sampler": "llada"})
+    assert "repetition_penalty" not in str(e.value)
