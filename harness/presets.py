@@ -417,7 +417,7 @@ def _paper(name: str, dataset: str, description: str, tasks: tuple[TaskSpec, ...
 
 _PAPER_PRESETS = (
     _paper("paper-gsm8k", "gsm8k", "Figure 4: GSM8K with the published Qwen3 checkpoints, tau from off to 0.6, W in "
-           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512},
+           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512, "prompt": "setdlms"},
                                    {"chunk_size": 32, "commit_order": "first_hitting", **OFFICIAL}),), "S,Smax"),
     _paper("paper-roc", "owt", "Table 2: ROCStories infilling (1 and 3 sentences) with the OWT checkpoints",
            (TaskSpec("roc_infill1", 1000, {}, {**GREEDY_TEXT, **OFFICIAL, **FULL_CONTEXT}),

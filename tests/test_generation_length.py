@@ -111,3 +111,35 @@ def test_a_family_sampler_on_other_tasks_names_only_what_the_user_set():
     with pytest.raises(PlanError, match="does not infill") as e:
         plan_checkpoint(get_preset("cpu"), str(FIXTURES / "llada_mha"), "roc_infill1", decode={"sampler": "llada"})
     assert "repetition_penalty" not in str(e.value)
+
+
+def test_paper_gsm8k_asks_the_official_setdlms_prompt_and_reads_the_boxed_answer(tmp_path):
+    """docs/algorithms.md §8.1: the question after the instruction, one user turn of the Qwen3 chat template with the
+    generation prompt (thinking enabled: no empty think block); the answer between the first boxed{ and the next }."""
+    import re
+
+    from transformers import PreTrainedTokenizerFast
+
+    from tasks import TextOutput
+    from tasks.gsm8k import SETDLMS_INSTRUCTION
+
+    doc = re.sub(r"\s+", " ", (ROOT / "docs" / "algorithms.md").read_text())
+    instruction = re.search(r"prefixed with `(Please reason[^`]*)`", doc).group(1)
+    assert SETDLMS_INSTRUCTION == instruction
+    assert get_preset("paper-gsm8k").task("gsm8k").options["prompt"] == "setdlms"
+    folder = tmp_path / "qwen3"   # a Qwen3 tokenizer's template (the SDAR fixture ships Qwen3's special tokens)
+    shutil.copytree(FIXTURES / "sdar_b4", folder)
+    shutil.copy(TEMPLATES / "sdar.jinja", folder / "chat_template.jinja")
+    _, tok = open_model(folder)
+    task = get_task("gsm8k", prompt="setdlms", max_new_tokens=8)
+    record = task.records()[0]
+    text = PreTrainedTokenizerFast.from_pretrained(str(folder)).apply_chat_template(
+        [{"role": "user", "content": instruction + record["question"]}], tokenize=False, add_generation_prompt=True)
+    assert task.chat_text(record["question"], tok) == text
+    assert text == f"<|im_start|>user\n{instruction}{record['question']}<|im_end|>\n<|im_start|>assistant\n"
+    assert task.requests(Example("0", record), tok, 256)["decode"].prompt == tok.encode(text)
+    answer = record["answer"].rsplit("####", 1)[1].strip()
+    example = Example("0", record)
+    right = f"so \\boxed{{{answer}}} and later \\boxed{{0}}"
+    assert task.score(example, {"decode": TextOutput(right, [])})["exact_match"] == 1.0
+    assert task.score(example, {"decode": TextOutput(f"#### {answer}", [])})["exact_match"] == 0.0   # not boxed
