@@ -97,6 +97,8 @@ from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
+from models.dllm import is_family_sampler
+from models.dllm_samplers import check_generation_length
 from models.fields import MAX_FIELD
 from models.errors import UserError, unknown
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
@@ -388,6 +390,12 @@ class HarnessLM(LM):
         if n_new < max_gen:
             self._warn_once(f"max_gen_toks={max_gen} does not fit after the prompt in the context length {L}: "
                             f"fewer tokens are generated")
+        if is_family_sampler(self.decode.sampler):   # its length rules, with where the length came from
+            try:
+                check_generation_length(self.decode.sampler, n_new)
+            except UserError as e:
+                cut = "" if n_new == max_gen else f", cut to {n_new} by the context length {L} after a {len(prompt)}-token prompt"
+                raise RequestError(f"{e} (max_gen_toks={max_gen}{cut}; give a max_gen_toks that fits its rule)") from None
         return GenerateRequest(prompt, n_new)
 
     def _infill_request(self, context: str) -> InfillRequest:

@@ -164,3 +164,17 @@ def test_a_template_that_writes_bos_gets_no_second_one(tmp_path):
     assert ids[0] == lm.prefix_id and ids[1] != lm.prefix_id
     assert lm._generate_request("t1 t2", 4).prompt[:2] == [lm.prefix_id, 1]   # a plain context still gets bos
     assert "chat" in lm.tokenizer_name and "/" not in lm.tokenizer_name
+
+
+def test_lm_eval_names_the_length_a_family_sampler_refuses_and_where_it_came_from():
+    from lm_eval.api.registry import get_model
+
+    import harness.lm_eval as adapter
+
+    lm = get_model("harness").create_from_arg_obj({"checkpoint": str(FIXTURES / "llada_mha"), "device": "cpu",
+                                                   "sampler": "llada(steps:8;block_length:8)", "max_gen_toks": 256})
+    with pytest.raises(adapter.RequestError) as e:
+        lm._generate_request("t1 t2 t3", 256)
+    assert "not a multiple of block_length=8" in str(e.value)
+    assert "max_gen_toks=256, cut to 253 by the context length 256 after a 3-token prompt" in str(e.value)
+    assert lm._generate_request("t1 t2 t3", 8).max_new_tokens == 8
