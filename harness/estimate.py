@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 import models
+from models.errors import ConfigError
 from models import Batch, DecodeConfig
 from tasks import TASKS, get_task
 
@@ -108,7 +109,14 @@ def probe_eval(model_config: dict, device: torch.device, precision: str) -> tupl
     """(seconds per decoding forward at batch 1, seconds to score one full-length row)."""
     model = random_model(model_config, device).to(DTYPES[precision]).eval()
     prompt = list(range(3, 3 + PROBE_PROMPT))
-    decode = model.resolve_decode(DecodeConfig(stop_at_eos=False), model.config)
+    try:
+        decode = model.resolve_decode(DecodeConfig(stop_at_eos=False), model.config)
+    except ConfigError:   # a model that decodes with its own sampler only (Fast-dLLM v2's shifted logits):
+        arch = model_config["backbone"]["arch"]   # the same backbone unshifted costs the same per forward
+        if not arch.get("shift_logits"):
+            raise
+        unshifted = {**model_config, "backbone": {**model_config["backbone"], "arch": {**arch, "shift_logits": False}}}
+        return probe_eval(unshifted, device, precision)
     forward = _timed(lambda: model.generate([prompt], PROBE_NEW, decode), device=device) / PROBE_NEW
     row = torch.randint(3, model.config.vocab_size, (1, model.config.length), generator=torch.Generator().manual_seed(0))
     score = _timed(lambda: model.nll(Batch(row.to(device))), device=device)

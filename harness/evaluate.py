@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 import models
+from models.errors import ConfigError
 from models import Batch, DecodeConfig
 from models.decoding import TeacherForcingError
 from models.tokenizers import Tokenizer
@@ -145,6 +146,34 @@ def point_mass(tok: Tokenizer, tokens: list[int], target) -> TextOutput:
 
 
 # -- one cell ----------------------------------------------------------------------------------------
+def likelihood_unavailable(loaded: LoadedModel) -> str | None:
+    """Why the model cannot score a likelihood (a block-causal model with shifted logits: Fast-dLLM v2), else None."""
+    from models.bd3lm import check_unshifted
+
+    if loaded.model.paradigm != "bd3lm":
+        return None
+    try:
+        check_unshifted(loaded.model.config, "score")
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def servable(task: Task, requests: list[dict], reason: str | None) -> tuple[list[dict], dict[str, str]]:
+    """The requests a model can serve, and the metrics left out with the reason (`reason`: likelihood_unavailable):
+    a model without a likelihood runs a task's generation metrics, and its rows say the likelihood ones are not
+    available; a task made of likelihood requests only cannot run on it (TaskError)."""
+    if reason is None:
+        return requests, {}
+    kept = [{k: r for k, r in req.items() if not isinstance(r, NllRequest)} for req in requests]
+    if task.decode_kind == "none" or not any(kept):
+        raise TaskError(f"task {task.name} scores likelihoods only: {reason}")
+    produced = {"decode"} | {k for req in kept for k in req}
+    dropped = {k for req in requests for k in req} - produced
+    left_out = {m: reason for m in task.higher_is_better if m != task.primary_metric} if dropped else {}
+    return kept, left_out
+
+
 def cell_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> tuple[list, list[dict]]:
     """The cell's examples and every one's requests. Built before anything runs, so an example the task
     refuses (e.g. a prompt longer than the context) stops the cell before it writes a single row."""
@@ -174,6 +203,7 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     """Run the missing example chunks of `cell` and return its result rows (one per metric)."""
     tok, L = loaded.tokenizer, loaded.length
     examples, requests = cell_requests(cell, task, tok, L)
+    requests, left_out = servable(task, requests, likelihood_unavailable(loaded))
     request_of = {ex.id: r for ex, r in zip(examples, requests)}
     bs = max(1, cell.batch_size)
     chunks = [examples[i:i + bs] for i in range(0, len(examples), bs)]
@@ -233,7 +263,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     metrics = task.aggregate([r["metrics"] for r in rows])
     timing = summarize(_calls_from_rows(rows)) if timed else summarize([])
     env = fingerprint(loaded.device, loaded.dtype)
-    return result_rows(cell, task, len(rows), metrics, timing, env, loaded.train_precision, judge)
+    return result_rows(cell, task, len(rows), metrics, timing, env, loaded.train_precision, judge,
+                       not_available={m: why for m, why in left_out.items() if m not in metrics})
 
 
 def _calls_from_rows(rows: list[dict]) -> list[CallTiming]:

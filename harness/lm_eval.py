@@ -82,6 +82,7 @@ harness.evaluate, so all paradigms score the same tokens.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import re
 from pathlib import Path
@@ -101,6 +102,7 @@ from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_mode
 from harness.lm_eval_accounting import Accounting, attach_to_samples
 from harness.lm_eval_cache import keyed_by, model_identity
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
+from models.dllm_samplers import check_generation_length
 from models.fields import MAX_FIELD
 from models.errors import UserError, unknown
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
@@ -342,6 +344,28 @@ class HarnessLM(LM):
             self.cache_hook.add_partial("loglikelihood_rolling", r.args, total)
         return totals
 
+    # -- chat templates (lm-eval's --apply_chat_template, --system_instruction, --fewshot_as_multiturn) ------------
+    @property
+    def tokenizer_name(self) -> str:
+        """Fingerprints lm-eval's request cache: the checkpoint and a hash of its template."""
+        chat = self.tokenizer.chat
+        return re.sub(r"[^\w.-]+", "__", f"{self.checkpoint}") + (f"-chat{hashlib.sha256(chat.template.encode()).hexdigest()[:12]}" if chat else "")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The checkpoint's own template (models/chat.py); a model without one cannot take --apply_chat_template."""
+        if not chat_template:
+            return None
+        if self.tokenizer.chat is None:
+            raise ModelArgsError(f"--apply_chat_template: {self.checkpoint} has no chat template (tokenizer_config.json "
+                                 f"chat_template, chat_template.jinja or a GGUF tokenizer.chat_template)")
+        return self.tokenizer.chat.template
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The prompt as the checkpoint's tokenizer renders it (transformers' apply_chat_template)."""
+        if self.tokenizer.chat is None:
+            self.chat_template(True)
+        return self.tokenizer.chat.render(chat_history, add_generation_prompt=add_generation_prompt)
+
     def get_model_info(self) -> dict[str, Any]:
         """Recorded in the results' config by lm-eval."""
         bound = ("Monte-Carlo estimate of an upper bound on the NLL (NELBO): log-likelihoods are lower bounds, "
@@ -384,6 +408,12 @@ class HarnessLM(LM):
         if n_new < max_gen:
             self._warn_once(f"max_gen_toks={max_gen} does not fit after the prompt in the context length {L}: "
                             f"fewer tokens are generated")
+        if self.decode.plan.sampler.owns_loop:   # its length rules, with where the length came from
+            try:
+                check_generation_length(self.decode.sampler, n_new)
+            except UserError as e:
+                cut = "" if n_new == max_gen else f", cut to {n_new} by the context length {L} after a {len(prompt)}-token prompt"
+                raise RequestError(f"{e} (max_gen_toks={max_gen}{cut}; give a max_gen_toks that fits its rule)") from None
         return GenerateRequest(prompt, n_new)
 
     def _infill_request(self, context: str) -> InfillRequest:
@@ -422,7 +452,7 @@ class HarnessLM(LM):
     def _context(self, ids: list[int]) -> list[int]:
         """A context's tokens as the model sees them: after bos (add_bos), else as they are (an empty one: the
         prefix token, as lm-eval's `hf` model)."""
-        if self.add_bos:
+        if self.add_bos and ids[:1] != [self.prefix_id]:   # a chat template may write bos itself (LLaDA's does)
             return [self.prefix_id] + ids
         return ids if ids else [self.prefix_id]
 

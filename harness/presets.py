@@ -422,7 +422,7 @@ def _paper(name: str, dataset: str, description: str, tasks: tuple[TaskSpec, ...
 
 _PAPER_PRESETS = (
     _paper("paper-gsm8k", "gsm8k", "Figure 4: GSM8K with the published Qwen3 checkpoints, tau from off to 0.6, W in "
-           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512},
+           "{S, S_max}", (TaskSpec("gsm8k", 200, {"max_new_tokens": 512, "prompt": "setdlms"},
                                    {"chunk_size": 32, "commit_order": "first_hitting", **OFFICIAL}),), "S,Smax"),
     _paper("paper-roc", "owt", "Table 2: ROCStories infilling (1 and 3 sentences) with the OWT checkpoints",
            (TaskSpec("roc_infill1", 1000, {}, {**GREEDY_TEXT, **OFFICIAL, **FULL_CONTEXT}),
@@ -443,21 +443,39 @@ _PAPER_PRESETS = (
 # blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over
 # blocks of 32 and sub-blocks of 8 (its chat setting). bf16, as the weights are published. For GPUs; `--plan` works
 # offline (the published configs' sizes ship in models/assets/dllm_configs.json); running downloads the checkpoint.
+# The question is asked in the checkpoint's own chat template (task option chat: every family's evaluation applies
+# it: Dream's eval_instruct, dllm's and Fast-dLLM's LLaDA scripts, TraDo's); a Fast-dLLM v2 model has no likelihood,
+# so its rows say answer_nll_per_token is not available. `--max-new-tokens` changes the length.
 # `--sampler harness` decodes the same model with our decoders and commit policies. Never run in CI.
+FAMILY_SETTINGS = {   # the published GSM8K setting of each family's own sampler, for a generation of n new tokens
+    "llada": lambda n: f"llada(steps={n},block_length={32 if n % 32 == 0 else n})",
+    "dream": lambda n: f"dream(steps={n},alg=entropy)",
+    "sdar": lambda n: "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
+    "fastdllm_v2": lambda n: "fastdllm_v2(threshold=0.9)",
+}
+
+
+def family_setting(family: str, new_tokens: int) -> str:
+    """A diffusion family's own sampler at its authors' evaluation setting (FAMILY_SETTINGS): what its preset runs,
+    and what `--model X --task T` decodes a checkpoint of the family with when no decoding flag is given."""
+    return FAMILY_SETTINGS[family](new_tokens)
+
+
 def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
     return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
                   block_sizes=(), grid=Grid(thresholds=(None,)), warmup=5, external=((hub_id, {}),), precision="bf16",
-                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": 256, "source": "hf"}, {"sampler": sampler}),))
+                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": 256, "source": "hf", "chat": True},
+                                  {"sampler": sampler}),))
 
 
 _DLLM_PRESETS = (
-    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", "llada(steps=256,block_length=32)",
+    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", family_setting("llada", 256),
           "LLaDA-8B-Instruct on GSM8K with LLaDA's generate(): blocks of 32, one step per token"),
-    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", "dream(steps=256,alg=entropy)",
+    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", family_setting("dream", 256),
           "Dream-v0-Instruct-7B on GSM8K with diffusion_generate: entropy order, one step per token"),
-    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
+    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", family_setting("sdar", 256),
           "SDAR-8B-Chat on GSM8K with block_diffusion_generate: blocks of 4 in 4 steps, dynamic threshold 0.9"),
-    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", "fastdllm_v2(threshold=0.9)",
+    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", family_setting("fastdllm_v2", 256),
           "Fast_dLLM_v2_7B on GSM8K with its generate(): blocks of 32, sub-blocks of 8, threshold 0.9"),
 )
 

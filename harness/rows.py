@@ -32,8 +32,9 @@ def finite(value):
 
 
 def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timing: dict, env: dict,
-                train_precision: str | None, judge=None) -> list[dict]:
-    """The result rows of one evaluated cell (one per metric)."""
+                train_precision: str | None, judge=None, not_available: dict[str, str] | None = None) -> list[dict]:
+    """The result rows of one evaluated cell (one per metric; a metric the model cannot serve, `not_available`:
+    metric -> why, gets a row with no value whose `not_available` says why)."""
     base = {
         "run_id": cell.run_id, "preset": cell.preset, "paradigm": cell.paradigm, "model_id": cell.model_id,
         "task": cell.task, "n_examples": n_examples, "block_size": cell.block_size,
@@ -55,6 +56,11 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
          "n_metrics": len(metrics)}
         for name, mv in metrics.items()
     ]
+    rows += [{**base, "metric": name, "value": None, "ci_low": None, "ci_high": None,
+              "higher_is_better": task.higher_is_better.get(name, True), "metric_label": task.label(name, None),
+              "primary": False, "decoding_independent": name in task.decoding_independent, "judge": None,
+              "judge_precision": None, "n_metrics": len(metrics), "not_available": why}
+             for name, why in (not_available or {}).items()]
     missing = [c.name for c in COLUMNS if rows and c.name not in rows[0]]
     if missing:   # a column of harness/schema.py that this writer does not fill: a bug here, not bad input
         raise AssertionError(f"result rows lack the schema's columns {missing}")

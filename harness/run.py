@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(default: its own, at most 8192)")
     add_decode_flags(ap)
     ap.add_argument("--limit", type=int, help="examples per cell (default: the preset's)")
+    ap.add_argument("--max-new-tokens", type=positive_int,
+                    help="the generation length of every generating task (default: the preset's, else the task's)")
+    ap.add_argument("--chat", choices=("on", "off"),
+                    help="wrap prompts in the model's own chat template (tasks with a chat option, e.g. gsm8k); "
+                         "default: on for an instruct/chat checkpoint that ships a template, off otherwise")
     ap.add_argument("--data", type=user_path, help="a user data file for the (single) task, in its documented format")
     ap.add_argument("--source", choices=("embedded", "hf"), help="task data source (hf = Hugging Face hub, online)")
     ap.add_argument("--out", type=user_path, default="results", help="results root (default results/)")
@@ -136,6 +141,8 @@ def make_plan(args):
     common = dict(limit=args.limit, device=device, seed=args.seed, batch_size=args.batch_size, data=args.data,
                   source=args.source, precision=args.precision)
     knobs = given_decode_knobs(args)
+    common["task_overrides"] = {"max_new_tokens": args.max_new_tokens,
+                                "chat": None if args.chat is None else args.chat == "on"}
     if args.model:
         if args.sweep or not args.task:
             raise PlanError("--model evaluates one cell: give --task NAME (and no --sweep)")

@@ -22,15 +22,17 @@ from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
 from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
 from models.sources import ModelShape, ModelSource, parse_source
 from models.samplers import parse_sampler
+from models.chat import planned_chat
+from models.dllm_samplers import check_generation_length
 from models.errors import UserError, unknown
-from tasks import TASKS, Task, TaskError, get_task
+from tasks import TASKS, Task, TaskError, get_task, task_options
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
 from tasks.mauve_task import DEFAULT_FEATURES, MINILM
 
 from .configs import PlanError, RunCell, TrainConfig, options_tuple, source_model_id, spec_model_id
 from .instruments import Featuriser, Judge, plan_featuriser, plan_judge
 from .precision import INSTRUMENT_PRECISION, resolve_precision
-from .presets import Preset, TaskSpec
+from .presets import Preset, TaskSpec, family_setting
 from .store import ResultsStore
 from .cache import checkpoint_dir
 from .precision import resolve_device as torch_device
@@ -147,11 +149,49 @@ def _metric_lms(task: str, options: dict, notes: list[str]) -> dict:
     return {**options, key: stand_in}
 
 
+def command_options(preset: Preset, name: str, options: dict, given: dict | None, strict: bool = True
+                    ) -> tuple[dict, str]:
+    """A task's options with those the command line sets (`given`: --max-new-tokens -> max_new_tokens, --chat -> chat;
+    a None value: not given), and where its generation length comes from (for errors). An option the task does not
+    take is a PlanError when the user gave it for this one task (`strict`; a sweep's other tasks skip it); `chat`
+    chosen by default (chat_default: models.chat.planned_chat) applies where the task has it."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    accepted = task_options(TASKS[name])
+    for key, value in given.items():
+        if key in accepted:
+            options = {**options, key: value}
+        elif key != "chat_default" and strict:
+            flag = "--max-new-tokens" if key == "max_new_tokens" else f"--{key.replace('_', '-')}"
+            raise PlanError(f"{flag} does not apply to task {name} (its options: {', '.join(accepted)})")
+    if given.get("chat_default") and "chat" in accepted and "chat" not in options:   # off: the task's default
+        options = {**options, "chat": given["chat_default"]}
+    if "max_new_tokens" in given:
+        origin = "--max-new-tokens"
+    elif "max_new_tokens" in options:
+        origin = f"the {preset.name} preset's {name} max_new_tokens; set it with --max-new-tokens"
+    else:
+        origin = f"task {name}'s default max_new_tokens; set it with --max-new-tokens"
+    return options, origin
+
+
+def check_length(decode: DecodeConfig, task: Task, origin: str) -> None:
+    """A family sampler's rules on the generation length (LLaDA's steps / blocks), checked before any work, the
+    error naming the length and where it came from."""
+    new = getattr(task, "max_new_tokens", None)
+    if new is None or not decode.plan.sampler.owns_loop:
+        return
+    try:
+        check_generation_length(decode.sampler, new)
+    except UserError as e:
+        raise PlanError(f"{e} ({origin})") from None
+
+
 def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str, TrainConfig | ModelConfig]],
            decode: dict | None, data: str | None, source: str | None, limit: int | None, notes: list[str],
-           **cell_fields) -> tuple[list[RunCell], dict[str, Task]]:
+           overrides: dict | None = None, one_default=None, **cell_fields) -> tuple[list[RunCell], dict[str, Task]]:
     """The cells of every (task, model, decode setting), and the tasks by name; `targets` are (model_id,
-    config) pairs."""
+    config) pairs; `overrides`: task options set on the command line (command_options); `one_default(task)`: the
+    one setting to decode with when no decoding knob is given (plan_checkpoint), instead of the preset's grid."""
     cells, tasks = [], {}
     for name in task_names:
         try:
@@ -159,6 +199,7 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
         except KeyError:
             spec = TaskSpec(name, limit=None)  # a task the preset does not list: all examples unless --limit
         options = _metric_lms(name, _task_options(spec.options, data, source), notes)
+        options, origin = command_options(preset, name, options, overrides, strict=len(task_names) == 1)
         task = tasks[name] = load_task(name, options)
         for model_id, cfg in targets:
             s_max, budget = get_paradigm(cfg.paradigm).derived_sizes(cfg)
@@ -166,11 +207,17 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
                 grid = [DecodeConfig()]
             else:   # knobs that choose a grid point narrow the grid to one setting; the sampler applies to every
                 # point, but for a diffusion family's own sampler (its options are the setting: models/dllm_samplers.py)
-                narrows = decode is not None and (any(k not in GRID_WIDE_KNOBS for k in decode)
-                                                  or parse_sampler(decode.get("sampler", "harness")).owns_loop)
+                chosen = decode if decode or one_default is None else one_default(task)
+                family = parse_sampler((chosen or {}).get("sampler", "harness")).owns_loop
+                if family and task.decode_kind == "infill":
+                    raise PlanError(f"task {name}: sampler={chosen['sampler']} does not infill (a family's own sampler "
+                                    f"continues a prompt); use our decoders (sampler harness) for infilling")
+                narrows = chosen is not None and (any(k not in GRID_WIDE_KNOBS for k in chosen) or family)
                 grid = [DecodeConfig()] if narrows else preset.decode_grid(cfg, spec)
-                grid = [resolve_decode(cfg, d.replace(**spec.decode).replace(**(decode or {})), task) for d in grid]
+                own = {} if family else spec.decode   # the preset's per-task knobs are for our decoders
+                grid = [resolve_decode(cfg, d.replace(**own).replace(**(chosen or {})), task) for d in grid]
             for d in grid:
+                check_length(d, task, origin)
                 cells.append(RunCell(
                     preset=preset.name, model_id=model_id, paradigm=cfg.paradigm, task=name, decode=d,
                     task_options=options_tuple(options), limit=limit or spec.limit, warmup=preset.warmup,
@@ -183,9 +230,10 @@ def _cells(preset: Preset, task_names: tuple[str, ...], targets: list[tuple[str,
 def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None = None, limit: int | None = None,
                device: str = "cpu", seed: int = 0, batch_size: int = 1, data: str | None = None,
                source: str | None = None, decode: dict | None = None, block_size: int | None = None,
-               precision: str = "auto") -> Plan:
+               precision: str = "auto", task_overrides: dict | None = None) -> Plan:
     """Every (model, decode setting, task) cell of a preset; `decode` (knob -> value) narrows the grid
-    to one setting, whose knobs win over the preset's per-task decoding overrides. `precision` (auto,
+    to one setting, whose knobs win over the preset's per-task decoding overrides; `task_overrides`: the task
+    options the command line sets (command_options: max_new_tokens, chat). `precision` (auto,
     fp32, bf16) is resolved for `device` per phase (harness.precision: `auto` may train and decode in different
     precisions); a pretrained reference family decodes in fp32 whatever it says (it is a yardstick)."""
     chosen_paradigms = _split(paradigms, paradigm_names(), "paradigm") or paradigm_names()
@@ -218,10 +266,10 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
                              if block_size is None or c.block_size in (None, block_size)]
                 train += models_of
                 cells += _cells(family, mine, [(c.model_id, c) for c in models_of], decode, data, source, limit,
-                                notes, batch_size=family.batch_size or batch_size, device=device, seed=seed,
+                                notes, task_overrides, batch_size=family.batch_size or batch_size, device=device, seed=seed,
                                 train_seed=seed + offset, precision=decode_precision)[0]
             continue
-        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes,
+        family_cells, _ = _cells(family, mine, targets, decode, data, source, limit, notes, task_overrides,
                                  batch_size=family.batch_size or batch_size,
                                  device=device, seed=seed, reference=family.reference,
                                  precision=INSTRUMENT_PRECISION if family.reference else decode_precision)
@@ -239,7 +287,8 @@ def plan_sweep(preset: Preset, paradigms: str | None = None, tasks: str | None =
 def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str | None = None,
                     block_size: int | None = None, limit: int | None = None, device: str = "cpu", seed: int = 0,
                     batch_size: int = 1, data: str | None = None, source: str | None = None,
-                    decode: dict | None = None, precision: str = "auto", length: int | None = None) -> Plan:
+                    decode: dict | None = None, precision: str = "auto", length: int | None = None,
+                    task_overrides: dict | None = None) -> Plan:
     """One cell of a model the user brings (any models.open_model spec: a checkpoint directory written by
     models.save or harness.train, an official checkpoint, a pretrained LM) on one task, planned from its config or
     metadata alone (`external_model`; harness.launchers.preflight loads the model and builds the requests before
@@ -266,12 +315,43 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
                         f"({spec}); leave --block-size out")
     model_id = source_model_id(model_source)
     notes: list[str] = []
-    cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes,
+    overrides = dict(task_overrides or {})
+    if overrides.get("chat") is None:   # the checkpoint's own template by default where it is an instruct model
+        overrides["chat_default"] = bool(planned_chat(model_source))
+    family = source_family(model_source)
+
+    def own_default(task: Task) -> dict:
+        """One cell: the family's own sampler at its published setting, else our decoder at one token per step."""
+        if family is not None and task.decode_kind == "generate":
+            return {"sampler": family_setting(family, getattr(task, "max_new_tokens", 256))}
+        return {"threshold": None}
+
+    cells, _ = _cells(preset, chosen_tasks, [(model_id, config)], decode or {}, data, source, limit, notes, overrides,
+                      None if decode else own_default,
                       batch_size=batch_size, device=device, seed=seed, precision=decode_precision)
     judge = plan_judge(preset, cells, seed, precision, device)
     train = (judge.train,) if judge is not None and judge.train is not None else ()
     return Plan(preset, train, tuple(cells), judge, {model_id: external}, tuple(dict.fromkeys(notes)),
                 featuriser=plan_featuriser(cells))
+
+
+def source_family(source: ModelSource) -> str | None:
+    """The diffusion family (models/dllm.py) of a local Hugging Face folder or of a published hub id, read from its
+    config alone; None for every other model."""
+    import json
+
+    from models.dllm import family_of, published_config
+
+    if not source.is_pretrained_lm:
+        return None
+    folder = Path(str(source.spec)).expanduser()
+    try:
+        config = (json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file()
+                  else published_config(str(source.spec)))
+        family = family_of(config) if isinstance(config, dict) else None
+    except (OSError, ValueError, UserError):
+        return None   # the loader reports a broken config in one line
+    return family.name if family is not None else None
 
 
 def external_model(spec: str | ModelSource, paradigm: str | None = None, length: int | None = None,

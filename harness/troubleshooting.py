@@ -43,6 +43,21 @@ CASES: tuple[Case, ...] = (
     Case("data_integer_of_5000_digits", "`--data` file holding a number of thousands of digits",
          "digits.jsonl:1: malformed JSON line (an integer of too many digits",
          "Write such a value as a string, or shorten it."),
+    # diffusion LMs (models/dllm.py) and their own samplers
+    Case("dllm_steps_not_a_multiple_of_the_blocks", "`--model LLaDA-8B-Instruct --task gsm8k --sampler "
+         "\"llada(steps=256,block_length=32)\"` (the preset's GSM8K length is 96)",
+         "steps=256 is not a multiple of the 3 blocks of block_length=32 in the generation length 96",
+         "Give the length LLaDA's rule needs: `--max-new-tokens 256` (a multiple of block_length whose number of "
+         "blocks divides steps); through lm-eval, a max_gen_toks that still fits after the prompt."),
+    Case("dllm_family_sampler_infill", "`--task roc_infill1 --sampler llada` (a family's own sampler on infilling)",
+         "does not infill", "Infill with our decoders (`--sampler harness`, or no --sampler); a family's own sampler "
+         "continues a prompt only."),
+    Case("dllm_fastdllm_v2_with_our_decoder", "`--model Fast_dLLM_v2_7B --threshold 0.9` (our block decoder)",
+         "decodes with its own sampler only", "Decode it with `--sampler \"fastdllm_v2(threshold=0.9)\"` (or no "
+         "decoding flag: its own sampler is the default); its GSM8K rows say the answer likelihood is not available."),
+    Case("dllm_moe_refused", "`--model` a LLaDA-MoE / LLaDA2 / SDAR-MoE / RND1 checkpoint",
+         "is a mixture-of-experts diffusion LM, which is not supported",
+         "Use a dense checkpoint of a supported family (LLaDA, Dream, SDAR / TraDo, Fast-dLLM v2)."),
     # names and decoding knobs
     Case("unknown_paradigm", "`--paradigm gpt`", "unknown paradigm 'gpt'", "Use one of the listed names.", common=True),
     Case("unknown_task", "`--task gsm9k`", "unknown task 'gsm9k'", "Use one of the listed names.", common=True),

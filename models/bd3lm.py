@@ -76,12 +76,18 @@ def two_stream_block_mask(length: int, block_size: int, device=None) -> torch.Te
     return torch.cat([top, bottom], dim=0)
 
 
-def check_unshifted(config: ModelConfig) -> None:
+LIKELIHOOD_UNAVAILABLE = ("a block-causal model with shifted logits (Fast-dLLM v2) has no likelihood here: its blocks "
+                          "start with the previous block's bonus token, which the BD3LM likelihood bound does not make")
+
+
+def check_unshifted(config: ModelConfig, use: str = "decode") -> None:
     """ConfigError for a block-causal model whose logits are shifted within each forward (Fast-dLLM v2): the first
     position of its blocks is predicted by the previous block's completing forward (its sampler's bonus token), which
-    neither our block decoder nor the two-stream bound makes."""
+    neither our block decoder nor the two-stream bound makes. `use`: "decode" or "score" (what was asked of it)."""
     if getattr(getattr(getattr(config, "backbone", None), "arch", None), "shift_logits", False):   # (a shape planned
         # offline has no backbone)
+        if use == "score":
+            raise ConfigError(LIKELIHOOD_UNAVAILABLE)
         raise ConfigError("a block-causal model with shifted logits (Fast-dLLM v2) decodes with its own sampler only, "
                          "sampler=fastdllm_v2(...): its blocks start with the previous block's bonus token, which the "
                          "BD3LM decoder and likelihood bound do not make")
@@ -170,7 +176,7 @@ class BD3LMModel(MDLMModel):
         return self._mask_cache[1]
 
     def _hidden(self, batch: Batch, xt: torch.Tensor) -> torch.Tensor:
-        check_unshifted(self.config)
+        check_unshifted(self.config, "score")
         x0 = batch.input_ids
         B, L = x0.shape
         pos = torch.arange(L, device=x0.device).expand(B, L)

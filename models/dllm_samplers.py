@@ -42,7 +42,7 @@ from .dllm import family_named
 from .dllm_runner import (Call, Runner, _even_split, _left_padded, _padded_mask, _top_k_filter,
                           _top_p_filter)
 from .errors import ConfigError
-from .samplers import Sampler, SamplerError
+from .samplers import Sampler, SamplerError, parse_sampler
 
 
 # -- a family's sampler -----------------------------------------------------------------------------------------
@@ -152,6 +152,27 @@ class FamilySampler(Sampler):
 
 
 # -- the four families' samplers -------------------------------------------------------------------------------
+def llada_schedule(new: int, o: "LLaDA") -> tuple[int, int, int]:
+    """(block length, blocks, steps per block) of LLaDA's generate() for a generation of `new` tokens; SamplerError
+    naming the length where its rules (gen_length % block_length == 0, steps % blocks == 0) fail."""
+    block = o.block_length or new
+    if new % block:
+        raise SamplerError(f"sampler llada: the generation length {new} is not a multiple of block_length={block}")
+    blocks = new // block
+    if o.steps % blocks:
+        raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks of "
+                           f"block_length={block} in the generation length {new}")
+    return block, blocks, o.steps // blocks
+
+
+def check_generation_length(spec: str, new: int) -> None:
+    """A family sampler's rules on the generation length, checked before any work (SamplerError naming the length):
+    LLaDA's steps / blocks divisibility; the other families take any length."""
+    sampler = parse_sampler(spec)
+    if isinstance(sampler, LLaDA):
+        llada_schedule(new, sampler)
+
+
 @dataclass(frozen=True)
 class LLaDA(FamilySampler):
     name = "llada"
@@ -174,13 +195,7 @@ class LLaDA(FamilySampler):
         A batch is left-padded with an attention mask (as generate() takes attention_mask), positions from each row's
         first token; each row's arithmetic and draws are on its own columns, as at batch 1."""
         o = self
-        block = o.block_length or new
-        if new % block:
-            raise SamplerError(f"sampler llada: the generation length {new} is not a multiple of block_length={block}")
-        blocks = new // block
-        if o.steps % blocks:
-            raise SamplerError(f"sampler llada: steps={o.steps} is not a multiple of the {blocks} blocks")
-        steps = o.steps // blocks
+        block, blocks, steps = llada_schedule(new, o)
         P = max(len(p) for p in prompts)
         pads = [P - len(p) for p in prompts]
         x, real, positions = _left_padded(prompts, pads, P + new, mask_id, device)

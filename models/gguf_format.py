@@ -240,6 +240,7 @@ def _gguf_tokenizer(src: Source, reader, arch_name: str) -> None:
                  "unk": token("unknown_token_id")}
     src.control = [t for t, k in zip(tokens, types) if int(k) == 3]
     src.chat_template = _field(reader, "tokenizer.chat_template") or ""
+    src.template_tokens = {f"{role}_token": tok for role, tok in src.roles.items()}
     add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
     src.add_bos = bool(add_bos) if add_bos is not None else model == "llama"
     if src.family is not None:   # llama.cpp's diffusion metadata names the mask token

@@ -205,6 +205,8 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
     if not template and (src.path / "chat_template.jinja").is_file():
         template = (src.path / "chat_template.jinja").read_text()
     src.chat_template = template if isinstance(template, str) else json.dumps(template)
+    src.template_tokens = {name: _token_string(tcfg.get(name)) or _token_string(special.get(name))
+                           for name in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}
     add_bos = tcfg.get("add_bos_token")
     if add_bos is not None and not isinstance(add_bos, bool):
         raise PretrainedError(f"{src.path / 'tokenizer_config.json'}: add_bos_token must be true, false or absent, "

@@ -41,6 +41,7 @@ class Source:
     roles: dict[str, str | None] = field(default_factory=dict)       # bos/eos/pad/unk token strings
     control: list[str] = field(default_factory=list)                 # special tokens of the tokenizer
     chat_template: str = ""
+    template_tokens: dict[str, str | None] = field(default_factory=dict)   # special tokens a chat template may name
     add_bos: bool = False
     family: object = None          # models.dllm.DiffusionFamily of a diffusion LM, None for an AR LM
     block_size: int | None = None  # a block-causal family's trained block size

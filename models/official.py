@@ -59,6 +59,7 @@ from . import jsonio
 from .backbones import BackboneSpec
 from .backbones.dit import DiTArch, DiTLegacyArch
 from .backbones.llama import LlamaArch
+from .chat import chat_template
 from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
 from .errors import ConfigError, UserError, unknown
 from .tokenizers import Tokenizer
@@ -471,6 +472,10 @@ def official_tokenizer(directory: str | Path, cfg: dict) -> Tokenizer:
     tokenizer = Tokenizer(backend, f"official:{directory.resolve().name}", roles["bos"], roles["eos"], roles["pad"],
                           roles["mask"])
     tokenizer.add_bos = bool(cfg.get("keep_clean_bos"))
+    template = tcfg.get("chat_template") if isinstance(tcfg.get("chat_template"), str) else ""
+    if not template and (directory / "chat_template.jinja").is_file():
+        template = (directory / "chat_template.jinja").read_text()
+    tokenizer.chat = chat_template(template, {f"{r}_token": t for r, t in roles.items() if r != "mask"}, backend)
     return tokenizer
 
 

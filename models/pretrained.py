@@ -56,6 +56,7 @@ import torch
 
 from . import jsonio
 from .backbones import BackboneSpec
+from .chat import chat_template
 from .checkpoint import assemble
 from .gguf_format import read_gguf
 from .dllm import published_config
@@ -304,6 +305,7 @@ def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, de
                     else torch.cat([w, mean])
     tokenizer = Tokenizer(src.backend, f"pretrained:{src.spec}", roles["bos"], roles["eos"], roles["pad"], mask)
     tokenizer.add_bos = src.add_bos
+    tokenizer.chat = chat_template(src.chat_template, src.template_tokens, src.backend)
 
     config = ModelConfig(paradigm=paradigm, vocab_size=rows, length=L,
                          backbone=BackboneSpec("llama", arch, source=src.spec), mask_id=mask_id,

@@ -35,6 +35,9 @@ class Tokenizer:
     # whether prompts of this tokenizer's model start with bos (pretrained Llama-style tokenizers say so,
     # models/pretrained.py sets it; the harness's own tokenizers leave it False). Not saved.
     add_bos: bool = False
+    # a pretrained checkpoint's chat template (models/chat.py ChatTemplate; models/pretrained.py sets it), else None.
+    # Not saved.
+    chat = None
 
     def __init__(self, backend: HFTokenizer, name: str, bos: str, eos: str, pad: str, mask: str):
         self.backend = backend

@@ -14,6 +14,16 @@ Protocol (docs/algorithms.md §8.1, adapted to models trained from scratch on ta
   * answer_nll_per_token: NLL (nats per token) of " {answer}" + eos given the prompt, summed over
     all examples and divided by their total token count. For the diffusion paradigms it is the
     NELBO, an upper bound. It separates paradigms even when tiny models score ~0 accuracy.
+Option `chat` (default false; `harness.run` turns it on for an instruct/chat checkpoint with a chat template,
+models/chat.py chat_default): the prompt is the checkpoint's chat template rendered by its tokenizer around one user
+turn holding "Question: {question}\nAnswer:" with the assistant header after it (exactly transformers'
+apply_chat_template(..., add_generation_prompt=True), then encoded as it is, without another bos, as transformers
+encodes a rendered chat); the reference answer for the NLL follows it.
+Option `prompt="setdlms"` (the paper-gsm8k preset): the official SetDLM evaluation's prompt and answer rule
+(docs/algorithms.md §8.1): the question alone, after SETDLMS_INSTRUCTION, as one user turn of the checkpoint's chat
+template (Qwen3's, thinking enabled: no empty think block) with the generation prompt; the answer is the text between
+the first "boxed{" and the next "}" of the output cut at the stop strings, correct iff it equals the reference after
+"#### " (string equality). The NLL reference answer follows that prompt.
 Context policy: max_new_tokens is clamped to the space left after the prompt; a question that
 does not fit with at least one new token is refused (TaskError); the reference answer in the
 NLL request is truncated at the context length.
@@ -38,6 +48,19 @@ _HASHES = re.compile(r"####\s*([^\n]*)")
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
 _DECIMAL = re.compile(r"-?\d+\.\d+")
+
+
+SETDLMS_INSTRUCTION = "Please reason step by step, and put your final answer within $\\boxed{}$. "
+PROMPTS = ("plain", "setdlms")
+
+
+def boxed_answer(generated: str) -> str | None:
+    """The official SetDLM answer: the text between the first "boxed{" and the next "}" (None without one)."""
+    start = generated.find("boxed{")
+    if start < 0:
+        return None
+    end = generated.find("}", start + len("boxed{"))
+    return generated[start + len("boxed{"):end] if end >= 0 else None
 
 
 def prompt_text(question: str) -> str:
@@ -97,11 +120,32 @@ class GSM8K(Task):
     embedded_file = "gsm8k/test.jsonl"
     hf_default = ("openai/gsm8k", "main", "test")
 
-    def __init__(self, max_new_tokens: int = 256, **source: Any):
+    def __init__(self, max_new_tokens: int = 256, chat: bool = False, prompt: str = "plain", **source: Any):
         super().__init__(**source)
+        if prompt not in PROMPTS:
+            raise TaskError(f"task gsm8k: prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
+        self.prompt = prompt
         if max_new_tokens < 1:
             raise TaskError(f"task gsm8k: max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not isinstance(chat, bool):
+            raise TaskError(f"task gsm8k: chat must be true or false, got {chat!r}")
         self.max_new_tokens = max_new_tokens
+        self.chat = chat
+
+    def prompt_ids(self, question: str, tokenizer: Any) -> list[int]:
+        """The prompt's tokens: bos + the plain prompt, or (chat) the tokenizer's own rendering of it as a user turn."""
+        if not self.chat and self.prompt == "plain":
+            return [tokenizer.bos_id] + tokenizer.encode(prompt_text(question))
+        return tokenizer.encode(self.chat_text(question, tokenizer))
+
+    def chat_text(self, question: str, tokenizer: Any) -> str:
+        """The prompt as the tokenizer's chat template renders it (chat=true, or the setdlms prompt)."""
+        template = getattr(tokenizer, "chat", None)
+        if template is None:
+            needs = "prompt=setdlms" if self.prompt == "setdlms" else "chat=true"
+            raise TaskError(f"task gsm8k: {needs} needs a model whose tokenizer has a chat template; this one has none")
+        content = SETDLMS_INSTRUCTION + question if self.prompt == "setdlms" else prompt_text(question)
+        return template.render([{"role": "user", "content": content}])
 
     def parse(self, record: Record) -> dict[str, Any]:
         expected = 'fields "question" and "answer"'
@@ -116,7 +160,7 @@ class GSM8K(Task):
 
     def requests(self, example: Example, tokenizer: Any, context_length: int) -> dict[str, Request]:
         length = check_context_length(self.name, context_length)
-        prompt = [tokenizer.bos_id] + tokenizer.encode(prompt_text(example.fields["question"]))
+        prompt = self.prompt_ids(example.fields["question"], tokenizer)
         prompt, n_new = fit_generation(prompt, self.max_new_tokens, length)   # the context policy: tasks/base.py
         answer = tokenizer.encode(" " + example.fields["answer"]) + [tokenizer.eos_id]
         return {
@@ -128,7 +172,11 @@ class GSM8K(Task):
         row: dict[str, float] = {}
         decoded = output(outputs, "decode", TextOutput)
         if decoded is not None:
-            row["exact_match"] = float(extract_answer(decoded.text) == example.fields["target"])
+            if self.prompt == "setdlms":   # the official rule: string equality with the text after "#### "
+                reference = example.fields["answer"].rsplit("####", 1)[1].strip()
+                row["exact_match"] = float(boxed_answer(decoded.text.split(STOP)[0]) == reference)
+            else:
+                row["exact_match"] = float(extract_answer(decoded.text) == example.fields["target"])
         ref = output(outputs, "ref_nll", NllOutput)
         if ref is not None and ref.n_tokens > 0:
             row.update(answer_nll=float(ref.nll), answer_tokens=float(ref.n_tokens),

@@ -56,6 +56,20 @@ CELL = ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k"]
 def _case(name: str, tmp: Path, ck: dict, q: Path) -> tuple[list[str], str | None]:
     """(arguments, a path or value of this setup the error line must also contain, or None) of one bad input; the
     text it must contain is its case's `says` (harness.troubleshooting)."""
+    if name.startswith("dllm_"):   # the real-dLLM fixtures (../shared/fixtures/dllm)
+        fixtures = REPO.parent / "shared" / "fixtures" / "dllm"
+        if not fixtures.is_dir():
+            pytest.skip("needs ../shared/fixtures/dllm")
+        llada = ["--model", str(fixtures / "llada_mha")]
+        if name == "dllm_steps_not_a_multiple_of_the_blocks":
+            return [*llada, "--task", "gsm8k", "--sampler", "llada(steps=256,block_length=32)"], "--max-new-tokens"
+        if name == "dllm_family_sampler_infill":
+            return [*llada, "--task", "roc_infill1", "--sampler", "llada"], None
+        if name == "dllm_fastdllm_v2_with_our_decoder":
+            return ["--model", str(fixtures / "fastdllm_v2_bd8"), "--task", "gsm8k", "--threshold", "0.9"], None
+        if name == "dllm_moe_refused":
+            moe = _broken_copy(fixtures / "llada_mha", tmp / "moe", lambda d: _config_edit(d, model_type="llada_moe"))
+            return ["--model", str(moe), "--task", "gsm8k"], "LLaDA-MoE"
     if name == "malformed_jsonl":
         bad = tmp / "bad.jsonl"
         bad.write_text('{"question": "a?", "answer": "#### 1"}\n{"question": "b?", "answer"\n')
