@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import math
 import os
 import re
 import signal
@@ -129,9 +130,12 @@ def number(kind: type, low: float, high: float | None = None, strict: bool = Fal
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
                                              ) from None
+        if kind is float and not math.isfinite(value):   # (nan passes every comparison)
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if value < low or (strict and value == low) or (high is not None and value >= high):
-            bound = f"{'>' if strict else '>='} {low}" + (f" and < {high}" if high is not None else "")
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+            above = high is not None and value >= high
+            bound = f"{'>' if strict else '>='} {low}" + (f" and < {high}" if above else "")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {str(value)[:40]}")
         return value
     return parse
 

@@ -96,7 +96,7 @@ from harness.precision import resolve_precision
 from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
-from models.fields import MAX_FIELD
+from models.fields import MAX_FIELD, MAX_SEED
 from models.errors import UserError, unknown
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
 from tasks.base import INFILL_MARKER, fit_generation, fit_infill
@@ -104,7 +104,6 @@ from tasks.base import INFILL_MARKER, fit_generation, fit_infill
 logger = logging.getLogger("harness.lm_eval")
 
 KNOBS = (*cli.DECODE_KNOBS, "repetition_penalty", "seed")
-MAX_SEED = 2 ** 32 - 1
 
 
 def output_knob_names(paradigm: str) -> set[str]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .fields import split_call
+from .fields import MAX_FIELD, MAX_STEPS, bounded, parse_options, range_problems, split_call
 from .errors import UserError, unknown
 
 
@@ -142,6 +142,12 @@ class DiffusionFamily:
             if token_id is not None and token_id != value:
                 raise FamilyError(f"{where}: {self.mask_field}={value} but the tokenizer's mask token {name!r} "
                                       f"has id {token_id}")
+            for other in ("eos_token_id", "bos_token_id", "pad_token_id"):   # masks would decode as that token
+                ids = cfg.get(other) if isinstance(cfg.get(other), list) else [cfg.get(other)]
+                if value in ids:
+                    raise FamilyError(f"{where}: {self.mask_field}={value} is also {other} (token "
+                                      f"{({i: t for t, i in vocab.items()}.get(value, '?'))!r}); a mask must be a "
+                                      f"token of its own")
             inverse = {i: t for t, i in vocab.items()}
             return inverse.get(value, name or f"<id {value}>"), value
         if token_id is None:
@@ -235,6 +241,9 @@ class SamplerError(UserError):
     """A family sampler spec that cannot be run (one line naming the option)."""
 
 
+MAX_TEMPERATURE = 100.0   # a hotter token or position temperature is a uniform draw
+
+
 # -- the options of each sampler ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SamplerOptions:
@@ -254,11 +263,11 @@ class SamplerOptions:
 @dataclass(frozen=True)
 class LLaDAOptions(SamplerOptions):
     family = "llada"
-    steps: int = field(default=128, metadata={"help": "denoising steps for the whole generation (a multiple of the "
-                                                      "number of blocks)"})
-    block_length: int | None = field(default=None, metadata={"help": "semi-autoregressive block (default: the whole "
-                                                                      "generation; the LLaDA README uses 32)"})
-    temperature: float = field(default=0.0, metadata={"help": "Gumbel-max temperature (0: argmax)"})
+    steps: int = bounded(128, 1, MAX_STEPS, "denoising steps for the whole generation (a multiple of the number of "
+                                            "blocks)")
+    block_length: int | None = bounded(None, 1, MAX_FIELD, "semi-autoregressive block (default: the whole "
+                                                           "generation; the LLaDA README uses 32)")
+    temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "Gumbel-max temperature (0: argmax)")
     remasking: str = field(default="low_confidence", metadata={"help": "low_confidence or random"})
 
     def problems(self):
@@ -269,15 +278,16 @@ class LLaDAOptions(SamplerOptions):
 @dataclass(frozen=True)
 class DreamOptions(SamplerOptions):
     family = "dream"
-    steps: int = field(default=512, metadata={"help": "denoising steps"})
+    steps: int = bounded(512, 1, MAX_STEPS, "denoising steps")
     alg: str = field(default="origin", metadata={"help": "origin (random positions), maskgit_plus (max p), "
                                                          "topk_margin (p1 - p2) or entropy (negative entropy)"})
-    alg_temp: float = field(default=0.0, metadata={"help": "0: the top-k confident positions; > 0: positions drawn "
-                                                           "from softmax(confidence / alg_temp)"})
-    eps: float = field(default=1e-3, metadata={"help": "the last timestep of linspace(1, eps, steps + 1)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus filter (None: off)"})
-    top_k: int | None = field(default=None, metadata={"help": "top-k filter (None: off)"})
+    alg_temp: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "0: the top-k confident positions; > 0: positions drawn "
+                                                         "from softmax(confidence / alg_temp)")
+    eps: float = bounded(1e-3, 0.0, 1.0, "the last timestep of linspace(1, eps, steps + 1), [0, 1)", open_high=True)
+    temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "token temperature (0: argmax)")
+    top_p: float | None = bounded(None, 0.0, 1.0, "nucleus filter (None: off)")
+    top_k: int | None = bounded(None, 1, MAX_FIELD, "top-k filter, >= 1 (None: off; the reference's top_k=0 is an "
+                                                    "IndexError)")
 
     def problems(self):
         return ([f"alg must be origin, maskgit_plus, topk_margin or entropy, got {self.alg!r}"]
@@ -287,16 +297,17 @@ class DreamOptions(SamplerOptions):
 @dataclass(frozen=True)
 class SDAROptions(SamplerOptions):
     family = "sdar"
-    block_length: int | None = field(default=None, metadata={"help": "block size (default: the model's)"})
-    denoising_steps: int | None = field(default=None, metadata={"help": "steps per block (default: the block size)"})
-    temperature: float = field(default=1.0, metadata={"help": "token temperature (the sampler always draws: "
-                                                              "top_k=1 is its greedy)"})
-    top_k: int = field(default=0, metadata={"help": "top-k filter (0: off)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus filter (1: off)"})
+    block_length: int | None = bounded(None, 1, MAX_FIELD, "block size (default: the model's)")
+    denoising_steps: int | None = bounded(None, 1, MAX_STEPS, "steps per block (default: the block size)")
+    temperature: float = bounded(1.0, 0.0, MAX_TEMPERATURE, "token temperature, > 0 (the sampler always draws, and "
+                                                            "the reference divides by it: top_k=1 is its greedy)",
+                                 open_low=True)
+    top_k: int = bounded(0, 0, MAX_FIELD, "top-k filter (0: off)")
+    top_p: float = bounded(1.0, 0.0, 1.0, "nucleus filter (1: off)")
     remasking: str = field(default="low_confidence_dynamic", metadata={"help": (
         "low_confidence_dynamic (every masked position above threshold when at least the step's count are, else "
         "the count most confident), low_confidence_static (the count most confident) or sequential")})
-    threshold: float = field(default=0.85, metadata={"help": "confidence threshold of low_confidence_dynamic"})
+    threshold: float = bounded(0.85, 0.0, 1.0, "confidence threshold of low_confidence_dynamic")
 
     def problems(self):
         return ([f"remasking must be low_confidence_dynamic, low_confidence_static or sequential, got "
@@ -307,12 +318,12 @@ class SDAROptions(SamplerOptions):
 @dataclass(frozen=True)
 class FastDLLMv2Options(SamplerOptions):
     family = "fastdllm_v2"
-    block_size: int | None = field(default=None, metadata={"help": "block size (default: the model's bd_size)"})
-    small_block_size: int = field(default=8, metadata={"help": "sub-block decoded left to right within a block"})
-    threshold: float = field(default=1.0, metadata={"help": "commit every masked position with p > threshold, plus "
-                                                            "the most probable one (1: one token per step)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float = field(default=0.95, metadata={"help": "nucleus filter when temperature > 0"})
+    block_size: int | None = bounded(None, 1, MAX_FIELD, "block size (default: the model's bd_size)")
+    small_block_size: int = bounded(8, 1, MAX_FIELD, "sub-block decoded left to right within a block")
+    threshold: float = bounded(1.0, 0.0, 1.0, "commit every masked position with p > threshold, plus the most "
+                                              "probable one (1: one token per step)")
+    temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "token temperature (0: argmax)")
+    top_p: float = bounded(0.95, 0.0, 1.0, "nucleus filter when temperature > 0")
     use_block_cache: bool = field(default=False, metadata={"help": (
         "reuse the block's own keys/values across its sub-blocks: a sub-block whose first position is decoded runs "
         "alone, its keys/values replacing the block's (approximate, as published)")})
@@ -329,37 +340,8 @@ def is_family_sampler(spec: str) -> bool:
 def parse_sampler(spec: str) -> SamplerOptions:
     """The options of a spec `family` or `family(option=value,...)`; SamplerError for anything else."""
     name, pairs = split_call(spec, OPTIONS, "family sampler", SamplerError)
-    cls = OPTIONS[name]
-    kinds = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
-    for key, value in pairs:
-        if key not in kinds:
-            raise SamplerError(f"sampler {name}: {unknown('option', key, kinds)}")
-        kind = str(kinds[key].type)
-        try:
-            if value.lower() == "none" and "None" in kind:
-                values[key] = None
-            elif kind.startswith("bool"):
-                if value.lower() not in ("true", "false"):
-                    raise ValueError(value)
-                values[key] = value.lower() == "true"
-            elif kind.startswith("int"):
-                values[key] = int(value)
-            elif kind.startswith("float"):
-                values[key] = float(value)
-            else:
-                values[key] = value
-        except ValueError:
-            raise SamplerError(f"sampler {name}: {key} must be {'true or false' if kind.startswith('bool') else 'a number'}"
-                               f", got {value!r}") from None
-        number = values[key]
-        if isinstance(number, (int, float)) and not isinstance(number, bool) and (not math.isfinite(number) or number < 0):
-            raise SamplerError(f"sampler {name}: {key} must be a finite number >= 0, got {value!r}")
-    options = cls(**values)
-    for key in ("steps", "block_length", "denoising_steps", "block_size", "small_block_size"):
-        if getattr(options, key, None) == 0:
-            raise SamplerError(f"sampler {name}: {key} must be >= 1")
-    problems = options.problems()
+    options = OPTIONS[name](**parse_options(OPTIONS[name], pairs, f"sampler {name}", SamplerError, "option"))
+    problems = range_problems(options) + options.problems()   # the declared ranges (models/fields.py) first
     if problems:
         raise SamplerError(f"sampler {name}: {'; '.join(problems)}")
     return options

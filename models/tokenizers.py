@@ -45,6 +45,10 @@ class Tokenizer:
         if missing:
             raise ConfigError(f"tokenizer {name!r} lacks special tokens: {', '.join(missing)}")
         self.bos_id, self.eos_id, self.pad_id, self.mask_id = ids["bos"], ids["eos"], ids["pad"], ids["mask"]
+        for role in ("bos", "eos", "pad"):   # a mask that is another special token decodes masks as it
+            if ids[role] == self.mask_id:
+                raise ConfigError(f"tokenizer {name!r}: its mask token {mask!r} (id {self.mask_id}) is also its {role} "
+                                  f"token {self.special_tokens[role]!r}; a mask must be a token of its own")
         self._hidden = {self.pad_id, self.mask_id, self.bos_id, self.eos_id}
 
     @property
@@ -71,7 +75,7 @@ class Tokenizer:
     @classmethod
     def from_directory(cls, directory: str | Path) -> "Tokenizer":
         directory = Path(directory)
-        meta = jsonio.loads((directory / "tokenizer_meta.json").read_text())
+        meta = jsonio.loads((directory / "tokenizer_meta.json").read_text(encoding="utf-8"))
         backend = HFTokenizer.from_file(str(directory / "tokenizer.json"))
         return cls(backend, meta["name"], meta["bos"], meta["eos"], meta["pad"], meta["mask"])
 

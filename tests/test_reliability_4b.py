@@ -1,0 +1,136 @@
+"""Reliability, round 4 (issue 62), the classes of helper r62b: every numeric option of a spec or a file has a declared
+range checked before anything is allocated; a model file whose mask token is another special token is refused,
+naming both; every string that reaches a terminal or a figure goes through one escaping function, and files are read
+as UTF-8 whatever the locale; every config field an official checkpoint reads is type-checked; a lock's pid is called
+live only when it is a harness worker of that results folder; too few file descriptors and SIGTERM to a `--jobs`
+driver end in one line and a clean pool. Each test fails without its fix.
+
+    pytest tests/test_reliability_4b.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import models
+from models.dllm import OPTIONS
+from models.errors import UserError
+from models.policies import POLICIES, PolicyError, parse_policy
+from models.types import DecodeConfig
+from tasks.oracle_language import LanguageError, OracleLanguage, language
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO.parent / "shared" / "fixtures" / "dllm"
+needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="needs ../shared/fixtures/dllm")
+
+
+# -- inputs without a bound -----------------------------------------------------------------------------------
+def test_every_numeric_option_of_a_spec_declares_its_range():
+    """THE class: every int or float field of a commit policy, a family sampler and an oracle language (the three
+    `name(key=value)` grammars) carries its Range (models.fields.bounded), so a new option cannot arrive unbounded."""
+    owners = [*POLICIES.values(), *OPTIONS.values(), OracleLanguage]
+    unbounded = [f"{cls.__name__}.{f.name}" for cls in owners for f in dataclasses.fields(cls)
+                 if str(f.type).split(" |")[0] in ("int", "float") and "range" not in f.metadata]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("make, error, says", [
+    (lambda: parse_policy(f"topk(k={10 ** 20})"), PolicyError, "policy topk: k must be a whole number in [1, "),
+    (lambda: parse_policy(f"klass(steps={10 ** 20})"), PolicyError, "policy klass: steps must be a whole number in"),
+    (lambda: parse_policy("dus(a=1)"), PolicyError, "policy dus: a must be a whole number in [2, "),
+    (lambda: DecodeConfig(sampler=f"dream(steps={10 ** 9})"), UserError, "sampler dream: steps must be a whole "),
+    (lambda: DecodeConfig(sampler=f"llada(block_length={10 ** 21})"), UserError, "block_length must be a whole"),
+    (lambda: DecodeConfig(sampler="sdar(temperature=0)"), UserError, "sampler sdar: temperature must be in (0, "),
+    (lambda: DecodeConfig(sampler="dream(top_k=0)"), UserError, "sampler dream: top_k must be a whole number in [1"),
+    (lambda: DecodeConfig(sampler="dream(eps=5)"), UserError, "eps must be in [0, 1)"),
+    (lambda: DecodeConfig(sampler="fastdllm_v2(threshold=nan)"), UserError, "threshold must be in [0, 1]"),
+    (lambda: DecodeConfig(seed=10 ** 30), UserError, "seed must be a whole number in [0, 4294967295]"),
+    (lambda: DecodeConfig(steps=10 ** 20), UserError, "steps must be at most 16,777,216"),
+    (lambda: language("hmm(states=100000,symbols=100000,coupling=0.5,seed=1)"), LanguageError,
+     "n_states must be a whole number in [1, 1,024], got 100000"),
+    (lambda: language(f"hmm(states=4,symbols=8,coupling=0.5,seed=1,branching={10 ** 9})"), LanguageError,
+     "branching must be a whole number in [1, 1,024]"),
+    (lambda: language(f"hmm(states=4,symbols=8,coupling=0.5,seed={10 ** 30})"), LanguageError,
+     "seed must be a whole number in [0, 2,147,483,647]"),
+])
+def test_an_option_out_of_its_range_is_one_line_before_any_allocation(make, error, says):
+    """100,000 HMM states asked for 74.5 GiB, branching 10^9 filled memory, dream(steps=10^9) a 4 GB linspace,
+    topk(k=10^20) and klass(steps=10^20) overflowed into tracebacks, sdar(temperature=0) divided by zero (the
+    reference does too: refused), dream(top_k=0) was the reference's IndexError."""
+    with pytest.raises(error) as caught:
+        make()
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_undefined_sampler_values_keep_the_reference_meaning():
+    """Where the reference defines a value it keeps its meaning: temperature 0 is argmax for LLaDA, Dream and
+    Fast-dLLM v2, top_k=0 is 'off' for SDAR, top_p 0 keeps the most probable token."""
+    for spec in ("llada(temperature=0)", "dream(temperature=0,top_p=0)", "fastdllm_v2(temperature=0)", "sdar(top_k=0)"):
+        DecodeConfig(sampler=spec)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--seed", str(10 ** 30)], "argument --seed: must be >= 0 and < 4294967296"),
+    (["--lr", "nan"], "argument --lr: expected a finite number, got 'nan'"),
+    (["--d-model", str(10 ** 12)], "argument --d-model: must be >= 1 and < 16777217"),
+])
+def test_train_flags_have_bounds(args, says, capsys):
+    from harness.train import build_parser
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["--paradigm", "ar", *args])
+    assert caught.value.code == 2 and says in capsys.readouterr().err
+
+
+@needs_fixtures
+@pytest.mark.parametrize("key, value, says", [
+    ("tokenizer.ggml.mask_token_id", "x", "tokenizer.ggml.mask_token_id must be a whole number"),
+    ("llada.attention.sliding_window", "wide", "llada.attention.sliding_window must be a whole number"),
+    ("tokenizer.ggml.mask_token_id", 10 ** 6, "tokenizer.ggml.mask_token_id must be a whole number in [0, "),
+])
+def test_gguf_metadata_of_the_wrong_type_is_one_line(key, value, says, tmp_path):
+    """A string mask id or sliding window was int()'d: a ValueError traceback."""
+    pytest.importorskip("gguf")
+    from test_dllm import write_gguf
+
+    metadata = {"diffusion.shift_logits": False, "tokenizer.ggml.mask_token_id": 110, key: value}
+    path = write_gguf("llada_mha", tmp_path / "bad.gguf", "llada", metadata)
+    with pytest.raises(UserError, match=r"bad\.gguf: ") as caught:
+        models.open_model(path)
+    assert says in str(caught.value)
+
+
+# -- model files that lie ------------------------------------------------------------------------------------
+def _edited_folder(tmp_path: Path, case: str, file: str, **changes) -> Path:
+    folder = tmp_path / case
+    if not folder.exists():
+        shutil.copytree(FIXTURES / case, folder)
+    cfg = json.loads((folder / file).read_text(encoding="utf-8"))
+    cfg.update(changes)
+    (folder / file).write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
+
+
+@needs_fixtures
+def test_a_mask_id_that_is_another_special_token_is_refused_naming_both(tmp_path):
+    """A LLaDA config whose mask_token_id is its eos id decoded every mask as end of text, without a word."""
+    folder = _edited_folder(tmp_path, "llada_mha", "config.json", eos_token_id=110)
+    with pytest.raises(UserError, match=r"mask_token_id=110 is also eos_token_id \(token '<\|mdm_mask\|>'\)"):
+        models.open_model(folder)
+    folder = _edited_folder(tmp_path / "tok", "llada_mha", "tokenizer_config.json", eos_token="<|mdm_mask|>")
+    with pytest.raises(UserError, match=r"mask token '<\|mdm_mask\|>' \(id 110\) is also its eos token"):
+        models.open_model(folder)
+
+
+def test_our_own_checkpoint_config_with_the_mask_as_eos_is_refused():
+    from models.types import ModelConfig
+    good = ModelConfig(paradigm="mdlm", vocab_size=10, length=8, mask_id=9, eos_id=8).to_dict()
+    ModelConfig.from_dict(good)
+    with pytest.raises(UserError, match="mask_id 8 is also the eos_id"):
+        ModelConfig.from_dict({**good, "mask_id": 8})
