@@ -134,3 +134,35 @@ def parse_options(cls, pairs: list[tuple[str, str]], what: str, error: type[Exce
             kind = {"bool": "true or false", "int": "a whole number", "float": "a number"}.get(base, "a value")
             raise error(f"{what}: {key} must be {kind}, got {text[:40]!r}") from None
     return values
+
+
+_KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", dict: "an object"}
+
+
+def _is(value, kind) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_types(d: dict, schema: dict, where: str, error: type[Exception], prefix: str = "") -> None:
+    """`error` naming the field (`where: noise_config.block_size must be a whole number, got '8'`) unless every key of
+    `schema` that `d` holds (null passes: the readers treat it as absent) has its type: a type (int, float, str,
+    bool, dict), [type] (a list of them) or a nested schema (an object whose own fields are checked)."""
+    for key, kind in schema.items():
+        value = d.get(key)
+        if value is None:
+            continue
+        name = prefix + key
+        if isinstance(kind, dict):
+            if not isinstance(value, dict):
+                raise error(f"{where}: {name} must be an object, got {str(value)[:40]!r}")
+            check_types(value, kind, where, error, name + ".")
+        elif isinstance(kind, list):
+            if not isinstance(value, list) or not all(_is(v, kind[0]) for v in value):
+                raise error(f"{where}: {name} must be a list of {_KINDS[kind[0]].removeprefix('a ')}s, got "
+                            f"{str(value)[:40]!r}")
+        elif not _is(value, kind):
+            raise error(f"{where}: {name} must be {_KINDS[kind]}, got {str(value)[:40]!r}")

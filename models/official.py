@@ -61,6 +61,7 @@ from .backbones.dit import DiTArch, DiTLegacyArch
 from .backbones.llama import LlamaArch
 from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
 from .errors import ConfigError, UserError, unknown
+from .fields import check_types
 from .tokenizers import Tokenizer
 
 HUB_PREFIX = "kuleshov-group"
@@ -174,6 +175,16 @@ def _one_line(e: BaseException) -> str:
 
 
 # -- detection and config ------------------------------------------------------------------------------
+# the type of every config.json field this loader reads (models.fields.check_types), checked before any is used
+_ROLE_IDS = {f"{role}_token_id": int for role in ("bos", "eos", "pad", "mask", "sep")}
+CONFIG_TYPES = {"architectures": [str], "model_type": str, "length": int, "block_size": int, "vocab_size": int,
+                "keep_clean_bos": bool, "tokenization_config": _ROLE_IDS, **_ROLE_IDS,
+                "noise_config": {"_target_": str, "desired_block_size": int, "block_size": int, "max_block_size": int},
+                "backbone_config": {"_target_": str, "num_layers": int, "hidden_size": int, "n_heads": int,
+                                    "cond_dim": int, "dropout": float, "reinit_model": bool, "norm_type": str,
+                                    "pretrained_model_name_or_path": str}}
+
+
 def _read_json(path: Path) -> dict:
     try:
         value = jsonio.loads(path.read_text())
@@ -198,7 +209,7 @@ def is_official_checkpoint(directory: str | Path) -> bool:
     if not isinstance(backbone, dict) or not isinstance(backbone.get("_target_"), str):
         return False
     arch = cfg.get("architectures")
-    named = isinstance(arch, list) and arch and arch[0] in ARCHITECTURES
+    named = isinstance(arch, list) and arch and isinstance(arch[0], str) and arch[0] in ARCHITECTURES
     return bool(named or cfg.get("model_type") in ("ar", "mdlm", "bd3lm"))
 
 
@@ -493,6 +504,7 @@ def describe_official(directory: str | Path) -> tuple[OfficialInfo, dict]:
         raise CheckpointError(f"{directory}: no config.json")
     cfg = _read_json(path)
     where = str(path)
+    check_types(cfg, CONFIG_TYPES, where, CheckpointError)   # (a nested architectures list was a TypeError)
     paradigm, kind = official_paradigm(cfg, where), backbone_kind(cfg, where)
     L = _int(cfg.get("length"), "length", where)
     S = S_max = None

@@ -134,3 +134,35 @@ def test_our_own_checkpoint_config_with_the_mask_as_eos_is_refused():
     ModelConfig.from_dict(good)
     with pytest.raises(UserError, match="mask_id 8 is also the eos_id"):
         ModelConfig.from_dict({**good, "mask_id": 8})
+
+
+# -- a leftover of round 2: an official config.json's field types ----------------------------------------------
+@pytest.fixture(scope="module")
+def official_folder(tmp_path_factory) -> Path:
+    from fixtures_official import write_fixtures
+
+    return write_fixtures(tmp_path_factory.mktemp("official"), ("dit_adaln_mdlm",))["dit_adaln_mdlm"]
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("architectures", [["MDLM"]], "architectures must be a list of strings, got \"[['MDLM']]\""),
+    ("architectures", "MDLM", "architectures must be a list of strings"),
+    ("noise_config", ["LinearNoise"], "noise_config must be an object"),
+    ("length", "16", "length must be a whole number, got '16'"),
+    ("backbone_config._target_", 7, "backbone_config._target_ must be a string"),
+    ("mask_token_id", True, "mask_token_id must be a whole number"),
+])
+def test_every_official_config_field_is_type_checked_naming_it(official_folder, tmp_path, field, value, says):
+    """A nested architectures list was a TypeError (unhashable list) from is_official_checkpoint and the loader."""
+    from models.official import is_official_checkpoint, load_official
+
+    folder = tmp_path / "edited"
+    shutil.copytree(official_folder, folder)
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    *outer, last = field.split(".")
+    (cfg[outer[0]] if outer else cfg)[last] = value
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    is_official_checkpoint(folder)   # never raises
+    with pytest.raises(models.CheckpointError) as caught:
+        load_official(folder)
+    assert says in str(caught.value) and str(folder / "config.json") in str(caught.value)
