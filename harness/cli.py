@@ -74,6 +74,9 @@ def exhausted(e: BaseException) -> str | None:
     if isinstance(e, FileNotFoundError) and not working_directory_exists():   # os.getcwd() fails from then on
         return ("the working directory was deleted or moved while the command ran; finished work is kept — cd to a "
                 "folder that exists and rerun to resume")
+    if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):   # ulimit -n, or the system's table
+        return (f"too many open files ({text[:160]}); finished work is kept — raise the limit (ulimit -n 1024) or use "
+                f"--jobs 1, and rerun to resume")
     if isinstance(e, OSError) and e.errno == errno.EFBIG:   # ulimit -f, or the filesystem's largest file
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"a file-size limit was reached{where} ({text[:160]}); finished work is kept — raise the limit "

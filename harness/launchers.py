@@ -52,7 +52,7 @@ from .progress import format_duration, progress as progress_bar
 from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
 from .training_claims import training_stage
-from .lifeline import die_with_parent
+from .lifeline import die_with_parent, open_files_problem
 from .store import ResultsStore
 from .sweep import Plan, PlanError, load_task, needed_models, pending_cells, results_dir
 from .cache import cache_target, checkpoint_dir, is_cached
@@ -97,6 +97,10 @@ def eval_workers(plan: Plan, device: str, jobs: str | int = "auto", launcher: st
         if workers > 1 and delete_downloads:
             raise PlanError("--delete-downloads evaluates one model at a time: use it with --jobs 1")
     if len(plan.cells) < 2:
+        workers = 1
+    if workers > 1 and open_files_problem(workers):   # (ulimit -n 16: a traceback from os.pipe)
+        if jobs != "auto":
+            raise PlanError(open_files_problem(workers))
         workers = 1
     return workers, max(1, threads // workers) if workers > 1 else threads
 

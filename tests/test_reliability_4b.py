@@ -166,3 +166,47 @@ def test_every_official_config_field_is_type_checked_naming_it(official_folder, 
     with pytest.raises(models.CheckpointError) as caught:
         load_official(folder)
     assert says in str(caught.value) and str(folder / "config.json") in str(caught.value)
+
+
+# -- processes and resources ------------------------------------------------------------------------------------
+def test_a_lock_naming_a_process_that_is_not_its_worker_is_not_a_live_worker(tmp_path):
+    """A .lock naming pid 1 (with its true start time) as a worker made the sweep refuse to start and advise
+    `kill 1`; a process that holds this results folder's lock file open, as every worker does, is still refused."""
+    from harness.lifeline import process_start
+    from harness.store import ResultsStore, StoreError
+
+    root = tmp_path / "cpu"
+    root.mkdir()
+    (root / ".lock").write_text(f"999999\nworker 1 {process_start(1)}\n")
+    with ResultsStore(root).lock():
+        pass
+    with open(root / ".lock") as held:
+        worker = subprocess.Popen(["sleep", "60"], stdin=held)
+    try:
+        (root / ".lock").write_text(f"999999\nworker 1 {process_start(1)}\nworker {worker.pid} "
+                                    f"{process_start(worker.pid)}\n")
+        with pytest.raises(StoreError, match=rf"still running \(pid {worker.pid}\)"):
+            with ResultsStore(root).lock():
+                pass
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_too_few_file_descriptors_for_the_workers_is_one_line(monkeypatch):
+    """`ulimit -n 16` made a --jobs 2 sweep die in os.pipe() with a traceback: an explicit --jobs is refused before
+    any worker starts, `auto` falls back to this process; an EMFILE anywhere else is one line too."""
+    import errno
+    import resource
+
+    from harness.cli import exhausted
+    from harness.launchers import eval_workers
+    from harness.presets import get_preset
+    from harness.sweep import PlanError, plan_sweep
+
+    plan = plan_sweep(get_preset("smoke"), tasks="gsm8k")
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (16, 16))
+    with pytest.raises(PlanError, match=r"--jobs 2 needs about \d+ open files, but this shell allows 16"):
+        eval_workers(plan, "cpu", 2)
+    assert eval_workers(plan, "cpu", "auto")[0] == 1
+    assert "too many open files" in exhausted(OSError(errno.EMFILE, "Too many open files"))
