@@ -14,7 +14,6 @@ import dataclasses
 import errno
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import UserError, unknown
+from models.text import printable, safe_streams  # noqa: F401  (printable: THE terminal escaping, used from here)
 from models.types import SAMPLING_KNOBS, DecodeConfig
 
 from .env import REPO
@@ -29,16 +29,6 @@ from .paths import PathError
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
-
-
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: object) -> str:
-    """`text` safe to print on a terminal: control characters (ESC, BEL, C1, carriage return, the bidirectional
-    overrides) as \\x.. / \\u.... escapes, so that a string from a file or a model (a config field, a tokenizer token)
-    cannot move the cursor, retitle the window or reorder what the line says. Every `error:` line goes through it."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def working_directory_exists() -> bool:
@@ -114,6 +104,10 @@ def interrupt_on_sigterm() -> None:
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one `error:` line and exit status 2, an unknown choice worded as every
     unknown name is."""
+
+    def __init__(self, *args, **kwargs):   # every command line builds one first: its output cannot fail to encode
+        safe_streams()
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"error: {message}\n(see {self.prog} --help)\n")

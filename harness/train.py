@@ -34,6 +34,7 @@ from models import Batch
 from models.steps import prepare_torch_compile
 from models.errors import ConfigError, UserError, unknown
 from models.fields import MAX_FIELD, MAX_SEED
+from models.text import printable
 from models.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the state survives
         return exit_exhausted(e)
     meta = models.checkpoint.read_config(path)
-    print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")
+    print(printable(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)"))
     return 0
 
 

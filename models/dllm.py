@@ -218,7 +218,7 @@ def published_config(hub_id: str) -> dict | None:
 
 @functools.lru_cache(maxsize=1)
 def _published_configs() -> dict[str, dict]:
-    text = (Path(__file__).parent / "assets" / "dllm_configs.json").read_text()
+    text = (Path(__file__).parent / "assets" / "dllm_configs.json").read_text(encoding="utf-8")
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 

@@ -61,6 +61,7 @@ from .backbones.dit import DiTArch, DiTLegacyArch
 from .backbones.llama import LlamaArch
 from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
 from .errors import ConfigError, UserError, unknown
+from .text import native_path
 from .fields import check_types
 from .tokenizers import Tokenizer
 
@@ -187,7 +188,7 @@ CONFIG_TYPES = {"architectures": [str], "model_type": str, "length": int, "block
 
 def _read_json(path: Path) -> dict:
     try:
-        value = jsonio.loads(path.read_text())
+        value = jsonio.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not readable JSON ({_one_line(e)})") from None
     if not isinstance(value, dict):
@@ -200,7 +201,7 @@ def is_official_checkpoint(directory: str | Path) -> bool:
     `_target_`, and an AR/MDLM/BD3LM/SetDLM architecture or model_type); never raises."""
     path = Path(directory) / "config.json"
     try:
-        cfg = jsonio.loads(path.read_text())
+        cfg = jsonio.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     if not isinstance(cfg, dict) or "schema_version" in cfg:
@@ -451,7 +452,7 @@ def official_tokenizer(directory: str | Path, cfg: dict) -> Tokenizer:
     if not path.is_file():
         raise CheckpointError(f"{directory}: no tokenizer.json (only fast tokenizers are supported)")
     try:
-        backend = HFTokenizer.from_file(str(path))
+        backend = HFTokenizer.from_file(native_path(path))
     except Exception as e:
         raise CheckpointError(f"{path}: not a readable tokenizer ({_one_line(e)})") from None
     tcfg = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}

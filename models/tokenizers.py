@@ -24,6 +24,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from . import jsonio
 from .errors import ConfigError, unknown
+from .text import native_path
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "tokenizers"
 BUILTIN = ("gpt2", "bert-base-uncased")
@@ -67,16 +68,16 @@ class Tokenizer:
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
-        self.backend.save(str(directory / "tokenizer.json"))
+        self.backend.save(native_path(directory / "tokenizer.json"))
         (directory / "tokenizer_meta.json").write_text(
             json.dumps({"name": self.name, **self.special_tokens}, indent=2, sort_keys=True) + "\n"
-        )
+        , encoding="utf-8")
 
     @classmethod
     def from_directory(cls, directory: str | Path) -> "Tokenizer":
         directory = Path(directory)
         meta = jsonio.loads((directory / "tokenizer_meta.json").read_text(encoding="utf-8"))
-        backend = HFTokenizer.from_file(str(directory / "tokenizer.json"))
+        backend = HFTokenizer.from_file(native_path(directory / "tokenizer.json"))
         return cls(backend, meta["name"], meta["bos"], meta["eos"], meta["pad"], meta["mask"])
 
 

@@ -210,3 +210,80 @@ def test_too_few_file_descriptors_for_the_workers_is_one_line(monkeypatch):
         eval_workers(plan, "cpu", 2)
     assert eval_workers(plan, "cpu", "auto")[0] == 1
     assert "too many open files" in exhausted(OSError(errno.EMFILE, "Too many open files"))
+
+
+# -- terminal and text safety ------------------------------------------------------------------------------------
+def _text_opens(path: Path) -> list[int]:
+    """Lines of `path` that open a file as text without naming its encoding: Path.read_text / write_text, builtin
+    open and Path.open in a text mode (bare read_text/write_text calls are the project's own functions)."""
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in ("read_text", "write_text"):
+            out.append(node.lineno)
+        elif (isinstance(f, ast.Name) and f.id == "open") or (
+                isinstance(f, ast.Attribute) and f.attr == "open" and not (isinstance(f.value, ast.Name) and f.value.id
+                                                                           in ("os", "gzip", "tarfile", "zipfile"))):
+            args = node.args[1:] if isinstance(f, ast.Name) else node.args
+            if isinstance(f, ast.Attribute) and node.args and not isinstance(node.args[0], ast.Constant):
+                continue   # a method of our own named open (ModelSource.open(paradigm, ...))
+            mode = next((k.value for k in node.keywords if k.arg == "mode"), args[0] if args else None)
+            if mode is None or (isinstance(mode, ast.Constant) and "b" not in str(mode.value)):
+                out.append(node.lineno)
+    return out
+
+
+def test_every_file_is_opened_as_utf8_whatever_the_locale():
+    """THE class: under an ASCII locale (LC_ALL=C, Python's UTF-8 mode off) a text file opened without encoding= is
+    read as ASCII: a non-ASCII tokenizer config or data file was a UnicodeDecodeError or a wrong error."""
+    found = [f"{p.relative_to(REPO)}:{line}" for folder in ("models", "harness", "tasks")
+             for p in sorted((REPO / folder).rglob("*.py")) for line in _text_opens(p)]
+    assert found == []
+
+
+def test_a_hostile_folder_name_under_an_ascii_locale_is_escaped_and_runs(tmp_path):
+    """A checkpoint folder named with an escape sequence and a non-ASCII letter, run under LC_ALL=C with Python's
+    UTF-8 mode off: the plan and the summary show the escape as text (it reached the terminal raw), and the cell
+    runs (the tokenizer could not be opened from the non-ASCII path: 'unreadable tokenizer files'; pandas refused
+    the model id)."""
+    import os
+
+    import torch
+    from models.tokenizers import train_bpe
+
+    tok = train_bpe(["what is two plus three", "the cat sat on the mat"] * 20, 300)
+    torch.manual_seed(0)
+    model = models.build("ar", vocab_size=tok.vocab_size, length=64, n_layers=1, d_model=16, n_heads=2,
+                         mask_id=tok.mask_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
+    folder = models.save(model, tmp_path / "mod\u00e8le\x1b[31mRED", tokenizer=tok)
+    (tmp_path / "q.jsonl").write_text(json.dumps({"question": "What is 2 plus 3?", "answer": "#### 5"}) + "\n",
+                                      encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "PYTHONIOENCODING", "PYTHONUTF8"))}
+    env.update(LC_ALL="C", LANG="C", HARNESS_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1",
+               HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-X", "utf8=0", "-m", "harness.run", "--checkpoint", str(folder),
+                           "--task", "gsm8k", "--data", str(tmp_path / "q.jsonl"), "--limit", "1", "--out",
+                           str(tmp_path / "out"), "--quiet", "--no-report"], cwd=REPO, env=env, capture_output=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out.decode(errors="replace")
+    assert b"\x1b" not in out and b"\\x1b[31mRED" in proc.stdout and b"\\x1b[31mRED" in proc.stderr
+
+
+def test_a_metric_label_holding_mathtext_is_drawn_as_text(tmp_path):
+    """A row whose metric_label is '$\\frac{$' crashed the report in matplotlib's mathtext parser."""
+    from harness import report
+    from test_bad_input import report_row, write_jsonl
+
+    (tmp_path / "res" / "cpu").mkdir(parents=True)
+    rows = [report_row(run_id=f"r{i}", paradigm="setdlm", model_id="s", threshold=t, tokens_per_s=10.0 + i,
+                       tokens_per_forward=1.0 + i, block_size=4, value=0.5 - i / 10, metric_label="$\\frac{$ of x")
+            for i, t in enumerate((0.5, 0.9))]
+    write_jsonl(tmp_path / "res" / "cpu" / "runs.jsonl", rows)
+    assert report.main(["--results", str(tmp_path / "res"), "--plots", str(tmp_path / "plots"), "--reference",
+                        "none"]) == 0
+    assert list((tmp_path / "plots").rglob("*.png"))
