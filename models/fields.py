@@ -1,9 +1,11 @@
 """Type and range checks of a config read from a file (a checkpoint's config.json, an architecture), shared by
 models/types.py and models/backbones: whole numbers in [low, MAX_FIELD], finite numbers, booleans and strings as
-the dataclass annotates them; the one grammar of a `name(key=value,...)` spec (commit policies, family samplers); and
-THE declared range of every numeric option of such a spec (`bounded(...)`: a dataclass field whose metadata holds
-its `Range`), read from text by `parse_options` and checked by `range_problems` when the dataclass is built, before
-anything is allocated from it (`topk(k=10**20)`, `dream(steps=10**9)` were overflows and gigabytes).
+the dataclass annotates them; and the one grammar of a `name(key=value,...)` spec (commit policies, family samplers).
+
+THE declared range of every numeric option of such a spec is here too (`bounded(...)`: a dataclass field whose
+metadata holds its `Range`), read from text by `parse_options` and checked by `range_problems` when the dataclass is
+built, before anything is allocated from it (`topk(k=10**20)`, `dream(steps=10**9)` were overflows and gigabytes);
+`check_types` checks the fields of a foreign config.json (an official checkpoint's) against a declared schema.
 
     python -c "from models.fields import MAX_FIELD; print(MAX_FIELD)"
 """

@@ -1,9 +1,11 @@
-"""Text that crosses a boundary, made safe in one place: `printable` (THE escaping of every string that reaches a
-terminal: error lines, the plan, summaries, progress and warnings), `native_path` (a path as the Rust libraries,
-tokenizers and safetensors, must be given it) and `safe_streams` (stdout and stderr that cannot fail to encode).
+"""Text that crosses a boundary, made safe in one place: terminals, the tokenizers library, the output streams.
+
+`printable` is THE escaping of every string that reaches a terminal (error lines, the plan, summaries, progress and
+warnings); `native_path` gives the `tokenizers` library a path it can open, `os_text` makes a folder name text
+that every writer can encode, and `safe_streams` makes stdout and stderr unable to fail to encode.
 
 Under an ASCII locale (LC_ALL=C with Python's UTF-8 mode off) a non-ASCII folder name is a str with surrogate
-escapes: Python's own file functions take it, but `tokenizers` and `safetensors` cannot encode it (a wrong error,
+escapes: Python's own file functions (and safetensors) take it, but `tokenizers` cannot encode it (a wrong error,
 "unreadable tokenizer files"), and printing a non-ASCII model id to an ASCII stdout is a UnicodeEncodeError. Files
 are always read and written as UTF-8 (encoding="utf-8" at every open; tests/test_reliability_4b.py checks it).
 Figures draw their text literally (harness.report turns matplotlib's mathtext off: a `$` in a label crashed it).
