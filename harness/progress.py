@@ -40,7 +40,8 @@ def progress(total: int, desc: str, initial: int = 0, enabled: bool = True, tran
     stream = file if file is not None else sys.stderr
     chosen = style(stream) if enabled else "off"
     if chosen == "bar":
-        return tqdm(total=total, initial=initial, desc=printable(desc), leave=not transient, dynamic_ncols=True, file=stream)
+        return tqdm(total=total, initial=initial, desc=printable(desc), leave=not transient, dynamic_ncols=True,
+                    file=stream)
     if chosen == "off" or transient:
         return tqdm(total=total, disable=True)
     return LineProgress(total, desc, initial, stream)

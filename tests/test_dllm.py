@@ -217,8 +217,10 @@ def test_family_sampler_settings_are_validated_and_spelled_once():
     assert DecodeConfig(sampler="llada(steps:8;block_length:4)").sampler == "llada(block_length=4,steps=8)"
     assert DecodeConfig(sampler="sdar").sampler == "sdar"
     for bad, message in (("dream(alg=greedy)", "alg must be"), ("llada(stepz=3)", "unknown option 'stepz'"),
-                         ("sdar(top_k=-1)", r"top_k must be a whole number in \[0, "), ("fastdllm_v2(use_block_cache=yes)", "true or false"),
-                         ("llada(steps=0)", r"steps must be a whole number in \[1, "), ("mystery", "unknown sampler 'mystery'")):
+                         ("sdar(top_k=-1)", r"top_k must be a whole number in \[0, "),
+                         ("fastdllm_v2(use_block_cache=yes)", "true or false"),
+                         ("llada(steps=0)", r"steps must be a whole number in \[1, "),
+                         ("mystery", "unknown sampler 'mystery'")):
         with pytest.raises(UserError, match=message):
             DecodeConfig(sampler=bad)
     llada, _ = load("llada_mha")
@@ -334,7 +336,8 @@ def write_gguf(case: str, path: Path, arch: str, metadata: dict) -> Path:
     w.add_token_types([3 if t.startswith(("<|", "|<")) else 1 for t in tokens])
     w.add_eos_token_id(tok.eos_id)
     for key, value in metadata.items():
-        (w.add_bool if isinstance(value, bool) else w.add_string if isinstance(value, str) else w.add_uint32)(key, value)
+        add = w.add_bool if isinstance(value, bool) else w.add_string if isinstance(value, str) else w.add_uint32
+        add(key, value)
     top = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
            "lm_head.weight": "output.weight"}
     for name, t in state.items():
