@@ -207,7 +207,7 @@ def curves_from_lm_eval(files: list[Path], metric: str | None = None) -> list[Cu
     groups: dict[tuple, list[Point]] = {}
     for path in files:
         try:
-            out = json.loads(Path(path).read_text())
+            out = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise AupError(f"{path}: not a readable lm-eval results JSON ({e})") from None
         config = out.get("config") or {}
@@ -228,7 +228,7 @@ def curves_from_lm_eval(files: list[Path], metric: str | None = None) -> list[Cu
                 raise AupError(f"{samples}: missing (run lm-eval with --log_samples: AUP's interval needs every "
                                f"example's score)")
             per_doc = counts.get("samples") or {}
-            rows = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
+            rows = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines() if line.strip()]
             rows = [r for r in rows if r.get("filter", filt) == filt and str(r["doc_id"]) in per_doc]
             if not rows:
                 continue
@@ -302,7 +302,7 @@ def write_d3llm(scores: list[dict], path: Path) -> None:
     header = "".join(f"# y_max_declared {task}: {y:g}\n" for task, y in
                      sorted({(s["task"], s["y_max"]) for s in scores}))
     Path(path).write_text("# d3LLM AUP_leaderboard data layout, written by python -m harness.aup\n" + header +
-                          yaml.safe_dump(d3llm_layout(scores), sort_keys=True))
+                          yaml.safe_dump(d3llm_layout(scores), sort_keys=True), encoding="utf-8")
 
 
 def results_table(folder: Path) -> str | None:
@@ -325,7 +325,7 @@ def write_table(folder: Path, tables: Path) -> list[Path]:
         return []
     make_dirs(tables, folder, StoreError)
     with replacing(tables / "aup.md", folder, StoreError) as tmp:
-        tmp.write_text(f"# AUP per curve\n\n{text}")
+        tmp.write_text(f"# AUP per curve\n\n{text}", encoding="utf-8")
     return [tables / "aup.md"]
 
 
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(scores))
     print(f"\n{NOTE}")
     if args.json:
-        args.json.write_text(json.dumps(scores, indent=1) + "\n")
+        args.json.write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
     if args.d3llm:
         write_d3llm(scores, args.d3llm)
     return 0

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import UserError, unknown
+from models.text import printable, safe_streams  # noqa: F401  (printable: THE terminal escaping, used from here)
 from models.types import SAMPLING_KNOBS, DecodeConfig
 
 from .env import REPO
@@ -28,16 +29,6 @@ from .paths import PathError
 
 REFERENCE = REPO / "results" / "reference"   # committed results, drawn beside a user's run
 INTERRUPTED = "interrupted; finished work is kept — rerun the same command to resume"
-
-
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: object) -> str:
-    """`text` safe to print on a terminal: control characters (ESC, BEL, C1, carriage return, the bidirectional
-    overrides) as \\x.. / \\u.... escapes, so that a string from a file or a model (a config field, a tokenizer token)
-    cannot move the cursor, retitle the window or reorder what the line says. Every `error:` line goes through it."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def working_directory_exists() -> bool:
@@ -73,6 +64,9 @@ def exhausted(e: BaseException) -> str | None:
     if isinstance(e, FileNotFoundError) and not working_directory_exists():   # os.getcwd() fails from then on
         return ("the working directory was deleted or moved while the command ran; finished work is kept — cd to a "
                 "folder that exists and rerun to resume")
+    if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):   # ulimit -n, or the system's table
+        return (f"too many open files ({text[:160]}); finished work is kept — raise the limit (ulimit -n 1024) or use "
+                f"--jobs 1, and rerun to resume")
     if isinstance(e, OSError) and e.errno == errno.EFBIG:   # ulimit -f, or the filesystem's largest file
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
         return (f"a file-size limit was reached{where} ({text[:160]}); finished work is kept — raise the limit "
@@ -111,6 +105,10 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one `error:` line and exit status 2, an unknown choice worded as every
     unknown name is."""
 
+    def __init__(self, *args, **kwargs):   # every command line builds one first: its output cannot fail to encode
+        safe_streams()
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         self.exit(2, f"error: {message}\n(see {self.prog} --help)\n")
 
@@ -129,9 +127,12 @@ def number(kind: type, low: float, high: float | None = None, strict: bool = Fal
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
                                              ) from None
+        if kind is float and not math.isfinite(value):   # (nan passes every comparison)
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if value < low or (strict and value == low) or (high is not None and value >= high):
-            bound = f"{'>' if strict else '>='} {low}" + (f" and < {high}" if high is not None else "")
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+            above = high is not None and value >= high
+            bound = f"{'>' if strict else '>='} {low}" + (f" and < {high}" if above else "")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {str(value)[:40]}")
         return value
     return parse
 

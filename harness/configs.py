@@ -18,6 +18,7 @@ from pathlib import Path
 
 import models
 from models import backbones
+from models.text import os_text
 from models.backbones import BackboneSpec
 from models.paradigm import get_paradigm
 from models.errors import UserError
@@ -207,7 +208,7 @@ def spec_model_id(spec: str | Path) -> str:
     name = Path(text).stem if text.endswith(".gguf") else text.replace(":", "-").replace("/", "--")
     if Path(text).expanduser().exists():
         name = Path(text).expanduser().resolve().stem
-    return hashed_component(name)
+    return hashed_component(os_text(name))
 
 
 def source_model_id(source: models.ModelSource) -> str:
@@ -221,5 +222,5 @@ def checkpoint_model_id(meta: dict, directory: Path) -> str:
     """The `model_id` of a checkpoint's config.json (untrusted: it must be a safe name, see harness.paths),
     else the directory's name."""
     if meta.get("model_id") in (None, ""):
-        return directory.resolve().name
+        return os_text(directory.resolve().name)
     return safe_component(meta["model_id"], f"checkpoint {directory}: config.json model_id", models.CheckpointError)

@@ -101,7 +101,7 @@ def write(preset_dir: Path, rows: list[dict], plots: Path, error: type[Exception
     tables = make_dirs(preset_dir / "tables", preset_dir, error)
     with replacing(tables / "dependency.md", preset_dir, error) as tmp:
         tmp.write_text("Dependency tasks: exact match beside the exact P(correct) = q_dec(answer) (none: no computable "
-                       "q_dec for the setting; greedy: the point mass).\n\n" + frame.to_markdown(index=False) + "\n")
+                       "q_dec for the setting; greedy: the point mass).\n\n" + frame.to_markdown(index=False) + "\n", encoding="utf-8")
     written = [tables / "dependency.md"]
     plots.mkdir(parents=True, exist_ok=True)
     figure = plots / f"{preset_dir.name}-dependency.png"

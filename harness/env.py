@@ -54,7 +54,7 @@ def device_name(device_type: str) -> str:
     if device_type == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:

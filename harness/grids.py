@@ -146,7 +146,7 @@ def load_preset_file(path: str | Path):
 
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise PresetFileError(f"{path}: not a readable TOML preset ({e})") from None
     extra = sorted(set(data) - PRESET_KEYS)

@@ -52,7 +52,8 @@ from .progress import format_duration, progress as progress_bar
 from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
 from .training_claims import training_stage
-from .lifeline import die_with_parent
+from .lifeline import die_with_parent, open_files_problem
+from models.text import printable
 from .store import ResultsStore
 from .sweep import Plan, PlanError, load_task, needed_models, pending_cells, results_dir
 from .cache import cache_target, checkpoint_dir, is_cached
@@ -97,6 +98,10 @@ def eval_workers(plan: Plan, device: str, jobs: str | int = "auto", launcher: st
         if workers > 1 and delete_downloads:
             raise PlanError("--delete-downloads evaluates one model at a time: use it with --jobs 1")
     if len(plan.cells) < 2:
+        workers = 1
+    if workers > 1 and open_files_problem(workers):   # (ulimit -n 16: a traceback from os.pipe)
+        if jobs != "auto":
+            raise PlanError(open_files_problem(workers))
         workers = 1
     return workers, max(1, threads // workers) if workers > 1 else threads
 
@@ -143,7 +148,7 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
             if delete_downloads and external is not None:
                 freed = external.source.delete_download()
                 if freed:
-                    print(f"deleted the downloaded {external.spec} ({freed / 1e9:.1f} GB) after its cells",
+                    print(f"deleted the downloaded {printable(external.spec)} ({freed / 1e9:.1f} GB) after its cells",
                           file=sys.stderr)
     bar.close()
     return len(order)
@@ -541,7 +546,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
         cells = pending_cells(plan, store)
         if len(cells) < 2:   # one cell left (a resumed sweep): this process evaluates it, and the plan line says so
             workers, threads = 1, torch.get_num_threads()
-        print(preview(plan, cells, plan.cells[0].device if plan.cells else device, workers, threads),
+        print(printable(preview(plan, cells, plan.cells[0].device if plan.cells else device, workers, threads)),
               file=sys.stderr, flush=True)
         if cells:
             t0 = time.perf_counter()

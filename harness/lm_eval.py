@@ -103,7 +103,7 @@ from harness.lm_eval_accounting import Accounting, attach_to_samples
 from harness.lm_eval_cache import keyed_by, model_identity
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from models.dllm_samplers import check_generation_length
-from models.fields import MAX_FIELD
+from models.fields import MAX_FIELD, MAX_SEED
 from models.errors import UserError, unknown
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest
 from tasks.base import INFILL_MARKER, fit_generation, fit_infill
@@ -111,7 +111,6 @@ from tasks.base import INFILL_MARKER, fit_generation, fit_infill
 logger = logging.getLogger("harness.lm_eval")
 
 KNOBS = (*cli.DECODE_KNOBS, "repetition_penalty", "seed")
-MAX_SEED = 2 ** 32 - 1
 
 
 def output_knob_names(paradigm: str) -> set[str]:

@@ -71,7 +71,7 @@ def cpu_has_native_bf16() -> bool:
             except RuntimeError:
                 pass
     try:   # torch builds without the probes: the kernel's CPU flags
-        flags = Path("/proc/cpuinfo").read_text()
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return False
     return " avx512_bf16" in flags or " amx_bf16" in flags

@@ -21,6 +21,8 @@ from typing import TextIO
 
 from tqdm.auto import tqdm
 
+from models.text import printable
+
 STYLES = ("bar", "lines", "off")
 
 
@@ -38,7 +40,8 @@ def progress(total: int, desc: str, initial: int = 0, enabled: bool = True, tran
     stream = file if file is not None else sys.stderr
     chosen = style(stream) if enabled else "off"
     if chosen == "bar":
-        return tqdm(total=total, initial=initial, desc=desc, leave=not transient, dynamic_ncols=True, file=stream)
+        return tqdm(total=total, initial=initial, desc=printable(desc), leave=not transient, dynamic_ncols=True,
+                    file=stream)
     if chosen == "off" or transient:
         return tqdm(total=total, disable=True)
     return LineProgress(total, desc, initial, stream)
@@ -107,4 +110,4 @@ class LineProgress:
             parts.append("done" if self.n >= self.total else "stopped")
         if self.postfix:
             parts.append(self.postfix)
-        print(f"[{time.strftime('%H:%M:%S')}] " + ", ".join(parts), file=self.file, flush=True)
+        print(printable(f"[{time.strftime('%H:%M:%S')}] " + ", ".join(parts)), file=self.file, flush=True)

@@ -114,7 +114,8 @@ def claims_at_a_glance(src: Sources) -> str:
 
 def claims_in_full(src: Sources) -> str:
     """docs/results.md's claims: the summary table, then every comparison folded away (tables/claims.md)."""
-    head, _, rest = src.table("claims.md").read_text().rstrip("\n").partition("\n\nEvery comparison:\n\n")
+    text = src.table("claims.md").read_text(encoding="utf-8")
+    head, _, rest = text.rstrip("\n").partition("\n\nEvery comparison:\n\n")
     return (f"{head}\n\n<details><summary>Every comparison (results/reference/{PRESET}/tables/claims.md)</summary>"
             f"\n\n{rest}\n\n</details>")
 
@@ -211,7 +212,7 @@ def module_layout(src: Sources) -> str:
     """One line per module: its path and the first sentence of its docstring."""
     rows = []
     for path in project_modules():
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         rows.append({"module": f"`{path.relative_to(REPO).as_posix()}`", "what it holds": _first_sentence(doc)})
     return pd.DataFrame(rows).to_markdown(index=False)
 
@@ -245,7 +246,7 @@ def worked_example(seam: str) -> Callable[[Sources], str]:
     example a user copies is the code the test runs."""
     def render(src: Sources) -> str:
         test = SEAMS[seam]
-        lines = (REPO / test).read_text().splitlines()
+        lines = (REPO / test).read_text(encoding="utf-8").splitlines()
         marks = [i for i, line in enumerate(lines) if line.strip() in (f"# docs: begin {seam}", f"# docs: end {seam}")]
         if len(marks) != 2:
             raise PublishError(f"{test} has no '# docs: begin {seam}' ... '# docs: end {seam}' pair")

@@ -45,6 +45,8 @@ os.environ.setdefault("MPLCONFIGDIR", str(library_cache("matplotlib")))   # its 
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
+matplotlib.rcParams["text.parse_math"] = False   # every label is literal text: a "$" in a row's metric_label
+# was parsed as mathtext and crashed the report (terminal text goes through models.text.printable)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -495,7 +497,7 @@ def _write(table: pd.DataFrame, directory: Path, name: str, note: str = "", root
         table.to_csv(tmp, index=False, float_format="%.6g")
     md = table.to_markdown(index=False, floatfmt=".4g")
     with replacing(directory / f"{name}.md", root, ReportError) as tmp:
-        tmp.write_text((f"{note}\n\n" if note else "") + md + "\n")
+        tmp.write_text((f"{note}\n\n" if note else "") + md + "\n", encoding="utf-8")
 
 
 def language_tag(lang: str) -> str:
@@ -568,20 +570,20 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         if not ranked.empty or not apart.empty:
             make_dirs(tables, preset_dir, ReportError)
             with replacing(tables / "policies.md", preset_dir, ReportError) as tmp:
-                tmp.write_text(policy_ranking.markdown(ranked, apart))
+                tmp.write_text(policy_ranking.markdown(ranked, apart), encoding="utf-8")
             written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
         written += dependency_report.write(preset_dir, checked_rows(preset_dir / "runs.jsonl"), plots, ReportError)
         written += write_aup_table(preset_dir, tables)   # AUP of every real-task curve (harness/aup.py)
         summary, details = claims_tables(preset_dir)
         if not summary.empty:
             with replacing(tables / "claims.md", preset_dir, ReportError) as tmp:
-                tmp.write_text(claims_markdown(summary, details))
+                tmp.write_text(claims_markdown(summary, details), encoding="utf-8")
             with replacing(tables / "claims.csv", preset_dir, ReportError) as tmp:
                 details.to_csv(tmp, index=False, float_format="%.6g")
             with replacing(tables / "claims.json", preset_dir, ReportError) as tmp:   # one record per comparison, machine-readable
                 records = {name: frame.astype(object).where(frame.notna(), None).to_dict("records")
                            for name, frame in (("claims", summary), ("comparisons", details))}
-                tmp.write_text(json.dumps(records, indent=1, default=str, allow_nan=False) + "\n")
+                tmp.write_text(json.dumps(records, indent=1, default=str, allow_nan=False) + "\n", encoding="utf-8")
         written.append(tables)
     return written
 

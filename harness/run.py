@@ -36,6 +36,7 @@ from pathlib import Path
 
 from models import get_paradigm, paradigm_names
 from models.errors import UserError, unknown
+from models.text import printable
 from tasks import TASKS
 
 from .cli import (
@@ -229,10 +230,10 @@ def _main(argv: list[str] | None) -> int:
     plan = make_plan(args)
     warn_inert_knobs(args, plan)
     for note in plan.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(printable(f"note: {note}"), file=sys.stderr)
     if args.plan:   # nothing is loaded: a paper preset's plan works offline
         store = ResultsStore(results_dir(args.out, plan.preset.name))
-        print(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu"))
+        print(printable(preview(plan, pending_cells(plan, store), plan.cells[0].device if plan.cells else "cpu")))
         return 0
     preflight(plan)
     pending = len(pending_cells(plan, ResultsStore(results_dir(args.out, plan.preset.name))))
@@ -242,19 +243,20 @@ def _main(argv: list[str] | None) -> int:
     seconds = time.perf_counter() - started
     ids = {c.run_id for c in plan.cells}
     if not args.sweep:   # one cell or a few: their rows are the summary
-        print(summary_table([r for r in store.runs() if r["run_id"] in ids]))
+        print(printable(summary_table([r for r in store.runs() if r["run_id"] in ids])))
         if len(ids) > 1 and (aup := results_table(store.root)) is not None:   # a grid: its curves' AUP
-            print(f"\n{aup}")
+            print(printable(f"\n{aup}"))
     plots = Path(args.plots) if args.plots else Path(args.out) / "plots"
     if not args.no_report:
         from .report import build_report
 
         build_report(args.out, plots, presets=[plan.preset.name], reference=reference_option(args.reference))
         if not args.sweep:
-            print(f"tables in {results_dir(args.out, plan.preset.name) / 'tables'}, plots in {plots}", file=sys.stderr)
+            print(printable(f"tables in {results_dir(args.out, plan.preset.name) / 'tables'}, plots in {plots}"),
+                  file=sys.stderr)
     if args.sweep:   # a sweep ends by saying what it found (the full table stays in the files)
-        print(sweep_summary(plan.preset.name, Path(args.out), plots, len(plan.cells), pending, seconds,
-                            reference_option(args.reference)))
+        print(printable(sweep_summary(plan.preset.name, Path(args.out), plots, len(plan.cells), pending, seconds,
+                                      reference_option(args.reference))))
     return 0
 
 

@@ -142,5 +142,5 @@ def run_speed(spec: SpeedSpec, model_ids: dict, load, preset_dir: Path, progress
         measured = measure(spec, {tag: load(model_id) for tag, model_id in model_ids.items()}, progress)
     result = {"key": key, "models": model_ids, **measured}
     with replacing(Path(preset_dir) / SPEED_FILE) as tmp:
-        tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+        tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return result

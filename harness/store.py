@@ -46,7 +46,7 @@ from models.errors import UserError
 
 from .configs import RESULTS_SCHEMA_VERSION
 from .env import kill_point
-from .lifeline import is_alive, process_start
+from .lifeline import holds_open, is_alive, process_start
 from .paths import make_dirs, open_below, safe_component
 from .schema import STORED_KEYS
 
@@ -214,20 +214,22 @@ class ResultsStore:
                 print(f"waiting for the sweep writing {self.root} (pid {holder}) to finish...", file=sys.stderr,
                       flush=True)
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            self._refuse_orphans(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
+            self._refuse_orphans(os.pread(fd, 1 << 16, 0).decode(errors="replace"), os.fstat(fd))
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
             os.close(fd)
 
-    def _refuse_orphans(self, lock_text: str) -> None:
+    def _refuse_orphans(self, lock_text: str, lock: os.stat_result) -> None:
         """StoreError naming the workers an earlier sweep recorded in the lock file that still run: they would write
-        without the lock (harness.lifeline)."""
+        without the lock (harness.lifeline). A pid is one of them only while it holds this lock file open, as every
+        worker does: a line naming pid 1, or any other process, is not (it advised `kill 1`)."""
         live = []
         for line in lock_text.splitlines():
             parts = line.split()
-            if len(parts) == 3 and parts[0] == "worker" and parts[1].isdigit() and is_alive(int(parts[1]), parts[2]):
+            if (len(parts) == 3 and parts[0] == "worker" and parts[1].isdigit() and int(parts[1]) != os.getpid()
+                    and is_alive(int(parts[1]), parts[2]) and holds_open(int(parts[1]), lock) is not False):
                 live.append(parts[1])
         if live:
             raise StoreError(f"worker processes of an earlier sweep of {self.root} are still running (pid "
@@ -235,13 +237,11 @@ class ResultsStore:
                              f"rerun")
 
     def register_worker(self) -> None:
-        """Record this worker process in the lock file its driver holds (a later driver refuses to start while it
-        lives: _refuse_orphans)."""
+        """Record this worker process in the lock file its driver holds, and keep the file open while the worker lives
+        (a later driver refuses to start while it lives and holds it: _refuse_orphans)."""
         fd = open_nofollow(self.root / ".lock", os.O_WRONLY | os.O_APPEND, self.root)
-        try:
-            os.write(fd, f"worker {os.getpid()} {process_start(os.getpid())}\n".encode())
-        finally:
-            os.close(fd)
+        os.write(fd, f"worker {os.getpid()} {process_start(os.getpid())}\n".encode())
+        self._worker_lock_fd = fd   # closed by the process's end
 
     def check_writer(self) -> None:
         """In a worker: StoreError unless the driver still holds the directory's lock (results are written only

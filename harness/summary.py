@@ -26,7 +26,7 @@ def _claims(path: Path) -> dict[int, dict]:
     if not path.is_file():
         return {}
     try:
-        return {int(c["claim"]): c for c in json.loads(path.read_text())["claims"]}
+        return {int(c["claim"]): c for c in json.loads(path.read_text(encoding="utf-8"))["claims"]}
     except (ValueError, KeyError, TypeError):
         return {}
 

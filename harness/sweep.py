@@ -346,7 +346,7 @@ def source_family(source: ModelSource) -> str | None:
         return None
     folder = Path(str(source.spec)).expanduser()
     try:
-        config = (json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file()
+        config = (json.loads((folder / "config.json").read_text(encoding="utf-8")) if (folder / "config.json").is_file()
                   else published_config(str(source.spec)))
         family = family_of(config) if isinstance(config, dict) else None
     except (OSError, ValueError, UserError):

@@ -33,6 +33,8 @@ import models
 from models import Batch
 from models.compile import prepare_torch_compile
 from models.errors import ConfigError, UserError, unknown
+from models.fields import MAX_FIELD, MAX_SEED
+from models.text import printable
 from models.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
@@ -231,12 +233,15 @@ def build_parser() -> Parser:
     ap = Parser(prog="python -m harness.train", description="Train one model (cached by its config hash).")
     ap.add_argument("--preset", help="take the architecture/budget of this preset's model of --paradigm")
     ap.add_argument("--paradigm", required=True, choices=models.paradigm_names())
-    ap.add_argument("--block-size", type=number(int, 1))
-    ap.add_argument("--max-block-size", type=number(int, 1))
-    for name, typ in (("length", number(int, 2)), ("n-layers", number(int, 1)), ("d-model", number(int, 1)),
-                      ("n-heads", number(int, 1)), ("steps", number(int, 1)), ("batch-size", number(int, 1)),
-                      ("lr", number(float, 0.0, strict=True)), ("warmup-steps", number(int, 0)),
-                      ("ema", number(float, 0.0, 1.0)), ("seed", int), ("dropout", number(float, 0.0, 1.0))):
+    size = MAX_FIELD + 1   # every count and size below MAX_FIELD (models/fields.py), every seed 32-bit
+    ap.add_argument("--block-size", type=number(int, 1, size))
+    ap.add_argument("--max-block-size", type=number(int, 1, size))
+    for name, typ in (("length", number(int, 2, size)), ("n-layers", number(int, 1, size)),
+                      ("d-model", number(int, 1, size)), ("n-heads", number(int, 1, size)),
+                      ("steps", number(int, 1, size)), ("batch-size", number(int, 1, size)),
+                      ("lr", number(float, 0.0, strict=True)), ("warmup-steps", number(int, 0, size)),
+                      ("ema", number(float, 0.0, 1.0)), ("seed", number(int, 0, MAX_SEED + 1)),
+                      ("dropout", number(float, 0.0, 1.0))):
         ap.add_argument(f"--{name}", type=typ)
     ap.add_argument("--tokenizer", help="bpe:<vocab>, gpt2, bert-base-uncased or oracle:<language>")
     ap.add_argument("--init-from", metavar="SPEC", type=user_path,
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the state survives
         return exit_exhausted(e)
     meta = models.checkpoint.read_config(path)
-    print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")
+    print(printable(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)"))
     return 0
 
 

@@ -41,7 +41,8 @@ def save_state(cfg, step, model, ema, opt, data_gen, elapsed, curve: list | None
     with atomic_directory(cache_target(train_state_dir(cfg))) as tmp:
         write_safetensors(tensors, tmp / "state.safetensors")
         (tmp / "state.json").write_text(json.dumps({"step": step, "elapsed": elapsed, "param_groups": groups,
-                                                    "curve": curve or [], "config": dataclasses.asdict(cfg)}))
+                                                    "curve": curve or [], "config": dataclasses.asdict(cfg)}),
+                                        encoding="utf-8")
 
 
 class DamagedState(Exception):
@@ -85,7 +86,7 @@ def _read_state(directory, cfg, model, ema, data_gen) -> tuple[dict, dict] | Non
     """(state.json, the tensors) of a saved state, checked against the model before anything is changed; None for
     another config's; DamagedState when it cannot be resumed from."""
     try:
-        meta = jsonio.loads((directory / "state.json").read_text())
+        meta = jsonio.loads((directory / "state.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DamagedState(f"state.json: {e}") from None
     if not isinstance(meta, dict):

@@ -59,7 +59,7 @@ def read(preset_dir: Path, name: str) -> dict | None:
 
 def _write(preset_dir: Path, name: str, result: dict) -> None:
     with replacing(Path(preset_dir) / f"{name}.json") as tmp:
-        tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+        tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def gradvar_config(train: tuple, corpus: str, length: int) -> "object | None":

@@ -80,6 +80,8 @@ CASES: tuple[Case, ...] = (
          "Use one of the listed policies."),
     Case("policy_parameter_out_of_range", "`--policy margin(tau=2)`", "policy margin: tau must be in (0, 1], got 2.0",
          "Give the parameter a value in its range."),
+    Case("policy_parameter_unbounded", "`--policy topk(k=10**20)`",
+         "policy topk: k must be a whole number in [1, 16,777,216]", "Give a value in its declared range."),
     Case("jobs_not_a_number", "`--jobs many`", "argument --jobs: expected auto or a whole number >= 1, got 'many'",
          "Give auto or a number of workers."),
     Case("jobs_on_ray", "`--jobs 2 --launcher ray`", "--jobs applies to --launcher local",

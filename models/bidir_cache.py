@@ -32,14 +32,14 @@ Fast-dLLM v1's own code (NVlabs/Fast-dLLM llada/generate.py, `generate_with_pref
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from .backbones.attention import StepCache
 from .errors import ConfigError
-from .fields import split_call
+from .fields import bounded, range_problems, split_call
 
 CACHES: dict[str, type["BidirCache"]] = {}
 MAX_REFRESH = 1 << 20   # the largest `every`, `before` or `after` a spec may name (checked before any allocation)
@@ -63,11 +63,9 @@ class BidirCache:
             CACHES[cls.name] = cls
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value, low = getattr(self, f.name), f.metadata.get("low", 0)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_REFRESH:
-                raise CacheSpecError(f"cache {self.name}: {f.name} must be a whole number in [{low}, {MAX_REFRESH}], "
-                                     f"got {value!r}")
+        problems = range_problems(self)   # each parameter's declared range (models.fields.bounded)
+        if problems:
+            raise CacheSpecError(f"cache {self.name}: " + "; ".join(problems))
 
     @property
     def exact(self) -> bool:
@@ -118,8 +116,8 @@ class Dual(BidirCache):
 class Vicinity(BidirCache):
     name = "vicinity"
     source = "dInfer (Ma et al. 2025), vicinity refresh"
-    before: int = field(default=0, metadata={"help": "positions ahead of the block recomputed at each cached step"})
-    after: int = field(default=0, metadata={"help": "positions behind the block recomputed at each cached step"})
+    before: int = bounded(0, 0, MAX_REFRESH, "positions ahead of the block recomputed at each cached step")
+    after: int = bounded(0, 0, MAX_REFRESH, "positions behind the block recomputed at each cached step")
 
     def inputs(self, lo: int, hi: int, width: int) -> tuple[int, int]:
         return max(0, lo - self.before), min(width, hi + self.after)
@@ -129,7 +127,7 @@ class Vicinity(BidirCache):
 class Refresh(BidirCache):
     name = "refresh"
     source = "d3LLM (2025), periodic refresh (refresh_interval)"
-    every: int = field(default=1, metadata={"low": 1, "help": "a full forward every this many steps of a block"})
+    every: int = bounded(1, 1, MAX_REFRESH, "a full forward every this many steps of a block")
 
     @property
     def exact(self) -> bool:

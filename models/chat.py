@@ -97,7 +97,7 @@ def planned_chat(source) -> bool | None:
     has = (folder / "chat_template.jinja").is_file()
     if not has and (folder / "tokenizer_config.json").is_file():
         try:
-            has = bool(json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template"))
+            has = bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
         except (OSError, ValueError, AttributeError):
             return None   # the loader reports a broken file
     return has and not is_base_name(source.spec)

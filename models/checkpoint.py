@@ -140,7 +140,7 @@ def shard_files(directory: Path, index: Path) -> list[Path]:
     never a path (`../x`, `/etc/x`, `a/b`) nor a symlink that leads out of the folder (CheckpointError naming the
     index and the shard)."""
     try:
-        weight_map = jsonio.loads(index.read_text()).get("weight_map")
+        weight_map = jsonio.loads(index.read_text(encoding="utf-8")).get("weight_map")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{index}: not a weight index ({type(e).__name__})") from None
     if not isinstance(weight_map, dict):
@@ -303,7 +303,7 @@ def save(model: "ParadigmModel", directory: str | Path, tokenizer: "Tokenizer | 
         state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         write_safetensors(state, tmp / WEIGHTS_FILE)
         meta = {"model": model.config.to_dict(), "schema_version": SCHEMA_VERSION, **(extra or {})}
-        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if tokenizer is not None:
             tokenizer.save(tmp)
     return Path(directory)

@@ -137,6 +137,12 @@ class DiffusionFamily:
             if token_id is not None and token_id != value:
                 raise FamilyError(f"{where}: {self.mask_field}={value} but the tokenizer's mask token {name!r} "
                                       f"has id {token_id}")
+            for other in ("eos_token_id", "bos_token_id", "pad_token_id"):   # masks would decode as that token
+                ids = cfg.get(other) if isinstance(cfg.get(other), list) else [cfg.get(other)]
+                if value in ids:
+                    raise FamilyError(f"{where}: {self.mask_field}={value} is also {other} (token "
+                                      f"{({i: t for t, i in vocab.items()}.get(value, '?'))!r}); a mask must be a "
+                                      f"token of its own")
             inverse = {i: t for t, i in vocab.items()}
             return inverse.get(value, name or f"<id {value}>"), value
         if token_id is None:
@@ -207,7 +213,7 @@ def published_config(hub_id: str) -> dict | None:
 
 @functools.lru_cache(maxsize=1)
 def _published_configs() -> dict[str, dict]:
-    text = (Path(__file__).parent / "assets" / "dllm_configs.json").read_text()
+    text = (Path(__file__).parent / "assets" / "dllm_configs.json").read_text(encoding="utf-8")
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 

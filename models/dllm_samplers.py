@@ -42,6 +42,7 @@ from .dllm import family_named
 from .dllm_runner import (Call, Runner, _even_split, _left_padded, _padded_mask, _top_k_filter,
                           _top_p_filter)
 from .errors import ConfigError
+from .fields import MAX_FIELD, MAX_STEPS, bounded
 from .samplers import Sampler, SamplerError, parse_sampler
 
 
@@ -152,6 +153,9 @@ class FamilySampler(Sampler):
 
 
 # -- the four families' samplers -------------------------------------------------------------------------------
+MAX_TEMPERATURE = 100.0   # a hotter token or position temperature is a uniform draw
+
+
 def llada_schedule(new: int, o: "LLaDA") -> tuple[int, int, int]:
     """(block length, blocks, steps per block) of LLaDA's generate() for a generation of `new` tokens; SamplerError
     naming the length where its rules (gen_length % block_length == 0, steps % blocks == 0) fail."""
@@ -176,11 +180,11 @@ def check_generation_length(spec: str, new: int) -> None:
 @dataclass(frozen=True)
 class LLaDA(FamilySampler):
     name = "llada"
-    steps: int = field(default=128, metadata={"help": "denoising steps for the whole generation (a multiple of the "
-                                                      "number of blocks)"})
-    block_length: int | None = field(default=None, metadata={"help": "semi-autoregressive block (default: the whole "
-                                                                      "generation; the LLaDA README uses 32)"})
-    temperature: float = field(default=0.0, metadata={"help": "Gumbel-max temperature (0: argmax)"})
+    steps: int = bounded(128, 1, MAX_STEPS, "denoising steps for the whole generation (a multiple of the number of "
+                                            "blocks)")
+    block_length: int | None = bounded(None, 1, MAX_FIELD, "semi-autoregressive block (default: the whole "
+                                                           "generation; the LLaDA README uses 32)")
+    temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "Gumbel-max temperature (0: argmax)")
     remasking: str = field(default="low_confidence", metadata={"help": "low_confidence or random"})
 
     def option_problems(self):
@@ -253,15 +257,16 @@ def _dream_tokens(logits: torch.Tensor, o: Dream, gen: torch.Generator) -> tuple
 @dataclass(frozen=True)
 class Dream(FamilySampler):
     name = "dream"
-    steps: int = field(default=512, metadata={"help": "denoising steps"})
+    steps: int = bounded(512, 1, MAX_STEPS, "denoising steps")
     alg: str = field(default="origin", metadata={"help": "origin (random positions), maskgit_plus (max p), "
                                                          "topk_margin (p1 - p2) or entropy (negative entropy)"})
-    alg_temp: float = field(default=0.0, metadata={"help": "0: the top-k confident positions; > 0: positions drawn "
-                                                           "from softmax(confidence / alg_temp)"})
-    eps: float = field(default=1e-3, metadata={"help": "the last timestep of linspace(1, eps, steps + 1)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus filter (None: off)"})
-    top_k: int | None = field(default=None, metadata={"help": "top-k filter (None: off)"})
+    alg_temp: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "0: the top-k confident positions; > 0: positions drawn "
+                                                         "from softmax(confidence / alg_temp)")
+    eps: float = bounded(1e-3, 0.0, 1.0, "the last timestep of linspace(1, eps, steps + 1), [0, 1)", open_high=True)
+    temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "token temperature (0: argmax)")
+    top_p: float | None = bounded(None, 0.0, 1.0, "nucleus filter (None: off)")
+    top_k: int | None = bounded(None, 1, MAX_FIELD, "top-k filter, >= 1 (None: off; the reference's top_k=0 is an "
+                                                    "IndexError)")
 
     def option_problems(self):
         return ([f"alg must be origin, maskgit_plus, topk_margin or entropy, got {self.alg!r}"]
@@ -333,16 +338,17 @@ def _sdar_draw(logits: torch.Tensor, o: SDAR, gen: torch.Generator) -> tuple[tor
 @dataclass(frozen=True)
 class SDAR(FamilySampler):
     name = "sdar"
-    block_length: int | None = field(default=None, metadata={"help": "block size (default: the model's)"})
-    denoising_steps: int | None = field(default=None, metadata={"help": "steps per block (default: the block size)"})
-    temperature: float = field(default=1.0, metadata={"help": "token temperature (the sampler always draws: "
-                                                              "top_k=1 is its greedy)"})
-    top_k: int = field(default=0, metadata={"help": "top-k filter (0: off)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus filter (1: off)"})
+    block_length: int | None = bounded(None, 1, MAX_FIELD, "block size (default: the model's)")
+    denoising_steps: int | None = bounded(None, 1, MAX_STEPS, "steps per block (default: the block size)")
+    temperature: float = bounded(1.0, 0.0, MAX_TEMPERATURE, "token temperature, > 0 (the sampler always draws, and "
+                                                            "the reference divides by it: top_k=1 is its greedy)",
+                                 open_low=True)
+    top_k: int = bounded(0, 0, MAX_FIELD, "top-k filter (0: off)")
+    top_p: float = bounded(1.0, 0.0, 1.0, "nucleus filter (1: off)")
     remasking: str = field(default="low_confidence_dynamic", metadata={"help": (
         "low_confidence_dynamic (every masked position above threshold when at least the step's count are, else "
         "the count most confident), low_confidence_static (the count most confident) or sequential")})
-    threshold: float = field(default=0.85, metadata={"help": "confidence threshold of low_confidence_dynamic"})
+    threshold: float = bounded(0.85, 0.0, 1.0, "confidence threshold of low_confidence_dynamic")
 
     def option_problems(self):
         return ([f"remasking must be low_confidence_dynamic, low_confidence_static or sequential, got "
@@ -430,12 +436,12 @@ class SDAR(FamilySampler):
 @dataclass(frozen=True)
 class FastDLLMv2(FamilySampler):
     name = "fastdllm_v2"
-    block_size: int | None = field(default=None, metadata={"help": "block size (default: the model's bd_size)"})
-    small_block_size: int = field(default=8, metadata={"help": "sub-block decoded left to right within a block"})
-    threshold: float = field(default=1.0, metadata={"help": "commit every masked position with p > threshold, plus "
-                                                            "the most probable one (1: one token per step)"})
-    temperature: float = field(default=0.0, metadata={"help": "token temperature (0: argmax)"})
-    top_p: float = field(default=0.95, metadata={"help": "nucleus filter when temperature > 0"})
+    block_size: int | None = bounded(None, 1, MAX_FIELD, "block size (default: the model's bd_size)")
+    small_block_size: int = bounded(8, 1, MAX_FIELD, "sub-block decoded left to right within a block")
+    threshold: float = bounded(1.0, 0.0, 1.0, "commit every masked position with p > threshold, plus the most "
+                                              "probable one (1: one token per step)")
+    temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "token temperature (0: argmax)")
+    top_p: float = bounded(0.95, 0.0, 1.0, "nucleus filter when temperature > 0")
     use_block_cache: bool = field(default=False, metadata={"help": (
         "reuse the block's own keys/values across its sub-blocks: a sub-block whose first position is decoded runs "
         "alone, its keys/values replacing the block's (approximate, as published)")})

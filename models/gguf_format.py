@@ -120,15 +120,14 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
         return value
 
     scaling = _field(reader, f"{arch_name}.rope.scaling.type")
-    if scaling not in (None, "none") and not (scaling == "linear"
-                                              and float(meta("rope.scaling.factor", 1.0)) == 1.0):
+    if scaling not in (None, "none") and not (scaling == "linear" and meta("rope.scaling.factor", 1.0) == 1.0):
         raise PretrainedError(f"{where}: rope scaling {scaling!r} is not supported (only the default rotary)")
     names = {t.name for t in reader.tensors}
     if "rope_freqs.weight" in names:
         raise PretrainedError(f"{where}: rope_freqs.weight (Llama-3.1-style rope scaling) is not supported")
-    def whole(key, default=None, required=True):
+    def whole(key, default=None, required=True, low=1):
         value = meta(key, default, required)
-        return None if value is None else whole_field(value, f"{arch_name}.{key}", where)
+        return None if value is None else whole_field(value, f"{arch_name}.{key}", where, low)
 
     d, heads = whole("embedding_length"), whole("attention.head_count")
     kv = whole("attention.head_count_kv", heads)
@@ -137,7 +136,7 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
     head_dim = int(key_length or rope_dims or d // heads)
     if rope_dims is not None and int(rope_dims) != head_dim:
         raise PretrainedError(f"{where}: partial rotary ({rope_dims} of {head_dim} head dimensions) is not supported")
-    window = meta("attention.sliding_window", None, required=False)
+    window = whole("attention.sliding_window", 0, required=False, low=0) or None   # 0: none (a string: ValueError)
     try:
         src.arch = LlamaArch(
             n_layers=whole("block_count"), d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
@@ -156,7 +155,7 @@ def read_gguf(src: Source, length: int | None, metadata_only: bool = False) -> N
         with family_errors():
             src.block_size = family.trained_block_size({}, where)
     src.max_positions = whole("context_length", MAX_DEFAULT_LENGTH)
-    check_window(int(window) if window else None, context_length(src, length), where)
+    check_window(window, context_length(src, length), where)
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     rows = len(tokens.data) if tokens is not None else int(meta("vocab_size", 0, required=False) or 0)
     if metadata_only:
@@ -232,9 +231,13 @@ def _gguf_tokenizer(src: Source, reader, arch_name: str) -> None:
         except Exception as e:
             raise PretrainedError(f"{where}: cannot rebuild its {model!r} tokenizer ({e})") from None
 
-    def token(key):
+    def token_id(key: str, default=None) -> int | None:   # a token id of the vocabulary, or None if absent
         i = _field(reader, f"tokenizer.ggml.{key}")
-        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
+        return default if i is None else whole_field(i, f"tokenizer.ggml.{key}", where, 0, len(tokens) - 1)
+
+    def token(key):
+        i = token_id(key)
+        return None if i is None else tokens[i]
 
     src.roles = {"bos": token("bos_token_id"), "eos": token("eos_token_id"), "pad": token("padding_token_id"),
                  "unk": token("unknown_token_id")}
@@ -244,11 +247,10 @@ def _gguf_tokenizer(src: Source, reader, arch_name: str) -> None:
     add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
     src.add_bos = bool(add_bos) if add_bos is not None else model == "llama"
     if src.family is not None:   # llama.cpp's diffusion metadata names the mask token
-        mask_id = _field(reader, "tokenizer.ggml.mask_token_id")
-        if mask_id is None or not 0 <= int(mask_id) < len(tokens):
-            raise PretrainedError(f"{where}: a {src.family.title} GGUF needs tokenizer.ggml.mask_token_id (a token id), "
-                                  f"got {mask_id!r}")
-        src.mask = (tokens[int(mask_id)], int(mask_id))
+        mask_id = token_id("mask_token_id")
+        if mask_id is None:
+            raise PretrainedError(f"{where}: a {src.family.title} GGUF needs tokenizer.ggml.mask_token_id (a token id)")
+        src.mask = (tokens[mask_id], mask_id)
 
 
 def _byte_level_bpe(tokens: list[str], merges: list[str], types: list[int], pre: str | None):

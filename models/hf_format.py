@@ -22,6 +22,7 @@ from .backbones.llama import LlamaArch
 from .checkpoint import number_field, shard_files, whole_field
 from .dllm import FamilyError, family_of
 from .errors import UserError, unknown
+from .text import native_path
 from .llama_layout import MAX_DEFAULT_LENGTH, PretrainedError, Source
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -176,7 +177,7 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
     from tokenizers import Tokenizer as HFTokenizer
 
     try:
-        src.backend = HFTokenizer.from_file(str(tok_path))
+        src.backend = HFTokenizer.from_file(native_path(tok_path))
     except Exception as e:
         raise PretrainedError(f"{tok_path}: not a readable tokenizer ({str(e).splitlines()[0] if str(e) else e})") from None
     tcfg, special = ({} if not (src.path / name).is_file() else
@@ -203,7 +204,7 @@ def read_hf(src: Source, length: int | None, metadata_only: bool = False) -> Non
     src.control = [t.content for t in src.backend.get_added_tokens_decoder().values() if t.special]
     template = tcfg.get("chat_template") or ""
     if not template and (src.path / "chat_template.jinja").is_file():
-        template = (src.path / "chat_template.jinja").read_text()
+        template = (src.path / "chat_template.jinja").read_text(encoding="utf-8")
     src.chat_template = template if isinstance(template, str) else json.dumps(template)
     src.template_tokens = {name: _token_string(tcfg.get(name)) or _token_string(special.get(name))
                            for name in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}

@@ -28,7 +28,7 @@ def _constant(name: str):
 def read_object(path: str | Path, error: type[Exception], what: str) -> dict:
     """The JSON object in file `path` (`what` it should be, for the message), else `error` naming the file."""
     try:
-        value = loads(Path(path).read_text())
+        value = loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise error(f"{path} is not valid JSON ({e})") from None
     if not isinstance(value, dict):

@@ -62,6 +62,8 @@ from .backbones.llama import LlamaArch
 from .chat import chat_template
 from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
 from .errors import ConfigError, UserError, unknown
+from .text import native_path
+from .fields import check_types
 from .tokenizers import Tokenizer
 
 HUB_PREFIX = "kuleshov-group"
@@ -175,9 +177,19 @@ def _one_line(e: BaseException) -> str:
 
 
 # -- detection and config ------------------------------------------------------------------------------
+# the type of every config.json field this loader reads (models.fields.check_types), checked before any is used
+_ROLE_IDS = {f"{role}_token_id": int for role in ("bos", "eos", "pad", "mask", "sep")}
+CONFIG_TYPES = {"architectures": [str], "model_type": str, "length": int, "block_size": int, "vocab_size": int,
+                "keep_clean_bos": bool, "tokenization_config": _ROLE_IDS, **_ROLE_IDS,
+                "noise_config": {"_target_": str, "desired_block_size": int, "block_size": int, "max_block_size": int},
+                "backbone_config": {"_target_": str, "num_layers": int, "hidden_size": int, "n_heads": int,
+                                    "cond_dim": int, "dropout": float, "reinit_model": bool, "norm_type": str,
+                                    "pretrained_model_name_or_path": str}}
+
+
 def _read_json(path: Path) -> dict:
     try:
-        value = jsonio.loads(path.read_text())
+        value = jsonio.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not readable JSON ({_one_line(e)})") from None
     if not isinstance(value, dict):
@@ -190,7 +202,7 @@ def is_official_checkpoint(directory: str | Path) -> bool:
     `_target_`, and an AR/MDLM/BD3LM/SetDLM architecture or model_type); never raises."""
     path = Path(directory) / "config.json"
     try:
-        cfg = jsonio.loads(path.read_text())
+        cfg = jsonio.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     if not isinstance(cfg, dict) or "schema_version" in cfg:
@@ -199,7 +211,7 @@ def is_official_checkpoint(directory: str | Path) -> bool:
     if not isinstance(backbone, dict) or not isinstance(backbone.get("_target_"), str):
         return False
     arch = cfg.get("architectures")
-    named = isinstance(arch, list) and arch and arch[0] in ARCHITECTURES
+    named = isinstance(arch, list) and arch and isinstance(arch[0], str) and arch[0] in ARCHITECTURES
     return bool(named or cfg.get("model_type") in ("ar", "mdlm", "bd3lm"))
 
 
@@ -441,7 +453,7 @@ def official_tokenizer(directory: str | Path, cfg: dict) -> Tokenizer:
     if not path.is_file():
         raise CheckpointError(f"{directory}: no tokenizer.json (only fast tokenizers are supported)")
     try:
-        backend = HFTokenizer.from_file(str(path))
+        backend = HFTokenizer.from_file(native_path(path))
     except Exception as e:
         raise CheckpointError(f"{path}: not a readable tokenizer ({_one_line(e)})") from None
     tcfg = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
@@ -474,7 +486,7 @@ def official_tokenizer(directory: str | Path, cfg: dict) -> Tokenizer:
     tokenizer.add_bos = bool(cfg.get("keep_clean_bos"))
     template = tcfg.get("chat_template") if isinstance(tcfg.get("chat_template"), str) else ""
     if not template and (directory / "chat_template.jinja").is_file():
-        template = (directory / "chat_template.jinja").read_text()
+        template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
     tokenizer.chat = chat_template(template, {f"{r}_token": t for r, t in roles.items() if r != "mask"}, backend)
     return tokenizer
 
@@ -498,6 +510,7 @@ def describe_official(directory: str | Path) -> tuple[OfficialInfo, dict]:
         raise CheckpointError(f"{directory}: no config.json")
     cfg = _read_json(path)
     where = str(path)
+    check_types(cfg, CONFIG_TYPES, where, CheckpointError)   # (a nested architectures list was a TypeError)
     paradigm, kind = official_paradigm(cfg, where), backbone_kind(cfg, where)
     L = _int(cfg.get("length"), "length", where)
     S = S_max = None

@@ -47,11 +47,12 @@ from typing import Callable, ClassVar
 
 import torch
 
-from .fields import split_call
+from .fields import MAX_FIELD, MAX_STEPS, bounded, parse_options, range_problems, split_call
 from .errors import UserError, unknown
 
 POLICIES: dict[str, type["CommitPolicy"]] = {}
 SCORES: dict[str, "Callable[[Distributions], torch.Tensor]"] = {}
+MAX_NATS = 1e6   # the largest entropy, KL or entropy budget a parameter names (a distribution's entropy is < 17 nats)
 
 
 class PolicyError(UserError):
@@ -190,7 +191,7 @@ class CommitPolicy:
             POLICIES[cls.name] = cls
 
     def __post_init__(self) -> None:
-        problems = self.problems()
+        problems = range_problems(self) + self.problems()   # the declared ranges (models/fields.py) first
         if problems:
             raise PolicyError(f"policy {self.name}: " + "; ".join(problems))
         self.check_needs()
@@ -255,11 +256,8 @@ class Confidence(CommitPolicy):
 
     name = "confidence"
     paper = "kuleshov-group/setdlms predict_and_noise; Fast-dLLM threshold (NVlabs/Fast-dLLM)"
-    tau: float | None = field(default=None, metadata={"help": "commit every candidate with confidence >= tau, "
-                                                              "(0, 1]; none: exactly the schedule's count"})
-
-    def problems(self) -> list[str]:
-        return [] if self.tau is None or 0.0 < self.tau <= 1.0 else [f"tau must be in (0, 1] or none, got {self.tau}"]
+    tau: float | None = bounded(None, 0.0, 1.0, "commit every candidate with confidence >= tau, (0, 1]; none: "
+                                                "exactly the schedule's count", open_low=True)
 
     @property
     def one_per_step(self) -> bool:
@@ -277,8 +275,8 @@ class KFloor(Confidence):
 
     name = "kfloor"
     paper = "SDAR / TraDo dynamic decoding (JetAstra/SDAR), LLaDA2 minimal_topk"
-    tau: float = field(default=0.9, metadata={"help": "commit every candidate with confidence > tau when at least "
-                                                      "the schedule's count do, (0, 1]"})
+    tau: float = bounded(0.9, 0.0, 1.0, "commit every candidate with confidence > tau when at least the schedule's "
+                                        "count do, (0, 1]", open_low=True)
 
     def select(self, scores, candidate, n_forced, context=None):
         above = candidate & (scores > self.tau)
@@ -294,10 +292,7 @@ class TopK(CommitPolicy):
 
     name = "topk"
     paper = "LLaDA low_confidence remasking (ML-GSAI/LLaDA generate.py)"
-    k: int = field(default=2, metadata={"help": "tokens committed per step (at least the schedule's count), >= 1"})
-
-    def problems(self) -> list[str]:
-        return [] if isinstance(self.k, int) and self.k >= 1 else [f"k must be an integer >= 1, got {self.k}"]
+    k: int = bounded(2, 1, MAX_FIELD, "tokens committed per step (at least the schedule's count), >= 1")
 
     @property
     def one_per_step(self) -> bool:
@@ -318,10 +313,7 @@ class Margin(CommitPolicy):
     name = "margin"
     needs = ("margin",)
     paper = "Dream topk_margin (generation_utils.py sample_tokens, margin_confidence)"
-    tau: float = field(default=0.5, metadata={"help": "commit every candidate whose top-two margin is >= tau, (0, 1]"})
-
-    def problems(self) -> list[str]:
-        return [] if 0.0 < self.tau <= 1.0 else [f"tau must be in (0, 1], got {self.tau}"]
+    tau: float = bounded(0.5, 0.0, 1.0, "commit every candidate whose top-two margin is >= tau, (0, 1]", open_low=True)
 
     def select(self, scores, candidate, n_forced, context=None):
         return top_n(scores, candidate, n_forced) | (candidate & (scores >= self.tau))
@@ -335,10 +327,7 @@ class Entropy(CommitPolicy):
     name = "entropy"
     needs = ("entropy",)
     paper = "dParallel / d3LLM entropy threshold (czg1225/dParallel, hao-ai-lab/d3LLM)"
-    theta: float = field(default=0.5, metadata={"help": "commit every candidate whose entropy is <= theta nats, >= 0"})
-
-    def problems(self) -> list[str]:
-        return [] if math.isfinite(self.theta) and self.theta >= 0 else [f"theta must be >= 0, got {self.theta}"]
+    theta: float = bounded(0.5, 0.0, MAX_NATS, "commit every candidate whose entropy is <= theta nats, >= 0")
 
     def select(self, scores, candidate, n_forced, context=None):
         return top_n(-scores, candidate, n_forced) | (candidate & (scores <= self.theta))
@@ -354,14 +343,12 @@ class EntropyBounded(CommitPolicy):
 
     name = "eb"
     paper = "EB sampler (Ben-Hamu et al. 2025; UNI-D2 eb_sampler.py, diffusers EntropyBoundScheduler)"
-    gamma: float = field(default=0.1, metadata={"help": "the entropy budget of one step, nats, >= 0"})
+    gamma: float = bounded(0.1, 0.0, MAX_NATS, "the entropy budget of one step, nats, >= 0")
     proxy: str = field(default="entropy", metadata={"help": "the order of the candidates: entropy (lowest first) "
                                                             "or margin (largest first)"})
 
     def problems(self) -> list[str]:
-        out = [] if math.isfinite(self.gamma) and self.gamma >= 0 else [f"gamma must be >= 0, got {self.gamma}"]
-        return out + ([] if self.proxy in ("entropy", "margin") else
-                      [f"proxy must be entropy or margin, got {self.proxy!r}"])
+        return [] if self.proxy in ("entropy", "margin") else [f"proxy must be entropy or margin, got {self.proxy!r}"]
 
     @property
     def needs(self) -> tuple[str, ...]:   # the margin only as the order's proxy
@@ -387,11 +374,8 @@ class Factor(CommitPolicy):
 
     name = "factor"
     paper = "Fast-dLLM factor rule (inclusionAI/dInfer get_transfer_index_dynamic)"
-    f: float = field(default=1.0, metadata={"help": "the factor: accept the n-th most confident while "
-                                                    "(n + 1)(1 - c_n) <= f, > 0"})
-
-    def problems(self) -> list[str]:
-        return [] if math.isfinite(self.f) and self.f > 0 else [f"f must be > 0, got {self.f}"]
+    f: float = bounded(1.0, 0.0, MAX_NATS, "the factor: accept the n-th most confident while "
+                                                   "(n + 1)(1 - c_n) <= f, > 0", open_low=True)
 
     def select(self, scores, candidate, n_forced, context=None):
         def accept(order):
@@ -414,11 +398,7 @@ class Dilated(CommitPolicy):
     name = "dus"
     in_blocks = True
     paper = "DUS (Luxembourg et al. 2026, omerlux/DUS)"
-    a: int = field(default=2, metadata={"help": "the dilation base: each step halves (a = 2) the grid's spacing, "
-                                                ">= 2"})
-
-    def problems(self) -> list[str]:
-        return [] if isinstance(self.a, int) and self.a >= 2 else [f"a must be an integer >= 2, got {self.a}"]
+    a: int = bounded(2, 2, MAX_FIELD, "the dilation base: each step halves (a = 2) the grid's spacing, >= 2")
 
     def value_independent(self, greedy: bool, confidence: str) -> bool:
         return True
@@ -461,15 +441,9 @@ class KLStable(CommitPolicy):
     name = "klass"
     needs = ("confidence", "stable")
     paper = "KLASS (shkim0116/KLASS stable_confident_decode)"
-    tau: float = field(default=0.6, metadata={"help": "the confidence a candidate must exceed, [0, 1)"})
-    kl: float = field(default=0.015, metadata={"help": "the largest KL(p_t || p_t-1) of a stable step, nats, > 0"})
-    steps: int = field(default=2, metadata={"help": "how many consecutive stable steps qualify a candidate, >= 1"})
-
-    def problems(self) -> list[str]:
-        out = [] if 0.0 <= self.tau < 1.0 else [f"tau must be in [0, 1), got {self.tau}"]
-        out += [] if math.isfinite(self.kl) and self.kl > 0 else [f"kl must be > 0, got {self.kl}"]
-        return out + ([] if isinstance(self.steps, int) and self.steps >= 1 else
-                      [f"steps must be an integer >= 1, got {self.steps}"])
+    tau: float = bounded(0.6, 0.0, 1.0, "the confidence a candidate must exceed, [0, 1)", open_high=True)
+    kl: float = bounded(0.015, 0.0, MAX_NATS, "the largest KL(p_t || p_t-1) of a stable step, nats, > 0", open_low=True)
+    steps: int = bounded(2, 1, MAX_STEPS, "how many consecutive stable steps qualify a candidate, >= 1")
 
     def new_memory(self, batch, columns, vocab, device):
         """Per canvas column: the last distribution predicted there (zeros: never) and its stable count."""
@@ -506,30 +480,13 @@ def _stable(d: Distributions) -> torch.Tensor:
     return stable.float()
 
 
-def _parse_value(cls: type[CommitPolicy], name: str, text: str):
-    kinds = {f.name: f for f in dataclasses.fields(cls)}
-    if name not in kinds:
-        raise PolicyError(f"policy {cls.name}: {unknown('parameter', name, kinds or ['none'])}")
-    default = kinds[name].default
-    if text.lower() == "none" and default is None:
-        return None
-    try:
-        if isinstance(default, str):
-            return text
-        if isinstance(default, int) and not isinstance(default, bool):
-            return int(text)
-        return float(text)
-    except ValueError:
-        raise PolicyError(f"policy {cls.name}: {name} must be a number, got {text!r}") from None
-
-
 @functools.lru_cache(maxsize=256)
 def parse_policy(spec: str, threshold: float | None = None) -> CommitPolicy:
     """The policy of a spec `name` or `name(param=value, ...)` (spaces ignored); `threshold` is the confidence
     policy's tau when the spec gives none (DecodeConfig.threshold). PolicyError for anything else."""
     name, pairs = split_call(spec, POLICIES, "policy", PolicyError)
     cls = POLICIES[name]
-    values = {key: _parse_value(cls, key, value) for key, value in pairs}
+    values = parse_options(cls, pairs, f"policy {name}", PolicyError)
     if name == "confidence" and threshold is not None:
         if "tau" in values:
             raise PolicyError("confidence: give tau once, as the threshold or as confidence(tau=...)")

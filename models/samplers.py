@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from .errors import ConfigError, UserError, unknown
-from .fields import split_call
+from .fields import range_problems, split_call
 
 HARNESS = "harness"
 
@@ -100,7 +99,7 @@ class Sampler:
                 raise SamplerError(f"sampler {cls.name}: {unknown('option', key, kinds)}")
             values[key] = _read(cls.name, key, value, str(kinds[key].type))
         sampler = cls(**values)
-        problems = sampler.problems()
+        problems = range_problems(sampler) + sampler.problems()   # each option's declared range (models.fields)
         if problems:
             raise SamplerError(f"sampler {cls.name}: {'; '.join(problems)}")
         return sampler
@@ -155,7 +154,7 @@ class Sampler:
 
 
 def _read(name: str, key: str, value: str, kind: str):
-    """The option text `value` as a field annotated `kind`: None, true/false, a finite number >= 0, or text."""
+    """The option text `value` as a field annotated `kind`: None, true/false, a number, or text."""
     try:
         if value.lower() == "none" and "None" in kind:
             return None
@@ -167,11 +166,7 @@ def _read(name: str, key: str, value: str, kind: str):
     except ValueError:
         raise SamplerError(f"sampler {name}: {key} must be {'true or false' if kind.startswith('bool') else 'a number'}"
                            f", got {value!r}") from None
-    if number is None:
-        return value
-    if not math.isfinite(number) or number < 0:
-        raise SamplerError(f"sampler {name}: {key} must be a finite number >= 0, got {value!r}")
-    return number
+    return value if number is None else number   # its range: the field's declared one (Sampler.from_pairs)
 
 
 @dataclass(frozen=True)

@@ -336,7 +336,7 @@ def parse_source(spec: str | Path | ModelSource) -> ModelSource:
     path = Path(text).expanduser()
     if (path / CONFIG_FILE).is_file():
         try:
-            meta = jsonio.loads((path / CONFIG_FILE).read_text())
+            meta = jsonio.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return SavedCheckpoint(text)   # checkpoint.load says what is wrong with it
         if not isinstance(meta, dict) or "schema_version" in meta:

@@ -24,6 +24,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from . import jsonio
 from .errors import ConfigError, unknown
+from .text import native_path
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "tokenizers"
 BUILTIN = ("gpt2", "bert-base-uncased")
@@ -48,6 +49,10 @@ class Tokenizer:
         if missing:
             raise ConfigError(f"tokenizer {name!r} lacks special tokens: {', '.join(missing)}")
         self.bos_id, self.eos_id, self.pad_id, self.mask_id = ids["bos"], ids["eos"], ids["pad"], ids["mask"]
+        for role in ("bos", "eos", "pad"):   # a mask that is another special token decodes masks as it
+            if ids[role] == self.mask_id:
+                raise ConfigError(f"tokenizer {name!r}: its mask token {mask!r} (id {self.mask_id}) is also its {role} "
+                                  f"token {self.special_tokens[role]!r}; a mask must be a token of its own")
         self._hidden = {self.pad_id, self.mask_id, self.bos_id, self.eos_id}
 
     @property
@@ -66,16 +71,16 @@ class Tokenizer:
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
-        self.backend.save(str(directory / "tokenizer.json"))
+        self.backend.save(native_path(directory / "tokenizer.json"))
         (directory / "tokenizer_meta.json").write_text(
             json.dumps({"name": self.name, **self.special_tokens}, indent=2, sort_keys=True) + "\n"
-        )
+        , encoding="utf-8")
 
     @classmethod
     def from_directory(cls, directory: str | Path) -> "Tokenizer":
         directory = Path(directory)
-        meta = jsonio.loads((directory / "tokenizer_meta.json").read_text())
-        backend = HFTokenizer.from_file(str(directory / "tokenizer.json"))
+        meta = jsonio.loads((directory / "tokenizer_meta.json").read_text(encoding="utf-8"))
+        backend = HFTokenizer.from_file(native_path(directory / "tokenizer.json"))
         return cls(backend, meta["name"], meta["bos"], meta["eos"], meta["pad"], meta["mask"])
 
 

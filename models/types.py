@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 
 from .backbones import BackboneSpec
-from .fields import check_fields
+from .fields import MAX_FIELD, MAX_SEED, check_fields
 from .samplers import Sampler, SamplerError, parse_sampler, sampler_help
 from .bidir_cache import BidirCache, parse_cache
 from .policies import CommitPolicy, parse_policy, policy_specs
@@ -140,8 +140,11 @@ class DecodeConfig:
         problems = []
         for name in ("window", "decode_block", "steps", "steps_per_block", "chunk_size", "cache_drift"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                problems.append(f"{name} must be >= 1, got {value}")
+            if value is not None and not 1 <= value <= MAX_FIELD:   # (10**20 steps overflowed a tensor)
+                problems.append(f"{name} must be >= 1, got {value}" if value < 1 else
+                                f"{name} must be at most {MAX_FIELD:,}, got {str(value)[:40]}")
+        if not 0 <= self.seed <= MAX_SEED:
+            problems.append(f"seed must be a whole number in [0, {MAX_SEED}], got {str(self.seed)[:40]}")
         if self.threshold is not None and not (0.0 < self.threshold <= 1.0):
             problems.append(f"threshold must be in (0, 1] or None, got {self.threshold}")
         if not math.isfinite(self.temperature) or self.temperature <= 0:   # (NaN passes every comparison)
@@ -337,4 +340,6 @@ class ModelConfig:
             value = getattr(config, name)
             if value is not None and value >= config.vocab_size:
                 raise ConfigError(f"{name} {value} is not a token id of a {config.vocab_size}-token vocabulary")
+        if config.eos_id == config.mask_id:   # masks would be decoded as end of text (pad = mask is the default)
+            raise ConfigError(f"mask_id {config.mask_id} is also the eos_id; a mask must be a token of its own")
         return config

@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from models.errors import unknown
 from tasks.base import (
     Example, GenerateRequest, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, TextOutput,
     check_context_length, fit_generation, mean_ci, output, ratio_ci,
@@ -123,7 +124,7 @@ class GSM8K(Task):
     def __init__(self, max_new_tokens: int = 256, chat: bool = False, prompt: str = "plain", **source: Any):
         super().__init__(**source)
         if prompt not in PROMPTS:
-            raise TaskError(f"task gsm8k: prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
+            raise TaskError(f"task gsm8k: {unknown('prompt', prompt, PROMPTS)}")
         self.prompt = prompt
         if max_new_tokens < 1:
             raise TaskError(f"task gsm8k: max_new_tokens must be >= 1, got {max_new_tokens}")

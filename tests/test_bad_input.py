@@ -209,6 +209,7 @@ IN_PROCESS = {name: tool for tool, names in {
             "results_directory_read_only_for_a_finished_cell", "out_is_a_file",
             "ray_checkpoint_file_symlinked_outside_its_folder", "jobs_not_a_number", "jobs_on_ray",
             "jobs_with_delete_downloads", "policy_unknown", "policy_parameter_out_of_range",
+            "policy_parameter_unbounded",
             "checkpoint_config_rope_base_zero", "results_runs_hard_linked", "results_lock_hard_linked",
             "results_runs_a_fifo", "checkpoint_extra_tensor", "data_integer_of_5000_digits", "seed_too_large",
             "gguf_tokens_not_strings", "out_under_an_unknown_user", "working_directory_deleted"],
@@ -355,6 +356,8 @@ def _in_process_case(name: str, tmp: Path, ck: dict, q: Path, tok, monkeypatch) 
         return [*cell, "--policy", "greedy"], None
     if name == "policy_parameter_out_of_range":
         return [*cell, "--policy", "margin(tau=2)"], None
+    if name == "policy_parameter_unbounded":   # an overflow traceback in torch.clamp before (round 4)
+        return [*cell, "--policy", f"topk(k={10 ** 20})"], None
     if name == "gguf_tokens_not_strings":   # a TypeError traceback in the tokenizer rebuild (round 2)
         import gguf
         from test_pretrained import make_checkpoint, write_gguf

@@ -185,8 +185,8 @@ def parity_failures(case: str) -> list[str]:
 def test_a_family_fact_changed_breaks_the_parity(case, fact, value, monkeypatch):
     family = dllm.family_of(json.loads((FIXTURES / case / "config.json").read_text()))
     changed = dataclasses.replace(family, **{fact: value}, **({"block_size": 4} if fact == "block_field" else {}))
-    if fact == "mask_field":   # the mask read from the tokenizer's first special token instead of the config
-        changed = dataclasses.replace(changed, mask_token="<|startoftext|>")
+    if fact == "mask_field":   # the mask read from a special token of no other role instead of the config
+        changed = dataclasses.replace(changed, mask_token="<|eot_id|>")
     assert parity_failures(case) == []
     monkeypatch.setattr(dllm, "FAMILIES", [changed if f is family else f for f in dllm.FAMILIES])
     assert parity_failures(case)
@@ -217,8 +217,10 @@ def test_family_sampler_settings_are_validated_and_spelled_once():
     assert DecodeConfig(sampler="llada(steps:8;block_length:4)").sampler == "llada(block_length=4,steps=8)"
     assert DecodeConfig(sampler="sdar").sampler == "sdar"
     for bad, message in (("dream(alg=greedy)", "alg must be"), ("llada(stepz=3)", "unknown option 'stepz'"),
-                         ("sdar(top_k=-1)", ">= 0"), ("fastdllm_v2(use_block_cache=yes)", "true or false"),
-                         ("llada(steps=0)", "steps must be >= 1"), ("mystery", "unknown sampler 'mystery'")):
+                         ("sdar(top_k=-1)", r"top_k must be a whole number in \[0, "),
+                         ("fastdllm_v2(use_block_cache=yes)", "true or false"),
+                         ("llada(steps=0)", r"steps must be a whole number in \[1, "),
+                         ("mystery", "unknown sampler 'mystery'")):
         with pytest.raises(UserError, match=message):
             DecodeConfig(sampler=bad)
     llada, _ = load("llada_mha")
@@ -334,7 +336,8 @@ def write_gguf(case: str, path: Path, arch: str, metadata: dict) -> Path:
     w.add_token_types([3 if t.startswith(("<|", "|<")) else 1 for t in tokens])
     w.add_eos_token_id(tok.eos_id)
     for key, value in metadata.items():
-        (w.add_bool if isinstance(value, bool) else w.add_uint32)(key, value)
+        add = w.add_bool if isinstance(value, bool) else w.add_string if isinstance(value, str) else w.add_uint32
+        add(key, value)
     top = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
            "lm_head.weight": "output.weight"}
     for name, t in state.items():

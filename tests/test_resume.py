@@ -461,9 +461,12 @@ def test_live_workers_of_an_earlier_run_are_refused_by_name_and_writes_need_the_
 
     root = tmp_path / "cpu"
     root.mkdir()
-    orphan = subprocess.Popen(["sleep", "60"])
+    (root / ".lock").write_text("1\n")
+    with open(root / ".lock") as held:   # a worker keeps its results folder's lock file open while it lives
+        orphan = subprocess.Popen(["sleep", "60"], stdin=held)
     try:
-        (root / ".lock").write_text(f"1\nworker {orphan.pid} {process_start(orphan.pid)}\n")
+        with open(root / ".lock", "a") as lock:
+            lock.write(f"worker {orphan.pid} {process_start(orphan.pid)}\n")
         with pytest.raises(StoreError, match=f"still running \\(pid {orphan.pid}\\).*kill {orphan.pid}"):
             with ResultsStore(root).lock():
                 pass

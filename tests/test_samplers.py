@@ -47,7 +47,7 @@ def test_a_spec_parses_once_into_one_of_three_kinds():
     assert decode.sampler == "sdar(top_k=1)" and decode.plan.sampler == sdar   # parsed once, carried in the plan
     assert decode.plan.policy == decode.commit_policy()
     for bad, message in (("harness(steps=2)", "sampler harness: unknown option 'steps'"),
-                         ("officials", "unknown sampler 'officials'"), ("sdar(top_k=-1)", ">= 0")):
+                         ("officials", "unknown sampler 'officials'"), ("sdar(top_k=-1)", "top_k must be a whole number in \\[0, ")):
         with pytest.raises(UserError, match=message):
             DecodeConfig(sampler=bad)
     # the help lists every registered sampler, from the registry

@@ -137,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         out = make_dirs(Path(args.out), Path(args.out))
         file = f"{name}-{torch.backends.cpu.get_cpu_capability()}.json" if name == "precision" else f"{name}.json"
         with replacing(out / file, out) as tmp:   # a whole file or none, never written through a link
-            tmp.write_text(json.dumps(results[name], indent=1) + "\n")
+            tmp.write_text(json.dumps(results[name], indent=1) + "\n", encoding="utf-8")
     if not results:
         return 0
     summary = results if len(results) > 1 else next(iter(results.values()))

@@ -241,8 +241,8 @@ def _hf_folder(z: Sizes, folder: Path):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(["<pad>", "<s>", "</s>", "<mask>"])
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
-                                                              "pad_token": "<pad>", "add_bos_token": False}))
+    special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "add_bos_token": False}
+    (folder / "tokenizer_config.json").write_text(json.dumps(special), encoding="utf-8")
     return hf
 
 
@@ -490,7 +490,7 @@ def _run(args, device: torch.device) -> int:
                         and all(n in result["sections"] for n in names))
         result["seconds"] = round(time.perf_counter() - start, 1)
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         tmp.replace(out)
 
     for name in names:

@@ -41,6 +41,7 @@ Symbols are written as words "a0" .. "a{V-1}" separated by single spaces (`to_te
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import re
@@ -51,6 +52,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 from models.errors import UserError, unknown
+from models.fields import MAX_FIELD, bounded, range_problems
 
 if TYPE_CHECKING:
     from models.tokenizers import Tokenizer
@@ -74,6 +76,10 @@ def _as_batch(x: Sequence[int] | np.ndarray) -> np.ndarray:
     return a.reshape(1, -1) if a.ndim == 1 else a
 
 
+MAX_STATES = 1024     # a language's matrices are at most states x symbols float64: 128 MiB at these bounds
+MAX_SYMBOLS = 16384   # (100,000 states asked for 74.5 GiB)
+
+
 class LanguageError(UserError):
     """An oracle language that is not registered or whose parameters are invalid."""
 
@@ -83,15 +89,18 @@ class OracleLanguage:
     """A stationary HMM over `n_symbols` symbols; see the module docstring for the construction.
     `length` is the length of its training documents (it does not change the distribution)."""
 
-    n_states: int
-    n_symbols: int
-    coupling: float
-    seed: int
-    branching: int = 2
-    emission_noise: float = 0.02
-    length: int = 64
+    n_states: int = bounded(dataclasses.MISSING, 1, MAX_STATES, "hidden states")
+    n_symbols: int = bounded(dataclasses.MISSING, 1, MAX_SYMBOLS, "visible symbols, >= n_states")
+    coupling: float = bounded(dataclasses.MISSING, 0.0, 1.0, "weight of the sparse successor map")
+    seed: int = bounded(dataclasses.MISSING, 0, 2 ** 31 - 1, "numpy seed of its parameters")
+    branching: int = bounded(2, 1, MAX_STATES, "likely successors of each state")
+    emission_noise: float = bounded(0.02, 0.0, 1.0, "emission mass spread over every symbol", open_low=True)
+    length: int = bounded(64, 1, MAX_FIELD, "tokens per training document")
 
     def __post_init__(self) -> None:
+        problems = range_problems(self)   # declared above, checked before anything is allocated (models/fields.py)
+        if problems:
+            raise LanguageError("; ".join(problems))
         if not 1 <= self.n_states <= self.n_symbols:
             raise LanguageError(f"need 1 <= n_states <= n_symbols, got {self.n_states} and {self.n_symbols}")
         if not 0.0 <= self.coupling <= 1.0:
@@ -406,8 +415,6 @@ def language(name: str) -> OracleLanguage:
                                 f", got {text!r}") from None
         if kind is float and not math.isfinite(value):
             raise LanguageError(f"oracle language {name!r}: {key} must be finite, got {text!r}")
-        if kind is int and not 0 <= value < 2 ** 31:
-            raise LanguageError(f"oracle language {name!r}: {key} must be in [0, 2^31), got {text!r}")
         values[key] = value
     missing = [k for k in REQUIRED if k not in values]
     if missing:
