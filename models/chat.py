@@ -6,7 +6,8 @@ with the special-token strings the template may name (`bos_token`, `eos_token`, 
 `load_pretrained` attaches to the Tokenizer (`tokenizer.chat`; None where the checkpoint has no template, and for
 the harness's own models). Rendering goes through transformers' own `apply_chat_template` (a tokenizer built over
 the same `tokenizers` backend, never a hand-written copy of the template), so a prompt is byte-identical to
-`AutoTokenizer.from_pretrained(folder).apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`.
+what transformers' `AutoTokenizer`, loaded from the folder, renders with `apply_chat_template(messages,
+tokenize=False, add_generation_prompt=True)`.
 
     from models import open_model
     _, tok = open_model("path/to/LLaDA-8B-Instruct")
