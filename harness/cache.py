@@ -75,7 +75,7 @@ def is_cached(cfg: TrainConfig) -> bool:
     """Whether this machine's checkpoint cache holds a usable checkpoint of cfg."""
     directory = checkpoint_dir(cfg)
     try:
-        meta = models.checkpoint.read_config(directory)
+        meta = models.loading.checkpoint.read_config(directory)
     except models.CheckpointError:
         return False
-    return meta.get("model_id") == cfg.model_id and (directory / models.checkpoint.WEIGHTS_FILE).is_file()
+    return meta.get("model_id") == cfg.model_id and (directory / models.loading.checkpoint.WEIGHTS_FILE).is_file()

@@ -40,7 +40,7 @@ import torch
 import models
 from models import get_paradigm
 from models.steps import compiled_step_graphs
-from models.checkpoint import atomic_directory
+from models.loading.checkpoint import atomic_directory
 from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 
@@ -234,7 +234,7 @@ def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> Loa
     try:
         return load_model(directory, dev, model_id, **kwargs)
     except models.CheckpointError as e:
-        reason = str(e).replace(models.sources.SAVE_HINT, "")
+        reason = str(e).replace(models.loading.sources.SAVE_HINT, "")
         raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {reason}; delete "
                                      f"{directory} and rerun to retrain it") from None
 
@@ -258,13 +258,13 @@ def import_ray():
 
 def shipped_files(directory: Path) -> dict[str, Path]:
     """The files of a checkpoint directory that travel to Ray workers: the checkpoint's own files only
-    (models.checkpoint.CHECKPOINT_FILES; nothing else a user keeps in the folder), and a symlink among them only
+    (models.loading.checkpoint.CHECKPOINT_FILES; nothing else a user keeps in the folder), and a symlink among them only
     if it stays inside the folder (CheckpointError otherwise: a symlinked secret or a big file elsewhere never
     reaches the cluster)."""
     directory = Path(directory)
     inside = directory.resolve()
     files = {}
-    for name in models.checkpoint.CHECKPOINT_FILES:
+    for name in models.loading.checkpoint.CHECKPOINT_FILES:
         path = directory / name
         if path.is_symlink() and inside not in path.resolve().parents:
             raise models.CheckpointError(f"checkpoint {directory}: {name} is a symlink to {path.resolve()}, outside "
@@ -281,7 +281,7 @@ def checkpoint_payload(model_id: str, directory: Path) -> dict:
 
 
 def write_checkpoint(payload: dict, directory: Path) -> Path:
-    """Atomically materialise a checkpoint payload as `directory` (same layout as models.checkpoint.save).
+    """Atomically materialise a checkpoint payload as `directory` (same layout as models.loading.checkpoint.save).
     Every file name must be a relative path inside it (no absolute path, no `..`; CheckpointError)."""
     for name in payload["files"]:
         parts = name.split("/") if isinstance(name, str) else [""]

@@ -395,7 +395,7 @@ _SMOLLM2 = Preset(
     block_sizes=(), grid=Grid(), warmup=1, tasks=_CPU_TEXT_TASKS,
     external=(("smollm2", {"paradigm": "ar", "length": 256}),))
 
-# Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
+# Reproduction presets: the paper's 32 published checkpoints (models/loading/official.py PAPER_CHECKPOINTS), evaluated as
 # they are with the official protocol (docs/published-checkpoints.md): 50 warm-up examples, 200
 # measured for GSM8K, 1000 for CNN/DM and ROCStories, batch 1; the official samplers (sampler="official"; SetDLM's
 # GSM8K accuracy runs commit in first-hitting order, as setdlm_fht_cache_order=true); fp32 weights, as the official
@@ -432,7 +432,7 @@ _PAPER_PRESETS = (
            (TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),)),
 )
 
-# The diffusion LMs the field evaluates (models/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
+# The diffusion LMs the field evaluates (models/loading/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
 # own published sampler (models/dllm_samplers.py) at the settings of its authors' evaluation: LLaDA semi-AR blocks of
 # 32 with one step per token (as Fast-dLLM evaluates it), Dream's entropy order with one step per token, SDAR/TraDo
 # blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over

@@ -19,9 +19,9 @@ from functools import cached_property
 from pathlib import Path
 
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
-from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
-from models.sources import ModelShape, ModelSource, parse_source
-from models.dllm import is_family_sampler
+from models.loading.pretrained import SMOLLM2_INSTALL, smollm2_installed
+from models.loading.sources import ModelShape, ModelSource, parse_source
+from models.loading.dllm import is_family_sampler
 from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 from tasks.genppl import DEFAULT_JUDGE, OWN_AR_JUDGE
@@ -53,7 +53,7 @@ class External:
 
     @cached_property
     def source(self) -> ModelSource:
-        """The spec parsed (models.sources): what the launchers and the estimate ask about the model."""
+        """The spec parsed (models.loading.sources): what the launchers and the estimate ask about the model."""
         return parse_source(self.spec)
 
 
@@ -276,7 +276,7 @@ def plan_checkpoint(preset: Preset, spec: str | Path, task: str, paradigm: str |
 
 def external_model(spec: str | ModelSource, paradigm: str | None = None, length: int | None = None,
                    block_size: int | None = None) -> External:
-    """The External of a spec, read without loading weights (models.sources: each kind's `describe`): a checkpoint's
+    """The External of a spec, read without loading weights (models.loading.sources: each kind's `describe`): a checkpoint's
     config from its config.json (CheckpointError: exit 2); a paper key from what the key declares (planned offline,
     downloaded when it runs); an official folder from its config.json; a pretrained LM from its config.json or GGUF
     metadata; a perfect: spec (no weights) opened. A pretrained LM and the perfect model keep the paradigm, length

@@ -33,7 +33,7 @@ import models
 from models import Batch
 from models.steps import prepare_torch_compile
 from models.errors import ConfigError, UserError, unknown
-from models.tokenizers import Tokenizer
+from models.loading.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
 from .cli import INTERRUPTED, Parser, check_working_directory, exit_exhausted, exit_user_error, interrupt_on_sigterm, number, user_path
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the state survives
         return exit_exhausted(e)
-    meta = models.checkpoint.read_config(path)
+    meta = models.loading.checkpoint.read_config(path)
     print(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)")
     return 0
 

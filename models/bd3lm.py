@@ -58,7 +58,7 @@ from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
 from .decoding import Canvas, left_aligned
-from .dllm import is_family_sampler
+from .loading.dllm import is_family_sampler
 from .errors import ConfigError
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser, sampler_policy

@@ -1,4 +1,4 @@
-"""The published samplers of the diffusion-LM families (models/dllm.py), reproduced call for call on our backbone.
+"""The published samplers of the diffusion-LM families (models/loading/dllm.py), reproduced call for call on our backbone.
 
 `DecodeConfig(sampler="<family>(option=value,...)")` decodes with a family's own sampler instead of our decoders,
 the way `sampler="official"` reproduces the paper's (models/official_sampler.py). Each sampler below follows its
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .backbones.attention import StepCache
-from .dllm import (DreamOptions, FastDLLMv2Options, LLaDAOptions, SamplerError, SamplerOptions, SDAROptions,  # noqa: F401
+from .loading.dllm import (DreamOptions, FastDLLMv2Options, LLaDAOptions, SamplerError, SamplerOptions, SDAROptions,  # noqa: F401
                    describe_samplers, family_named, parse_sampler)
 
 
@@ -389,7 +389,7 @@ def family_generate(model, prompts, max_new_tokens: int, decode) -> list:
     """ParadigmModel.generate with DecodeConfig(sampler="<family>(...)"): one Generation per prompt, its tokens cut by
     the token-counting rule after the first max_new_tokens, NFE the sampler's model calls and tokens_per_step what each of its steps committed (the
     forwards that write a finished block to the cache commit nothing and are not steps)."""
-    from .types import Generation, count_generated_tokens   # (models.types imports models.dllm, not this module)
+    from .types import Generation, count_generated_tokens   # (models.types imports models.loading.dllm, not this module)
 
     options = parse_sampler(decode.sampler)
     start = time.perf_counter()

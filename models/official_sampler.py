@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding import TokenChooser
-from .dllm import family_named, is_family_sampler, parse_sampler
+from .loading.dllm import family_named, is_family_sampler, parse_sampler
 from .errors import ConfigError, unknown
 from .schedules import forced_counts
 from .types import DecodeConfig

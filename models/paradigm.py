@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from .decoding import Canvas
-from .dllm import is_family_sampler
+from .loading.dllm import is_family_sampler
 from .errors import ConfigError, unknown
 from .dllm_samplers import family_generate
 from .official_sampler import official_numerics

@@ -20,12 +20,12 @@ import torch
 
 from .backbones import BackboneSpec
 from .fields import check_fields
-from .dllm import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
+from .loading.dllm import OPTIONS as FAMILY_SAMPLERS, SamplerError, is_family_sampler, parse_sampler
 from .policies import CommitPolicy, parse_policy
 from .backbones.gpt import GPTArch
 from .errors import ConfigError, UserError, unknown
 
-SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
+SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/loading/checkpoint.py migrates)
 COMMIT_ORDERS = ("position", "first_hitting")
 SAMPLERS = ("harness", "official", "official_unfused")   # DecodeConfig.sampler (models/official_sampler.py)
 CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence

