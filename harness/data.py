@@ -15,7 +15,7 @@ import os
 import torch
 from safetensors.torch import load_file
 
-from models.loading.checkpoint import atomic_directory, write_safetensors
+from models.loading.files import atomic_directory, write_safetensors
 from models.errors import ConfigError
 from models.loading.tokenizers import Tokenizer, load_tokenizer, train_bpe
 from tasks.base import TaskError

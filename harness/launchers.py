@@ -40,7 +40,7 @@ import torch
 import models
 from models import get_paradigm
 from models.steps import compiled_step_graphs
-from models.loading.checkpoint import atomic_directory
+from models.loading.files import atomic_directory
 from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  THE list of built-in paradigms (defining a class registers it)
 from .backbones import KINDS, BackboneSpec
-from .loading.checkpoint import CheckpointError, load, save
+from .loading.checkpoint import load, save
+from .loading.files import CheckpointError
 from .factory import build, from_config, resolve_config
 from .paradigm import PARADIGMS, Grid, ParadigmModel, get_paradigm, paradigm_names, parse_model_tag
 from .types import (

@@ -19,7 +19,7 @@ import pytest
 
 import models
 from harness.configs import source_model_id, spec_model_id
-from models.loading.checkpoint import CheckpointError
+from models.loading.files import CheckpointError
 from models.loading.official import PAPER_ALIASES, PAPER_CHECKPOINTS
 from models.loading.pretrained import PretrainedError
 from models.loading.sources import (

@@ -25,7 +25,7 @@ from harness.paths import PathError
 from harness.report import ReportError
 from harness.store import StoreError
 from harness.sweep import PlanError
-from models.loading.checkpoint import CheckpointError
+from models.loading.files import CheckpointError
 from models.decoding import TeacherForcingError
 from models.loading.dllm import FamilyError, SamplerError
 from models.errors import ConfigError, UserError, unknown

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..backbones.llama import LlamaArch
-from .checkpoint import check_memory, whole_field
+from .files import check_memory, whole_field
 from .dllm import FAMILIES, UNSUPPORTED, family_of_gguf
 from ..errors import UserError, unknown
 from .hf_format import check_window, context_length, family_errors

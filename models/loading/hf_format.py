@@ -19,7 +19,7 @@ import torch
 
 from .. import jsonio
 from ..backbones.llama import LlamaArch
-from .checkpoint import number_field, shard_files, whole_field
+from .files import number_field, shard_files, whole_field
 from .dllm import FamilyError, family_of
 from ..errors import UserError, unknown
 from .llama_layout import MAX_DEFAULT_LENGTH, PretrainedError, Source

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..backbones.llama import LlamaArch
-from .checkpoint import CheckpointError
+from .files import CheckpointError
 
 MAX_DEFAULT_LENGTH = 8192   # default context of a pretrained LM: min(max_position_embeddings, this)
 

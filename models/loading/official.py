@@ -59,7 +59,8 @@ from .. import jsonio
 from ..backbones import BackboneSpec
 from ..backbones.dit import DiTArch, DiTLegacyArch
 from ..backbones.llama import LlamaArch
-from .checkpoint import CheckpointError, assemble, check_tensors, shard_files
+from .checkpoint import assemble
+from .files import CheckpointError, check_tensors, shard_files
 from ..errors import ConfigError, UserError, unknown
 from .tokenizers import Tokenizer
 

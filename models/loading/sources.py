@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 import torch
 
 from .. import jsonio
-from .checkpoint import CONFIG_FILE, CheckpointError
+from .checkpoint import CONFIG_FILE
+from .files import CheckpointError
 from ..errors import UserError
 from .pretrained import Location, PretrainedError, locate
 from .tokenizers import Tokenizer
