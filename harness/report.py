@@ -421,7 +421,8 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
 
 def claims_tables(preset_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The claims summary and every paired comparison (harness.claims) of one preset's results, from its folder."""
-    from .claims import DETAIL_COLUMNS, evaluate
+    from .claims import evaluate
+    from .evidence import DETAIL_COLUMNS
 
     rows = checked_rows(preset_dir / "runs.jsonl")
     summary, details = evaluate(preset_dir, rows)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, evaluate, frontier_area, holm, mcnemar_p,
-                            overall, paired, pooled_test, sign_flip_p)
+from harness.claims import CLAIMS, evaluate, overall
+from harness.evidence import NOT_TESTABLE, Results, frontier_area, paired
+from harness.stats import decide, envelope, holm, mcnemar_p, pooled_test, sign_flip_p
 from harness.schema import STORED_KEYS
 from harness import bench, training_claims
 from harness.bench.common import bench_dir, bench_section

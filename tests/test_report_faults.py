@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from harness import report
 from harness.bench.common import bench_section
 from harness.bench.decode import decode_table
-from harness.claims import Results
+from harness.evidence import Results
 from harness.store import StoreError
 from test_bad_input import report_row
 from reliability_utils import write_jsonl
