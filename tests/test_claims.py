@@ -20,7 +20,8 @@ from harness.stats import decide, envelope, holm, mcnemar_p, pooled_test, sign_f
 from harness.schema import STORED_KEYS
 from harness import bench, training_claims
 from harness.bench.common import bench_dir, bench_section
-from harness.report import checked_rows, claims_markdown, load_runs, claims_tables, plot_task, task_table
+from harness.plots import plot_task
+from harness.report import checked_rows, claims_markdown, load_runs, claims_tables, task_table
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent

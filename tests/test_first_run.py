@@ -24,7 +24,8 @@ from harness.configs import TrainConfig
 from harness.env import machine_id
 from harness.presets import TaskSpec, get_preset
 from harness.progress import LineProgress, progress
-from harness.report import build_report, load_runs, plot_task
+from harness.plots import plot_task
+from harness.report import build_report, load_runs
 from harness.evaluate import training_precision
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep

@@ -24,7 +24,8 @@ from models.loading.pretrained import smollm2_installed
 from harness.launchers import AUTO_WORKERS, eval_workers, execute
 from harness.precision import resolve_precision
 from harness.presets import PRESETS, TaskSpec, get_preset
-from harness.report import build_report, pareto_mask
+from harness.plots import pareto_mask
+from harness.report import build_report
 from harness.schema import COLUMNS
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep
