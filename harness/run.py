@@ -37,7 +37,8 @@ from .cli import (
     INTERRUPTED, REFERENCE, Parser, add_decode_flags, check_working_directory, given_decode_knobs, exit_exhausted, exit_user_error,
     interrupt_on_sigterm, number, reference_option, user_path,
 )
-from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
+from .launchers import AUTO_WORKERS, LAUNCHERS, execute, preflight, preview
+from .ray_launcher import import_ray
 from .presets import PRESETS, get_preset
 from .store import ResultsStore
 from .summary import sweep_summary

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 import models
-from harness.launchers import checkpoint_payload
+from harness.ray_launcher import checkpoint_payload
 from harness.store import ResultsStore, StoreError, append_jsonl
 from models.loading.files import check_tensors, shard_files
 from models.errors import UserError

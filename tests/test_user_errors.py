@@ -20,6 +20,7 @@ import harness.train as train_mod
 from harness import bench, cli, report, run
 from harness.cache import CacheError
 from harness.launchers import LauncherError
+from harness.ray_launcher import RayError
 from harness.lm_eval import ModelArgsError, RequestError
 from harness.paths import PathError
 from harness.report import ReportError
@@ -39,7 +40,7 @@ from reliability_utils import REPO, cli_env
 
 CELL = ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k", "--quiet", "--no-report"]
 USER_ERRORS = [CacheError, CheckpointError, ConfigError, ContextOverflowError, FamilyError, LanguageError,
-               LauncherError, ModelArgsError, PathError, PlanError, PolicyError, PretrainedError, ReportError,
+               LauncherError, ModelArgsError, PathError, PlanError, PolicyError, PretrainedError, RayError, ReportError,
                RequestError, SamplerError, StoreError, TaskError, TeacherForcingError, train_mod.TrainingError]
 
 
