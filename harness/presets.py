@@ -395,7 +395,7 @@ _SMOLLM2 = Preset(
     block_sizes=(), grid=Grid(), warmup=1, tasks=_CPU_TEXT_TASKS,
     external=(("smollm2", {"paradigm": "ar", "length": 256}),))
 
-# Reproduction presets: the paper's 32 published checkpoints (models/loading/official.py PAPER_CHECKPOINTS), evaluated as
+# Reproduction presets: the paper's 32 published checkpoints (models/loading/paper.py PAPER_CHECKPOINTS), evaluated as
 # they are with the official protocol (docs/published-checkpoints.md): 50 warm-up examples, 200
 # measured for GSM8K, 1000 for CNN/DM and ROCStories, batch 1; the official samplers (sampler="official"; SetDLM's
 # GSM8K accuracy runs commit in first-hitting order, as setdlm_fht_cache_order=true); fp32 weights, as the official

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 import models
 from models import CheckpointError, DecodeConfig
 from models.errors import UserError
-from models.loading.official import (PAPER_ALIASES, PAPER_CHECKPOINTS, describe_official, is_official_checkpoint,
-                             load_official, official_paradigm, read_official_weights, resolve_paper_key)
+from models.loading.official import (describe_official, is_official_checkpoint, load_official, official_paradigm,
+                                     read_official_weights)
+from models.loading.paper import PAPER_ALIASES, PAPER_CHECKPOINTS, resolve_paper_key
 from official_layout import trace_calls
 from models.official_sampler import official_commit_counts
 

@@ -20,7 +20,7 @@ import pytest
 import models
 from harness.configs import source_model_id, spec_model_id
 from models.loading.files import CheckpointError
-from models.loading.official import PAPER_ALIASES, PAPER_CHECKPOINTS
+from models.loading.paper import PAPER_ALIASES, PAPER_CHECKPOINTS
 from models.loading.pretrained import PretrainedError
 from models.loading.sources import (
     GGUFFile, HFFolder, HubModel, OfficialFolder, PackagedModel, PaperKey, PerfectModel, SavedCheckpoint, UnusableSpec,
@@ -103,12 +103,12 @@ def test_a_spec_that_names_no_model_parses_and_fails_in_one_line_when_used(tmp_p
 
 
 def test_only_the_sources_module_classifies_specs():
-    """No module but models/loading/sources.py calls a spec classifier or compares a spec's kind as a string (models/loading/official.py
-    and models/loading/pretrained.py declare what they recognise; parse_source asks them)."""
+    """No module but models/loading/sources.py calls a spec classifier or compares a spec's kind as a string
+    (models/loading/official.py, paper.py and pretrained.py declare what they recognise; parse_source asks them)."""
     kind_test = re.compile(r"spec_kind|is_local_spec|is_official_checkpoint\(|PAPER_ALIASES|\blocate\("
                            r"|[=!]=\s*\"(checkpoint|paper|pretrained|official|perfect)\""
                            r"|in \(\"(checkpoint|paper|pretrained|official|perfect)\"")
-    allowed = {"models/loading/sources.py", "models/loading/official.py", "models/loading/pretrained.py"}
+    allowed = {f"models/loading/{name}.py" for name in ("sources", "official", "paper", "pretrained")}
     found = [f"{path.relative_to(REPO)}:{n}" for package in ("harness", "models", "tasks")
              for path in sorted((REPO / package).rglob("*.py")) if path.relative_to(REPO).as_posix() not in allowed
              for n, line in enumerate(path.read_text().splitlines(), 1) if kind_test.search(line)]

@@ -131,7 +131,7 @@ def _registry_errors():
     from harness.precision import resolve_precision
     from harness.presets import get_preset
     from models.loading.dllm import family_named
-    from models.loading.official import resolve_paper_key
+    from models.loading.paper import resolve_paper_key
     from models.policies import parse_policy
     from models.loading.tokenizers import load_tokenizer
     from tasks import get_task

@@ -221,22 +221,22 @@ class PaperKey(OfficialFolder):
     is_local: ClassVar[bool] = False
 
     def folder(self) -> Path:
-        from .official import resolve_paper_key
+        from .paper import resolve_paper_key
 
         return resolve_paper_key(self.spec)
 
     def describe(self, paradigm=None, length=None, block_size=None):
-        from .official import paper_shape
+        from .paper import paper_shape
 
         return ModelShape(**paper_shape(self.spec))
 
     def download_bytes(self) -> int:
-        from .official import paper_download_bytes
+        from .paper import paper_download_bytes
 
         return paper_download_bytes(self.spec)
 
     def delete_download(self) -> int:
-        from .official import delete_paper_snapshot
+        from .paper import delete_paper_snapshot
 
         return delete_paper_snapshot(self.spec)
 
@@ -326,7 +326,8 @@ PRETRAINED_FORMS = {"hf": HFFolder, "gguf": GGUFFile, "packaged": PackagedModel,
 
 def parse_source(spec: str | Path | ModelSource) -> ModelSource:
     """The source a spec names, by the order in the module docstring (a source is returned as it is); never raises."""
-    from .official import PAPER_ALIASES, PAPER_CHECKPOINTS, is_official_checkpoint
+    from .official import is_official_checkpoint
+    from .paper import PAPER_ALIASES, PAPER_CHECKPOINTS
 
     if isinstance(spec, ModelSource):
         return spec
