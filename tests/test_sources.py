@@ -113,3 +113,16 @@ def test_only_the_sources_module_classifies_specs():
              for path in sorted((REPO / package).rglob("*.py")) if path.relative_to(REPO).as_posix() not in allowed
              for n, line in enumerate(path.read_text().splitlines(), 1) if kind_test.search(line)]
     assert not found, f"spec kinds classified outside models/loading/sources.py: {found}"
+
+
+def test_a_perfect_model_id_is_told_by_its_source_type():
+    """A result row's reader asks the source type whether a model id is the perfect model's (harness/rows.py), as the
+    harness names a spec's model (harness.configs.spec_model_id): no module tests the id's text itself."""
+    from harness.configs import spec_model_id
+    from models.loading.sources import PerfectModel
+
+    assert PerfectModel.names(spec_model_id("perfect:hmm-strong:bd3lm-s4"))
+    assert not PerfectModel.names(spec_model_id("owt:bd3lm-s4")) and not PerfectModel.names("ar-0123")
+    users = [path.relative_to(REPO).as_posix() for package in ("harness", "models", "tasks")
+             for path in sorted((REPO / package).rglob("*.py")) if 'startswith("perfect-")' in path.read_text()]
+    assert not users, users

@@ -126,6 +126,12 @@ class PerfectModel(ModelSource):
     prefix: str = "perfect:"
     shaped_when_opened: ClassVar[bool] = True
 
+    @classmethod
+    def names(cls, model_id: str) -> bool:
+        """Whether a model id is one of these models' (the harness names a spec's model by the spec with ':' as '-',
+        harness.configs.spec_model_id): what a result row's reader asks instead of testing the id itself."""
+        return model_id.startswith(cls.prefix.replace(":", "-"))
+
     def open(self, paradigm=None, device="cpu", dtype=torch.float32, length=None, block_size=None,
              max_block_size=None):
         module, loader = SPEC_PREFIXES[self.prefix]
