@@ -253,6 +253,13 @@ def every_error(src: Sources) -> str:
     return markdown()
 
 
+def reference_run(src: Sources) -> str:
+    from .provenance import reference_run
+    from .report import checked_rows
+
+    return reference_run(checked_rows(src.preset_dir / "runs.jsonl"))
+
+
 def _bench_part(name: str, table: Callable[[dict], str], folder: Callable[[Sources], Path | None]):
     def render(src: Sources) -> str | None:
         from .bench.common import bench_section
@@ -271,11 +278,15 @@ class Part:
 
 
 def parts() -> list[Part]:
-    from . import bench, training_claims
+    from . import bench, provenance, training_claims
 
     return [Part("README.md", "claims at a glance", claims_at_a_glance),
+            Part("docs/results.md", "reference run", reference_run),
             Part("docs/results.md", "claims", claims_in_full),
             Part("docs/results.md", "oracle likelihood", oracle_likelihood),
+            Part("docs/benchmarks.md", provenance.COLD_SWEEPS,
+                 _bench_part(provenance.COLD_SWEEPS, provenance.cold_sweeps_table, lambda s: s.bench)),
+            Part("docs/usage.md", "jobs", _bench_part(provenance.COLD_SWEEPS, provenance.jobs_table, lambda s: s.bench)),
             Part("docs/benchmarks.md", "benchmark list", benchmark_list),
             *(Part("docs/benchmarks.md", name, _bench_part(name, table, lambda s: s.bench))
               for name, table in bench.TABLES),
