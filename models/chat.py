@@ -6,7 +6,8 @@ with the special-token strings the template may name (`bos_token`, `eos_token`, 
 `load_pretrained` attaches to the Tokenizer (`tokenizer.chat`; None where the checkpoint has no template, and for
 the harness's own models). Rendering goes through transformers' own `apply_chat_template` (a tokenizer built over
 the same `tokenizers` backend, never a hand-written copy of the template), so a prompt is byte-identical to
-`AutoTokenizer.from_pretrained(folder).apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`.
+what transformers' `AutoTokenizer`, loaded from the folder, renders with `apply_chat_template(messages,
+tokenize=False, add_generation_prompt=True)`.
 
     from models import open_model
     _, tok = open_model("path/to/LLaDA-8B-Instruct")
@@ -82,7 +83,7 @@ def chat_default(tokenizer) -> bool:
 
 
 def planned_chat(source) -> bool | None:
-    """chat_default of a model spec (models.sources), read before any weight is loaded: a local Hugging Face folder's
+    """chat_default of a model spec (models.loading.sources), read before any weight is loaded: a local Hugging Face folder's
     tokenizer_config.json `chat_template` or chat_template.jinja, with the name rule of chat_default; False for every
     model of the harness's own (no template); None where it cannot be known offline (a hub id not downloaded yet, a
     GGUF file: its template is read when it loads)."""

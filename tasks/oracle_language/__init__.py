@@ -55,7 +55,7 @@ from models.errors import UserError, unknown
 from models.fields import MAX_FIELD, bounded, range_problems
 
 if TYPE_CHECKING:
-    from models.tokenizers import Tokenizer
+    from models.loading.tokenizers import Tokenizer
 
 MISSING = -1
 ENUMERATION_LIMIT = 100_000
@@ -349,7 +349,7 @@ class OracleLanguage:
 def oracle_tokenizer(lang: OracleLanguage) -> Tokenizer:
     """WordLevel tokenizer: symbol k is token k; then <|endoftext|> (bos = eos), <|pad|>, <|mask|> and
     <|unk|> (any other word, so that encoding foreign text never fails)."""
-    from models.tokenizers import Tokenizer  # here, not at the top: `import tasks` stays free of torch
+    from models.loading.tokenizers import Tokenizer  # here, not at the top: `import tasks` stays free of torch
 
     vocab = {f"{SYMBOL_PREFIX}{k}": k for k in range(lang.n_symbols)}
     vocab.update({tok: lang.n_symbols + i for i, tok in enumerate(ORACLE_SPECIALS)})
