@@ -164,17 +164,17 @@ def is_cached(cfg: TrainConfig) -> bool:
     if not os.path.lexists(directory):
         return False
     try:
-        meta = models.checkpoint.read_config(directory)
+        meta = models.loading.checkpoint.read_config(directory)
     except models.CheckpointError as e:
         set_aside(directory, f"cannot be read ({str(e)[:160]})")
         return False
     why = (f"names the model {str(meta.get('model_id'))[:60]!r}" if meta.get("model_id") != cfg.model_id else
            config_mismatch(meta.get("train"), cfg))
     if why is None:
-        damage = safetensors_damage(directory / models.checkpoint.WEIGHTS_FILE)
-        why = None if damage is None else f"{models.checkpoint.WEIGHTS_FILE} {damage}"
+        damage = safetensors_damage(directory / models.loading.checkpoint.WEIGHTS_FILE)
+        why = None if damage is None else f"{models.loading.checkpoint.WEIGHTS_FILE} {damage}"
     if why is not None:
         set_aside(directory, f"is not a checkpoint of {cfg.model_id}: its config.json {why}"
-                  if not why.startswith(models.checkpoint.WEIGHTS_FILE) else f"is damaged: {why}")
+                  if not why.startswith(models.loading.checkpoint.WEIGHTS_FILE) else f"is damaged: {why}")
         return False
     return True

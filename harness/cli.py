@@ -10,6 +10,7 @@ The decoding flags are derived from models.DecodeConfig: every field that is not
 from __future__ import annotations
 
 import argparse
+import itertools
 import dataclasses
 import errno
 import math
@@ -182,8 +183,6 @@ def knob_value(name: str, value: Any) -> Any:
 def add_decode_flags(ap: argparse.ArgumentParser) -> None:
     """One --<knob> flag per DECODE_KNOBS entry, taking one value or a comma list (harness.grids: commas inside a
     spec's parentheses belong to it), parsed to a tuple; unset flags are absent from the namespace."""
-    from .grids import split_top
-
     for name in DECODE_KNOBS:
         def parse(text: str, name=name):
             try:
@@ -215,3 +214,31 @@ def user_path(text: str) -> str:
 def reference_option(text: str) -> Path | None:
     """--reference DIR, or 'none' for no reference."""
     return None if text.lower() == "none" else Path(text)
+
+
+def split_top(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses: "confidence(tau=0.9),eb(gamma=1)" -> two specs."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced parentheses in {text!r}")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced parentheses in {text!r}")
+    parts.append(text[start:])
+    items = [p.strip() for p in parts]
+    if not all(items):
+        raise ValueError(f"an empty value in the list {text!r}")
+    return items
+
+
+def expand(lists: dict[str, tuple]) -> list[dict]:
+    """The cartesian product of knob -> values, in the flags' order (the last knob varies fastest)."""
+    names = list(lists)
+    return [dict(zip(names, values)) for values in itertools.product(*(lists[n] for n in names))]

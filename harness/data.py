@@ -15,9 +15,9 @@ import os
 import torch
 from safetensors.torch import load_file
 
-from models.checkpoint import atomic_directory, write_safetensors
+from models.loading.files import atomic_directory, write_safetensors
 from models.errors import ConfigError
-from models.tokenizers import Tokenizer, load_tokenizer, train_bpe
+from models.loading.tokenizers import Tokenizer, load_tokenizer, train_bpe
 from tasks.base import TaskError
 
 from .cache import CacheError, cache_dir, cache_target, file_lock, safetensors_damage, set_aside
@@ -36,7 +36,7 @@ def vocab_size_of(tokenizer: str) -> int:
     return get_tokenizer(tokenizer, "").vocab_size
 
 
-MIN_BPE_VOCAB = 256 + 3   # every byte and the three specials (models.tokenizers.BPE_SPECIALS)
+MIN_BPE_VOCAB = 256 + 3   # every byte and the three specials (models.loading.tokenizers.BPE_SPECIALS)
 
 
 def bpe_vocab(spec: str) -> int:

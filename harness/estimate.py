@@ -196,7 +196,7 @@ def describe(plan, cells: list[RunCell], to_train: list[TrainConfig], cached: li
         size, sizes = external.source.download_bytes(), external.source.published_sizes()
         if size is not None:
             downloads[model_id] = size
-        if sizes is not None:   # a published diffusion LM (models/dllm.py)
+        if sizes is not None:   # a published diffusion LM (models/loading/dllm.py)
             note = (f", {sizes['params'] / 1e9:.2f}B parameters: ~{sizes['download_bytes'] / 1e9:.1f} GB download "
                     f"when its first cell runs, ~{sizes['download_bytes'] / 1e9:.1f} GB of weights in bf16 "
                     f"(fp32: twice)" + (f", KV cache {sizes['kv_bytes_per_token'] / 1e3:.0f} kB per token in bf16"

@@ -25,7 +25,7 @@ import models
 from models.errors import ConfigError
 from models import Batch, DecodeConfig
 from models.decoding import TeacherForcingError
-from models.tokenizers import Tokenizer
+from models.loading.tokenizers import Tokenizer
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, Task, TaskError, TextOutput
 
 from .configs import RunCell, source_model_id
@@ -55,7 +55,7 @@ class LoadedModel:
 def load_model(checkpoint: Path | str | models.ModelSource, device: torch.device, model_id: str | None = None,
                paradigm: str | None = None, precision: str = "fp32", length: int | None = None,
                block_size: int | None = None) -> LoadedModel:
-    """Any model spec or source (models.sources: a checkpoint directory, an official or a pretrained model) opened,
+    """Any model spec or source (models.loading.sources: a checkpoint directory, an official or a pretrained model) opened,
     cast to the decoding `precision` ("fp32"/"bf16"), with the id and training precision the rows record;
     models.CheckpointError if it cannot be loaded. `length` and `block_size` apply to pretrained models (their
     context and, for BD3LM / SetDLM, S)."""

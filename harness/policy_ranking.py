@@ -3,14 +3,14 @@ pure functions of a preset's results (its oracle_kl cells).
 
 For every model (trained, and the perfect model decoded by each paradigm) and every commit policy it was decoded
 with, the policy's points (tokens per forward, KL) form a frontier: the least KL reachable at >= t tokens per
-forward (harness.claims.envelope). Only value-independent settings are ranked (models/policies.py: the commit set
+forward (harness.stats.envelope). Only value-independent settings are ranked (models/policies.py: the commit set
 depends on the distributions only, so q_dec is exact and the KL is the decoder's); the one-token-per-forward point
 (tau off) belongs to every policy's frontier, since every rule decodes one token per step there.
 
 Two numbers per (model, policy), both against fixed references, so adding a rule never moves another's score:
 * frontier area against the confidence rule: the mean over tokens per forward in [1, t_max] of the policy's
   forward-KL frontier minus the confidence rule's (its tau grid), on the same model, with a paired bootstrap over
-  the oracle prefixes (every cell resampled jointly; harness.claims.frontier_area). Negative: better than tau.
+  the oracle prefixes (every cell resampled jointly; harness.evidence.frontier_area). Negative: better than tau.
 * AUP (d3LLM's area under the parallelism curve) with quality y = 100 exp(-forward KL) (% of the exact sampler's
   per-token likelihood ratio) and a FIXED y_max = 100, the exact sampler, which no decoder exceeds:
   AUP = r1 y1 + 1/2 sum_{i>=2} (r_i - r_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})), W(y) = min(exp(-3 (1 - y / y_max)), 1),
@@ -34,9 +34,10 @@ import numpy as np
 import pandas as pd
 
 from .aup import ALPHA, aup as aup_score
-from .claims import Results, envelope, frontier_area
+from .evidence import Results, frontier_area
 from .paths import replacing
 from .rows import commit_policy, series_of
+from .stats import envelope
 
 AUP_ALPHA = ALPHA
 AUP_Y_MAX = 100.0

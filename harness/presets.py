@@ -28,14 +28,16 @@
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from models import DecodeConfig, Grid, get_paradigm, paradigm_names
 from models.backbones import gpt_spec
-from models.errors import unknown
+from models.errors import UserError, unknown
 from tasks.oracle_language import DEFAULT_LANGUAGE
 
-from .cli import Parser
+from .cli import DECODE_KNOBS, Parser, expand, knob_value
 from .configs import PlanError, TrainConfig
 from .precision import resolve_precision
 from .speed import SpeedConfig, SpeedSpec
@@ -91,9 +93,9 @@ class Preset:
     seeds: tuple[int, ...] = (0,)          # training seeds, as offsets to the sweep's --seed: every model of the
                                            # family is trained once per seed (the seed is in its model id; the
                                            # claims pool seed-level estimates, harness/claims.py)
-    decode_points: tuple = ()              # a preset file's decoding grid (harness.grids): ((knob, value), ...) per
+    decode_points: tuple = ()              # a preset file's decoding grid (load_preset_file): ((knob, value), ...) per
                                            # setting, instead of `grid`'s
-    source_file: str | None = None         # the TOML file a preset was read from (harness.grids), else None
+    source_file: str | None = None         # the TOML file a preset was read from (load_preset_file), else None
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
@@ -318,23 +320,7 @@ _CPU_TEXT_TASKS = (
     TaskSpec("mauve", 24, {"max_new_tokens": 48, "n_subsets": 5}, SAMPLED, thresholds=(None,)),
 )
 
-# Budget: the cold cpu sweep (both families, training included) must stay within 30 minutes on 2 AVX2 cores in
-# fp32. Adding the oracle family (about 6 minutes) was paid for by trimming natural-text example counts (ROC-1
-# 24 -> 20, ROC-3 16 -> 12, CNN/DM 10 -> 8, OWT rows 200 -> 100, gen-PPL 12 -> 8, MAUVE 48 -> 32 samples) and
-# the AR model's training (600 -> 560 steps), never the oracle grid. SmolLM2 as gen-PPL judge and MAUVE
-# featuriser (about 2-3 minutes) and a cold sweep measured at ~32 minutes idle were paid for by the natural-text
-# family's S = 16 models (BD3LM S = 16, SetDLM S_max = 32: about 5 minutes of training and 2-3 of evaluation):
-# at this scale they decode text no better than S = 4, and the oracle family is where the paradigms differ.
-# The SmolLM2 reference row (5.0 minutes in the committed sweep; 7.1 alone with a cold MAUVE feature cache, 2.7
-# of them perplexity at 0.7 s per 256-token row) was paid for by its own perplexity rows (32 per corpus), tau =
-# 0.9 on text (it never fires there), and shorter training of the text AR (560 -> 480 steps) and MDLM (300 -> 240).
-# Three training seeds on each of two oracle languages (issue 45: six oracle families where there was one, 40
-# models where there were 7) were paid for by cells the claims do not read and a cheaper oracle recipe: the SmolLM2
-# reference family left the sweep (5 minutes; --preset smollm2 keeps it), the oracle models went from d 128 to d 64
-# and from 600/300/450 steps to 400/200/300 (the AR's excess over the oracle entropy 0.013 -> 0.05 nats/token,
-# SetDLM S_max 8's bound 0.085 -> 0.17; each family trains in about a minute), decode calls of 100 examples
-# instead of 25, oracle_kl 200 prefixes instead of 300 (the cold sweep took 29.7 minutes with 300), and only seed
-# 0 of the first language runs the diagnostics and the commit policies. The cold sweep: see docs/usage.md.
+# What paid for what within the cold sweep's 30-minute budget: docs/benchmarks.md ("The default sweep, cold").
 # The cpu preset adapts every diffusion model from the trained AR model (as the paper's GSM8K models all
 # start from one AR base model): trained from scratch in ~2 minutes each, the diffusion models only learn
 # the unigram distribution and decode degenerate text, so no decoding comparison would mean anything.
@@ -400,7 +386,7 @@ _SMOLLM2 = Preset(
     block_sizes=(), grid=Grid(), warmup=1, tasks=_CPU_TEXT_TASKS,
     external=(("smollm2", {"paradigm": "ar", "length": 256}),))
 
-# Reproduction presets: the paper's 32 published checkpoints (models/official.py PAPER_CHECKPOINTS), evaluated as
+# Reproduction presets: the paper's 32 published checkpoints (models/loading/paper.py PAPER_CHECKPOINTS), evaluated as
 # they are with the official protocol (docs/published-checkpoints.md): 50 warm-up examples, 200
 # measured for GSM8K, 1000 for CNN/DM and ROCStories, batch 1; the official samplers (sampler="official"; SetDLM's
 # GSM8K accuracy runs commit in first-hitting order, as setdlm_fht_cache_order=true); fp32 weights, as the official
@@ -437,7 +423,7 @@ _PAPER_PRESETS = (
            (TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),)),
 )
 
-# The diffusion LMs the field evaluates (models/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
+# The diffusion LMs the field evaluates (models/loading/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
 # own published sampler (models/dllm_samplers.py) at the settings of its authors' evaluation: LLaDA semi-AR blocks of
 # 32 with one step per token (as Fast-dLLM evaluates it), Dream's entropy order with one step per token, SDAR/TraDo
 # blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over
@@ -482,10 +468,70 @@ _DLLM_PRESETS = (
 PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRESETS, *_DLLM_PRESETS)}
 
 
-def get_preset(name: str) -> Preset:
-    """A registered preset, or a preset file (FILE.toml, harness.grids), which joins the registry."""
-    from .grids import is_preset_file, load_preset_file
+# -- presets written as files -------------------------------------------------------------------------------------
+class PresetFileError(PlanError):
+    """A preset file that cannot be read or says something a preset cannot hold."""
 
+
+PRESET_KEYS = {"name", "description", "models", "warmup", "precision", "grid", "tasks", "batch_size"}
+TASK_KEYS = {"name", "limit", "options", "decode"}
+
+
+def _grid_points(path: Path, grid: dict) -> tuple[tuple[tuple[str, object], ...], ...]:
+    lists = {}
+    for knob, values in grid.items():
+        if knob not in DECODE_KNOBS:
+            raise PresetFileError(f"{path}: [grid] {knob!r} is not a decoding knob (valid: {', '.join(DECODE_KNOBS)})")
+        values = values if isinstance(values, list) else [values]
+        try:
+            lists[knob] = tuple(knob_value(knob, v) for v in values)
+            for v in lists[knob]:
+                DecodeConfig(**{knob: v})
+        except (ValueError, UserError) as e:
+            raise PresetFileError(f"{path}: [grid] {e}") from None
+    return tuple(tuple(sorted(point.items())) for point in expand(lists))
+
+
+def load_preset_file(path: str | Path):
+    """The Preset a TOML file declares (the module docstring's keys), registered in harness.presets.PRESETS."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise PresetFileError(f"{path}: not a readable TOML preset ({e})") from None
+    extra = sorted(set(data) - PRESET_KEYS)
+    if extra:
+        raise PresetFileError(f"{path}: unknown keys {extra} (a preset file holds {sorted(PRESET_KEYS)})")
+    name = str(data.get("name") or path.stem)
+    models = data.get("models")
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+        raise PresetFileError(f"{path}: `models` must be a list of model specs (checkpoint directories, hub ids)")
+    tasks = []
+    for spec in data.get("tasks") or []:
+        if not isinstance(spec, dict) or "name" not in spec or set(spec) - TASK_KEYS:
+            raise PresetFileError(f"{path}: each [[tasks]] needs `name` and may hold {sorted(TASK_KEYS - {'name'})}")
+        tasks.append(TaskSpec(str(spec["name"]), spec.get("limit"), dict(spec.get("options") or {}),
+                              dict(spec.get("decode") or {})))
+    if not tasks:
+        raise PresetFileError(f"{path}: no [[tasks]]")
+    if name in PRESETS and getattr(PRESETS[name], "source_file", None) != str(path.resolve()):
+        raise PresetFileError(f"{path}: its name {name!r} is a built-in preset's; give it another `name`")
+    base = TrainConfig(paradigm="ar")   # no model is trained: the file's models are evaluated as they are
+    preset = Preset(name=name, description=str(data.get("description", f"preset file {path.name}")), base=base,
+                    steps={"default": 1}, block_sizes=(), grid=Grid(thresholds=(None,)), tasks=tuple(tasks),
+                    warmup=int(data.get("warmup", 0)), external=tuple((m, {}) for m in models),
+                    precision=data.get("precision"), batch_size=data.get("batch_size"),
+                    decode_points=_grid_points(path, data.get("grid") or {}), source_file=str(path.resolve()))
+    PRESETS[name] = preset
+    return preset
+
+
+def is_preset_file(name: str) -> bool:
+    return name.endswith(".toml")
+
+
+def get_preset(name: str) -> Preset:
+    """A registered preset, or a preset file (FILE.toml, load_preset_file), which joins the registry."""
     if is_preset_file(name):
         return load_preset_file(name)
     if name not in PRESETS:

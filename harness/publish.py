@@ -144,12 +144,12 @@ def _help(main: Callable, prog: str) -> str:
 
 def _commands() -> list[tuple[str, Callable]]:
     from . import bench, presets, report, run, train
-    from models import pretrained
+    from models.loading import pretrained
 
     return [("python -m harness.run", run.main), ("python -m harness.train", train.main),
             ("python -m harness.report", report.main), ("python -m harness.publish", main),
             ("python -m harness.bench", bench.main), ("python -m harness.presets", presets.main),
-            ("python -m models.pretrained", pretrained.main)]
+            ("python -m models.loading.pretrained", pretrained.main)]
 
 
 def argparse_version() -> str:
@@ -270,6 +270,13 @@ def every_error(src: Sources) -> str:
     return markdown()
 
 
+def reference_run(src: Sources) -> str:
+    from .provenance import reference_run
+    from .report import checked_rows
+
+    return reference_run(checked_rows(src.preset_dir / "runs.jsonl"))
+
+
 def _bench_part(name: str, table: Callable[[dict], str], folder: Callable[[Sources], Path | None]):
     def render(src: Sources) -> str | None:
         from .bench.common import bench_section
@@ -288,11 +295,15 @@ class Part:
 
 
 def parts() -> list[Part]:
-    from . import bench, training_claims
+    from . import bench, provenance, training_claims
 
     return [Part("README.md", "claims at a glance", claims_at_a_glance),
+            Part("docs/results.md", "reference run", reference_run),
             Part("docs/results.md", "claims", claims_in_full),
             Part("docs/results.md", "oracle likelihood", oracle_likelihood),
+            Part("docs/benchmarks.md", provenance.COLD_SWEEPS,
+                 _bench_part(provenance.COLD_SWEEPS, provenance.cold_sweeps_table, lambda s: s.bench)),
+            Part("docs/usage.md", "jobs", _bench_part(provenance.COLD_SWEEPS, provenance.jobs_table, lambda s: s.bench)),
             Part("docs/benchmarks.md", "benchmark list", benchmark_list),
             *(Part("docs/benchmarks.md", name, _bench_part(name, table, lambda s: s.bench))
               for name, table in bench.TABLES),

@@ -1,5 +1,5 @@
 """The writer of result rows: one row per (cell, metric), written to results/<preset>/runs.jsonl, holding every
-column of harness/schema.py (the vocabulary) and more; and what a row's configuration is called (its series and
+column of harness/schema.py (the vocabulary; the store adds `schema_version`) and no other; and what a row's configuration is called (its series and
 setting, whether it is a reference), for the report and the claims.
 
 Every row carries the cell's identity (run_id, model, task), the model's S and S_max and expected
@@ -17,11 +17,12 @@ import math
 import time
 
 from models import get_paradigm
+from models.loading.sources import PerfectModel
 from tasks import Task
 from tasks.oracle_language import DEFAULT_LANGUAGE
 
 from .configs import RunCell, decode_columns
-from .schema import COLUMNS
+from .schema import BY_NAME, COLUMNS
 
 
 def finite(value):
@@ -62,8 +63,9 @@ def result_rows(cell: RunCell, task: Task, n_examples: int, metrics: dict, timin
               "judge_precision": None, "n_metrics": len(metrics), "not_available": why}
              for name, why in (not_available or {}).items()]
     missing = [c.name for c in COLUMNS if rows and c.name not in rows[0]]
-    if missing:   # a column of harness/schema.py that this writer does not fill: a bug here, not bad input
-        raise AssertionError(f"result rows lack the schema's columns {missing}")
+    undeclared = [name for name in (rows[0] if rows else ()) if name not in BY_NAME]
+    if missing or undeclared:   # a writer and harness/schema.py that disagree: a bug here, not bad input
+        raise AssertionError(f"result rows lack the schema's columns {missing} or write undeclared ones {undeclared}")
     return rows
 
 
@@ -76,7 +78,7 @@ def series_of(row: dict) -> str:
     lang, seed = language(row), train_seed(row)
     series += ("" if lang in (None, DEFAULT_LANGUAGE) else f" [{lang}]") + (f" seed {seed}" if seed else "")
     if is_reference(row):
-        if str(row["model_id"]).startswith("perfect-"):   # the oracle's exact model, decoded by a paradigm
+        if PerfectModel.names(str(row["model_id"])):   # the oracle's exact model, decoded by a paradigm
             return f"perfect model: {series} (reference)"
         return f"{row['model_id']} ({get_paradigm(row['paradigm']).label}, pretrained reference)"
     return series

@@ -44,8 +44,10 @@ from .cli import (
     interrupt_on_sigterm, number, reference_option, user_path,
 )
 from .aup import results_table
-from .grids import plan_grid, split_top, under_model_slug
-from .launchers import AUTO_WORKERS, LAUNCHERS, execute, import_ray, preflight, preview
+from .cli import split_top
+from .grids import plan_grid, under_model_slug
+from .launchers import AUTO_WORKERS, LAUNCHERS, execute, preflight, preview
+from .ray_launcher import import_ray
 from .presets import PRESETS, get_preset
 from .store import ResultsStore
 from .summary import sweep_summary

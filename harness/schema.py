@@ -53,6 +53,11 @@ METRIC = (
     Column("primary", "bool", stored=False, nullable=False), Column("higher_is_better", "bool", stored=False,
                                                                     nullable=False),
     Column("n_metrics", "whole", reported=False),
+    # how the metric is named and measured: its label in tables and figures, whether decoding can change it, and
+    # the gen-PPL judge that scored it (None for a task its judge does not measure)
+    Column("metric_label", "str", stored=False, reported=False),
+    Column("decoding_independent", "bool", stored=False, reported=False),
+    Column("judge", "str", stored=False, reported=False), Column("judge_precision", "str", stored=False, reported=False),
 )
 MODEL = (Column("block_size", "whole"), Column("max_block_size", "whole"), Column("expected_budget", "number"),
          # the model's training seed, and the oracle language of an oracle task (None elsewhere): the claims pool
@@ -70,11 +75,27 @@ TIMING = (
     # the --cache-drift diagnostic: mean KL(p_cached || p_exact) per sampled masked position, nats (None: off)
     Column("cache_drift_kl", "number", stored=False, reported=False),
 )
+# the cell as it ran (harness/configs.py RunCell): a reference model (kept out of fronts and claims), the
+# precisions it was trained and decoded in, the whole DecodeConfig and task options, the example limit, the batch
+# size and the untimed warm-up calls; none is required (rows written before a column existed lack it)
+CELL = (
+    Column("reference", "bool", stored=False, reported=False),
+    Column("train_precision", "str", stored=False, reported=False),
+    Column("decode_precision", "str", stored=False, reported=False),
+    Column("decode", "any", stored=False, reported=False), Column("task_options", "any", stored=False, reported=False),
+    Column("limit", "whole", stored=False, reported=False),
+    Column("batch_size", "whole", stored=False, reported=False),
+    Column("warmup", "whole", stored=False, reported=False, low=0),
+)
 ENVIRONMENT = (
     Column("device", "str"), Column("dtype", "str"), Column("torch_version", "str"), Column("git_sha", "str"),
     Column("seed", "any"), Column("timestamp", "str"),
+    # the machine (harness/env.py fingerprint); the store adds `schema_version` to every row it appends
+    Column("device_name", "str", stored=False, reported=False),
+    Column("cpu_capability", "str", stored=False, reported=False),
+    Column("machine", "str", stored=False, reported=False), Column("threads", "whole", stored=False, reported=False),
 )
-COLUMNS = IDENTITY + METRIC + MODEL + KNOBS + TIMING + ENVIRONMENT
+COLUMNS = IDENTITY + METRIC + MODEL + KNOBS + CELL + TIMING + ENVIRONMENT
 
 STORED_KEYS = tuple(c.name for c in COLUMNS if c.stored)        # what the store needs to append a row
 REPORTED_KEYS = tuple(c.name for c in COLUMNS if c.reported)    # what the report needs to read one

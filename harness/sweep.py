@@ -19,8 +19,8 @@ from functools import cached_property
 from pathlib import Path
 
 from models import DecodeConfig, ModelConfig, get_paradigm, paradigm_names
-from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
-from models.sources import ModelShape, ModelSource, parse_source
+from models.loading.pretrained import SMOLLM2_INSTALL, smollm2_installed
+from models.loading.sources import ModelShape, ModelSource, parse_source
 from models.samplers import parse_sampler
 from models.chat import planned_chat
 from models.dllm_samplers import check_generation_length
@@ -55,7 +55,7 @@ class External:
 
     @cached_property
     def source(self) -> ModelSource:
-        """The spec parsed (models.sources): what the launchers and the estimate ask about the model."""
+        """The spec parsed (models.loading.sources): what the launchers and the estimate ask about the model."""
         return parse_source(self.spec)
 
 
@@ -340,7 +340,7 @@ def source_family(source: ModelSource) -> str | None:
     config alone; None for every other model."""
     import json
 
-    from models.dllm import family_of, published_config
+    from models.loading.dllm import family_of, published_config
 
     if not source.is_pretrained_lm:
         return None
@@ -356,7 +356,7 @@ def source_family(source: ModelSource) -> str | None:
 
 def external_model(spec: str | ModelSource, paradigm: str | None = None, length: int | None = None,
                    block_size: int | None = None) -> External:
-    """The External of a spec, read without loading weights (models.sources: each kind's `describe`): a checkpoint's
+    """The External of a spec, read without loading weights (models.loading.sources: each kind's `describe`): a checkpoint's
     config from its config.json (CheckpointError: exit 2); a paper key from what the key declares (planned offline,
     downloaded when it runs); an official folder from its config.json; a pretrained LM from its config.json or GGUF
     metadata; a perfect: spec (no weights) opened. A pretrained LM and the perfect model keep the paradigm, length

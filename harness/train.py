@@ -35,7 +35,7 @@ from models.compile import prepare_torch_compile
 from models.errors import ConfigError, UserError, unknown
 from models.fields import MAX_FIELD, MAX_SEED
 from models.text import printable
-from models.tokenizers import Tokenizer
+from models.loading.tokenizers import Tokenizer
 
 from .cache import cache_target, checkpoint_dir, is_cached, train_state_dir
 from .cli import INTERRUPTED, Parser, check_working_directory, exit_exhausted, exit_user_error, interrupt_on_sigterm, number, user_path
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (MemoryError, OSError, RuntimeError) as e:   # out of memory or disk: one line, the state survives
         return exit_exhausted(e)
-    meta = models.checkpoint.read_config(path)
+    meta = models.loading.checkpoint.read_config(path)
     print(printable(f"{path}  val nll/token {meta['val_nll_per_token']:.4f}  ({meta['train_seconds']:.0f} s)"))
     return 0
 

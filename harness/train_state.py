@@ -4,7 +4,7 @@ saved every few steps of harness.train.
 `load_state` returns (0, 0.0) unless the saved state belongs to exactly this TrainConfig, so a rerun of
 the same config resumes and any other config starts afresh; a damaged state (torn, corrupt, of other shapes) is
 moved aside (`<state>.damaged-<time>-<pid>`) with one warning line and training starts afresh; the state directory is written
-atomically (models.checkpoint.atomic_directory) and removed once the final checkpoint exists.
+atomically (models.loading.files.atomic_directory) and removed once the final checkpoint exists.
 
     python -m harness.train --paradigm ar --steps 300 --save-every 50   # Ctrl-C, rerun: it resumes
 """
@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from models import jsonio
-from models.checkpoint import atomic_directory, write_safetensors
+from models.loading.files import atomic_directory, write_safetensors
 
 from .cache import cache_target, train_state_dir
 

@@ -140,7 +140,7 @@ def measure_convergence(token_efficient, device: str = "auto", progress: bool = 
     naive = token_efficient.replace(naive_loss=True)
     curves, seconds = {}, {}
     for name, cfg in (("token_efficient", token_efficient), ("naive", naive)):
-        meta = models.checkpoint.read_config(ensure_trained(cfg, device, progress=progress))
+        meta = models.loading.checkpoint.read_config(ensure_trained(cfg, device, progress=progress))
         curves[name], seconds[name] = meta["val_curve"], meta["train_seconds"]
     steps = [p["step"] for p in curves["token_efficient"]["points"]]
     if steps != [p["step"] for p in curves["naive"]["points"]]:

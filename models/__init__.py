@@ -4,7 +4,7 @@
     m = models.build("setdlm", vocab_size=V, length=L, n_layers=4, d_model=128, n_heads=4, block_size=4)
     m.loss(batch); m.nll(batch); m.generate(prompts, 64, DecodeConfig(window=4, threshold=0.9))
     models.save(m, "ckpt/"); m = models.load("ckpt/")
-    m, tok = models.open_model("smollm2")   # any spec (models/sources.py: parse_source, one type per kind)
+    m, tok = models.open_model("smollm2")   # any spec (models/loading/sources.py: parse_source, one type per kind)
 
 `PARADIGMS` is the registry (name -> class), filled by the paradigm modules imported below (models/paradigm.py
 says what a paradigm declares): a new paradigm is one module plus its name in that import line.
@@ -13,15 +13,17 @@ says what a paradigm declares): a new paradigm is one module plus its name in th
 
 from __future__ import annotations
 
+from . import dllm_samplers  # noqa: F401  the four families' samplers (models/samplers.py's registry)
 from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  THE list of built-in paradigms (defining a class registers it)
 from .backbones import KINDS, BackboneSpec
-from .checkpoint import CheckpointError, load, save
+from .loading.checkpoint import load, save
+from .loading.files import CheckpointError
 from .factory import build, from_config, resolve_config
 from .paradigm import PARADIGMS, Grid, ParadigmModel, get_paradigm, paradigm_names, parse_model_tag
 from .types import (
     TOKEN_COUNTING_RULE, Batch, ContextOverflowError, DecodeConfig, Generation, ModelConfig, count_generated_tokens,
 )
-from .sources import ModelSource, open_model, parse_source
+from .loading.sources import ModelSource, open_model, parse_source
 
 
 __all__ = [

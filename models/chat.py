@@ -83,7 +83,7 @@ def chat_default(tokenizer) -> bool:
 
 
 def planned_chat(source) -> bool | None:
-    """chat_default of a model spec (models.sources), read before any weight is loaded: a local Hugging Face folder's
+    """chat_default of a model spec (models.loading.sources), read before any weight is loaded: a local Hugging Face folder's
     tokenizer_config.json `chat_template` or chat_template.jinja, with the name rule of chat_default; False for every
     model of the harness's own (no template); None where it cannot be known offline (a hub id not downloaded yet, a
     GGUF file: its template is read when it loads)."""

@@ -1,4 +1,4 @@
-"""The published samplers of the diffusion-LM families (models/dllm.py), reproduced call for call on our backbone.
+"""The published samplers of the diffusion-LM families (models/loading/dllm.py), reproduced call for call on our backbone.
 
 `DecodeConfig(sampler="<family>(option=value,...)")` decodes with a family's own sampler instead of our decoders,
 the way `sampler="official"` reproduces the paper's (models/samplers.py is the seam of the three kinds). A family's
@@ -38,7 +38,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from .dllm import family_named
+from .loading.dllm import family_named
 from .dllm_runner import (Call, Runner, _even_split, _left_padded, _padded_mask, _top_k_filter,
                           _top_p_filter)
 from .errors import ConfigError

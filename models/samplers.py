@@ -217,7 +217,6 @@ def describe_samplers() -> str:
                      for name, cls in SAMPLERS.items())
 
 
-from . import dllm_samplers as _families  # noqa: E402,F401  the four families' samplers register themselves
 
 __all__ = ["HARNESS", "Harness", "Official", "OfficialHooks", "OfficialUnfused", "SAMPLERS", "Sampler", "SamplerError",
            "describe_samplers", "parse_sampler", "sampler_help"]

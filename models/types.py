@@ -27,7 +27,7 @@ from .policies import CommitPolicy, parse_policy, policy_specs
 from .backbones.gpt import GPTArch
 from .errors import ConfigError, UserError, unknown
 
-SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/checkpoint.py migrates)
+SCHEMA_VERSION = 2  # of checkpoints (config.json); bumped on incompatible changes (models/loading/checkpoint.py migrates)
 COMMIT_ORDERS = ("position", "first_hitting")
 CONFIDENCES = ("sampled", "max_prob")   # DecodeConfig.confidence
 INFILL_CONTEXTS = ("blocks", "clean_blocks")     # DecodeConfig.infill_context (BD3LM)

@@ -24,7 +24,7 @@ Embedded data (see tasks/splits.py and tasks/data/*/SOURCE.md):
 one document per line for ppl_lm1b, WikiText raw articles for ppl_wikitext, paragraphs
 separated by blank lines for ppl_owt and ppl_file.
 
-    python -c "from tasks import get_task as g; from models.tokenizers import load_tokenizer as t; \
+    python -c "from tasks import get_task as g; from models.loading.tokenizers import load_tokenizer as t; \
                print(len(g('ppl_lm1b').examples(t('gpt2'), 128)), 'rows')"
 """
 

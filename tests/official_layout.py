@@ -2,8 +2,8 @@
 the official code's `save_pretrained` does (config.json, pytorch_model.bin, tokenizer files; for Qwen3 a
 base_model/config.json), so tests/fixtures_official can build tiny official-format checkpoints at test time; and
 `trace_calls` records every backbone call of a decode, for call-by-call comparison with the official sampler's
-traces (tests/test_official.py). The loader they exercise is models/official.py; the tensor names come from
-models/llama_layout.py.
+traces (tests/test_official.py). The loader they exercise is models/loading/official.py; the tensor names come from
+models/loading/llama_layout.py.
 
     python -c "import official_layout"   # from tests/
 """
@@ -18,9 +18,9 @@ from typing import Iterator
 
 import torch
 
-from models.llama_layout import hf_state
-from models.official import BACKBONE_TARGETS, BASE_DIR, PARADIGM_ARCHITECTURE
-from models.tokenizers import Tokenizer
+from models.loading.llama_layout import hf_state
+from models.loading.official import BACKBONE_TARGETS, BASE_DIR, PARADIGM_ARCHITECTURE
+from models.loading.tokenizers import Tokenizer
 
 MODEL_TYPES = {"ar": "ar", "mdlm": "mdlm", "bd3lm": "bd3lm", "setdlm": "bd3lm"}   # config.json model_type (SetDLM saves as bd3lm)
 

@@ -26,7 +26,7 @@ import models
 from models.backbones import gpt_spec
 from harness.configs import RESULTS_SCHEMA_VERSION, TrainConfig
 from harness.env import KILL_ENV
-from models.tokenizers import train_bpe
+from models.loading.tokenizers import train_bpe
 from tasks import get_task
 
 REPO = Path(__file__).resolve().parent.parent

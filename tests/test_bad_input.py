@@ -543,24 +543,24 @@ def test_a_well_formed_row_is_reported(tmp_path, capsys):
 
 def test_a_model_id_never_chooses_where_the_ray_worker_writes(tmp_path, monkeypatch, checkpoints):
     """A payload whose model_id climbs out of the worker's temporary directory deletes nothing there."""
-    from harness import launchers
+    from harness import ray_launcher
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     victim = tmp_path / "tmp" / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("keep me\n")
-    payload = launchers.checkpoint_payload("../victim", checkpoints["ar"])
-    precision = {"precision": "fp32"} if "precision" in inspect.signature(launchers._worker_model).parameters else {}
-    launchers._WORKER_MODELS.clear()
+    payload = ray_launcher.checkpoint_payload("../victim", checkpoints["ar"])
+    precision = {"precision": "fp32"} if "precision" in inspect.signature(ray_launcher._worker_model).parameters else {}
+    ray_launcher._WORKER_MODELS.clear()
     try:
-        loaded = launchers._worker_model(payload, torch.device("cpu"), **precision)
+        loaded = ray_launcher._worker_model(payload, torch.device("cpu"), **precision)
     finally:
-        launchers._WORKER_MODELS.clear()
+        ray_launcher._WORKER_MODELS.clear()
     assert loaded.model.paradigm == "ar"
     assert [p.name for p in victim.iterdir()] == ["precious.txt"] and sorted(os.listdir(tmp_path / "tmp")) == ["victim"]
     for name in ("../x", "/etc/x", "a/../../x", "", "./x"):                # a payload's file names stay inside
         with pytest.raises(models.CheckpointError, match="not a relative path inside"):
-            launchers.write_checkpoint({"model_id": "m", "files": {name: b""}}, tmp_path / "ck")
+            ray_launcher.write_checkpoint({"model_id": "m", "files": {name: b""}}, tmp_path / "ck")
     assert not (tmp_path / "ck").exists() and not (tmp_path / "x").exists()
 
 

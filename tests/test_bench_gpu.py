@@ -60,6 +60,6 @@ def test_refuses_without_cuda(tmp_path, capsys):
 
 def test_dllm_shapes_are_the_published_models_built_on_meta(tmp_path):
     rows = {r["hub_id"]: r for r in quick_cpu_run(tmp_path, "dllm_shapes")["sections"]["dllm_shapes"]}
-    from models.dllm import FAMILIES
+    from models.loading.dllm import FAMILIES
     assert set(rows) == {h for f in FAMILIES for h in f.hub_ids}
     assert rows["GSAI-ML/LLaDA-8B-Instruct"]["paradigm"] == "mdlm" and rows["JetLM/SDAR-8B-Chat"]["block_size"] == 4

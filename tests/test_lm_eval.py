@@ -35,7 +35,7 @@ import harness.lm_eval as adapter  # noqa: E402
 import models  # noqa: E402
 from models import DecodeConfig  # noqa: E402
 from models.errors import UserError  # noqa: E402
-from models.tokenizers import train_bpe  # noqa: E402
+from models.loading.tokenizers import train_bpe  # noqa: E402
 from tasks import InfillRequest, get_task  # noqa: E402
 from tasks.base import infill_context  # noqa: E402
 
@@ -342,8 +342,8 @@ def test_auto_precision_of_a_pretrained_lm_is_its_stored_dtype(tmp_path, auto_pr
     """model_args precision=auto: a pretrained LM computes in the dtype of its own weights (lm-eval's `hf` with
     dtype=auto), whatever auto means for the harness's own checkpoints on this CPU."""
     (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
-    from models.pretrained import smollm2_installed
-    from models.sources import OfficialFolder, SavedCheckpoint, parse_source
+    from models.loading.pretrained import smollm2_installed
+    from models.loading.sources import OfficialFolder, SavedCheckpoint, parse_source
 
     if smollm2_installed():
         assert adapter.decoding_precision("auto", parse_source("smollm2"), "cpu") == "fp32"   # GGUF, dequantized

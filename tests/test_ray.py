@@ -1,4 +1,4 @@
-"""Tests of the Ray launcher (`--launcher ray`, harness.launchers.run_ray).
+"""Tests of the Ray launcher (`--launcher ray`, harness.ray_launcher.run_ray).
 
 Fast: a missing Ray gives exit status 2 and the install hint before any work; launcher flags
 are validated (an impossible --ray-cpus is refused before a cluster starts: needs Ray);
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness import run
-from harness.launchers import RAY_INSTALL_HINT, checkpoint_payload, write_checkpoint
+from harness.ray_launcher import RAY_INSTALL_HINT, checkpoint_payload, write_checkpoint
 from harness.presets import get_preset
 from harness.sweep import plan_sweep
 from result_rows import assert_same_rows, read_rows

@@ -139,7 +139,7 @@ def test_a_cached_checkpoint_of_another_config_than_its_id_is_set_aside(tiny_cor
 def test_a_cached_checkpoint_with_truncated_weights_is_set_aside(tiny_corpus, capsys):
     cfg = tiny_config("ar")
     directory = _save_entry(cfg, dataclasses.asdict(cfg))
-    weights = directory / models.checkpoint.WEIGHTS_FILE
+    weights = directory / models.loading.checkpoint.WEIGHTS_FILE
     weights.write_bytes(weights.read_bytes()[:-100])
     assert not is_cached(cfg)
     assert "model.safetensors is truncated" in capsys.readouterr().err and not directory.exists()
@@ -249,9 +249,9 @@ def test_lm_eval_use_cache_is_keyed_by_the_checkpoint_and_every_decoding_knob(tm
     second = save_tiny(tok, tmp_path / "b", "mdlm", length=32)
     from safetensors.torch import load_file, save_file
 
-    weights = load_file(second / models.checkpoint.WEIGHTS_FILE)
+    weights = load_file(second / models.loading.checkpoint.WEIGHTS_FILE)
     save_file({k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for k, v in weights.items()},
-              second / models.checkpoint.WEIGHTS_FILE)
+              second / models.loading.checkpoint.WEIGHTS_FILE)
     calls = []
     for name in ("execute_decode", "execute_nll"):   # what reaches the model (a cached answer never does)
         monkeypatch.setattr(adapter, name, lambda *a, real=getattr(adapter, name), **k: calls.append(1) or real(*a, **k))

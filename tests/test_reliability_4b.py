@@ -155,7 +155,7 @@ def official_folder(tmp_path_factory) -> Path:
 ])
 def test_every_official_config_field_is_type_checked_naming_it(official_folder, tmp_path, field, value, says):
     """A nested architectures list was a TypeError (unhashable list) from is_official_checkpoint and the loader."""
-    from models.official import is_official_checkpoint, load_official
+    from models.loading.official import is_official_checkpoint, load_official
 
     folder = tmp_path / "edited"
     shutil.copytree(official_folder, folder)
@@ -254,7 +254,7 @@ def test_a_hostile_folder_name_under_an_ascii_locale_is_escaped_and_runs(tmp_pat
     import os
 
     import torch
-    from models.tokenizers import train_bpe
+    from models.loading.tokenizers import train_bpe
 
     tok = train_bpe(["what is two plus three", "the cat sat on the mat"] * 20, 300)
     torch.manual_seed(0)

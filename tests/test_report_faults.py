@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from harness import report
 from harness.bench.common import bench_section
 from harness.bench.decode import decode_table
-from harness.claims import Results
+from harness.evidence import Results
 from harness.store import StoreError
 from test_bad_input import report_row
 from reliability_utils import write_jsonl
@@ -101,7 +101,7 @@ def test_a_language_read_from_the_rows_names_a_figure_only_as_a_safe_tag():
     """The per-language figure names come from the rows' `language`: a registered name stays as it is; a language
     named by its parameters, or a hostile string, becomes one safe file-name component, distinct per language."""
     from harness.paths import is_safe_component
-    from harness.report import language_tag
+    from harness.plots import language_tag
 
     assert language_tag("hmm-wide") == "hmm-wide"
     hostile = ["hmm(states=24,symbols=48,coupling=0.9,seed=7)", "hmm(states=24,symbols=48,coupling=0.9,seed=8)",

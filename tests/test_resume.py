@@ -92,7 +92,7 @@ def test_failed_checkpoint_save_leaves_no_directory_and_keeps_the_old_one(tmp_pa
         raise OSError("disk full (simulated)")
 
     with monkeypatch.context() as m:
-        m.setattr(models.checkpoint, "save_file", torn_save)
+        m.setattr(models.loading.files, "save_file", torn_save)
         with pytest.raises(OSError, match="simulated"):
             models.save(model, target)
     assert not target.exists() and list(target.parent.iterdir()) == []   # no final dir, no temp dir
@@ -101,7 +101,7 @@ def test_failed_checkpoint_save_leaves_no_directory_and_keeps_the_old_one(tmp_pa
     saved = tree(target)
     other = models.build("ar", vocab_size=40, length=16, n_layers=1, d_model=16, n_heads=2)
     with monkeypatch.context() as m:
-        m.setattr(models.checkpoint, "save_file", torn_save)
+        m.setattr(models.loading.files, "save_file", torn_save)
         with pytest.raises(OSError, match="simulated"):
             models.save(other, target)
     assert tree(target) == saved and [p.name for p in target.parent.iterdir()] == ["m"]

@@ -1,4 +1,4 @@
-"""A model spec is parsed once (models/sources.py: parse_source) into its typed source, and no other module classifies
+"""A model spec is parsed once (models/loading/sources.py: parse_source) into its typed source, and no other module classifies
 spec strings.
 
 Every kind is told apart from files and names alone (nothing is opened or downloaded); a spec that names no model
@@ -19,10 +19,10 @@ import pytest
 
 import models
 from harness.configs import source_model_id, spec_model_id
-from models.checkpoint import CheckpointError
-from models.official import PAPER_ALIASES, PAPER_CHECKPOINTS
-from models.pretrained import PretrainedError
-from models.sources import (
+from models.loading.files import CheckpointError
+from models.loading.paper import PAPER_ALIASES, PAPER_CHECKPOINTS
+from models.loading.pretrained import PretrainedError
+from models.loading.sources import (
     GGUFFile, HFFolder, HubModel, OfficialFolder, PackagedModel, PaperKey, PerfectModel, SavedCheckpoint, UnusableSpec,
     parse_source,
 )
@@ -103,13 +103,26 @@ def test_a_spec_that_names_no_model_parses_and_fails_in_one_line_when_used(tmp_p
 
 
 def test_only_the_sources_module_classifies_specs():
-    """No module but models/sources.py calls a spec classifier or compares a spec's kind as a string (models/official.py
-    and models/pretrained.py declare what they recognise; parse_source asks them)."""
+    """No module but models/loading/sources.py calls a spec classifier or compares a spec's kind as a string
+    (models/loading/official.py, paper.py and pretrained.py declare what they recognise; parse_source asks them)."""
     kind_test = re.compile(r"spec_kind|is_local_spec|is_official_checkpoint\(|PAPER_ALIASES|\blocate\("
                            r"|[=!]=\s*\"(checkpoint|paper|pretrained|official|perfect)\""
                            r"|in \(\"(checkpoint|paper|pretrained|official|perfect)\"")
-    allowed = {"models/sources.py", "models/official.py", "models/pretrained.py"}
+    allowed = {f"models/loading/{name}.py" for name in ("sources", "official", "paper", "pretrained")}
     found = [f"{path.relative_to(REPO)}:{n}" for package in ("harness", "models", "tasks")
              for path in sorted((REPO / package).rglob("*.py")) if path.relative_to(REPO).as_posix() not in allowed
              for n, line in enumerate(path.read_text().splitlines(), 1) if kind_test.search(line)]
-    assert not found, f"spec kinds classified outside models/sources.py: {found}"
+    assert not found, f"spec kinds classified outside models/loading/sources.py: {found}"
+
+
+def test_a_perfect_model_id_is_told_by_its_source_type():
+    """A result row's reader asks the source type whether a model id is the perfect model's (harness/rows.py), as the
+    harness names a spec's model (harness.configs.spec_model_id): no module tests the id's text itself."""
+    from harness.configs import spec_model_id
+    from models.loading.sources import PerfectModel
+
+    assert PerfectModel.names(spec_model_id("perfect:hmm-strong:bd3lm-s4"))
+    assert not PerfectModel.names(spec_model_id("owt:bd3lm-s4")) and not PerfectModel.names("ar-0123")
+    users = [path.relative_to(REPO).as_posix() for package in ("harness", "models", "tasks")
+             for path in sorted((REPO / package).rglob("*.py")) if 'startswith("perfect-")' in path.read_text()]
+    assert not users, users

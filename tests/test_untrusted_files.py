@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import save_file
 
 import models
-from harness.launchers import checkpoint_payload
+from harness.ray_launcher import checkpoint_payload
 from harness.store import ResultsStore, StoreError, append_jsonl
-from models.checkpoint import check_tensors, shard_files
+from models.loading.files import check_tensors, shard_files
 from models.errors import UserError
 
 

@@ -20,16 +20,17 @@ import harness.train as train_mod
 from harness import bench, cli, report, run
 from harness.cache import CacheError
 from harness.launchers import LauncherError
+from harness.ray_launcher import RayError
 from harness.lm_eval import ModelArgsError, RequestError
 from harness.paths import PathError
 from harness.report import ReportError
 from harness.store import StoreError
 from harness.sweep import PlanError
-from models.checkpoint import CheckpointError
+from models.loading.files import CheckpointError
 from models.decoding import TeacherForcingError
-from models.dllm import FamilyError
+from models.loading.dllm import FamilyError
 from models.errors import ConfigError, UserError, unknown
-from models.llama_layout import PretrainedError
+from models.loading.llama_layout import PretrainedError
 from models.policies import PolicyError
 from models.samplers import SamplerError
 from models.types import ContextOverflowError
@@ -40,7 +41,7 @@ from reliability_utils import REPO, cli_env
 
 CELL = ["--preset", "smoke", "--paradigm", "ar", "--task", "gsm8k", "--quiet", "--no-report"]
 USER_ERRORS = [CacheError, CheckpointError, ConfigError, ContextOverflowError, FamilyError, LanguageError,
-               LauncherError, ModelArgsError, PathError, PlanError, PolicyError, PretrainedError, ReportError,
+               LauncherError, ModelArgsError, PathError, PlanError, PolicyError, PretrainedError, RayError, ReportError,
                RequestError, SamplerError, StoreError, TaskError, TeacherForcingError, train_mod.TrainingError]
 
 
@@ -130,10 +131,10 @@ def _registry_errors():
     from harness.data import get_tokenizer
     from harness.precision import resolve_precision
     from harness.presets import get_preset
-    from models.dllm import family_named
-    from models.official import resolve_paper_key
+    from models.loading.dllm import family_named
+    from models.loading.paper import resolve_paper_key
     from models.policies import parse_policy
-    from models.tokenizers import load_tokenizer
+    from models.loading.tokenizers import load_tokenizer
     from tasks import get_task
     from tasks.corpus import training_documents
     from tasks.oracle_language import language

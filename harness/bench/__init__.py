@@ -79,7 +79,7 @@ TABLES: tuple[tuple[str, Callable[[dict], str]], ...] = (
 def why_skipped(name: str) -> str | None:
     """Why a benchmark cannot run here (an optional wheel is missing), or None."""
     if name == "smollm2":
-        from models.pretrained import SMOLLM2_INSTALL, smollm2_installed
+        from models.loading.pretrained import SMOLLM2_INSTALL, smollm2_installed
 
         if not smollm2_installed():
             return f"SmolLM2 is not installed ({SMOLLM2_INSTALL})"

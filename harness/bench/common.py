@@ -54,7 +54,7 @@ def cpu_model(paradigm: str, block_size: int | None = None, trained: bool = Fals
 
 def gsm8k_prompts(batch: int, tokenizer_dir) -> list[list[int]]:
     """Real prompts for trained models: the last PROMPT_LEN tokens of bos + 'Question: ...\nAnswer:'."""
-    from models.tokenizers import load_tokenizer
+    from models.loading.tokenizers import load_tokenizer
     from tasks import get_task
     from tasks.gsm8k import prompt_text
 

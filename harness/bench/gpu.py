@@ -14,7 +14,7 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   row; the DiT kinds are also decoded with DecodeConfig(sampler="official") (the legacy DiT then runs in
   bf16 autocast). Rows report tokens/s, NFE and `cache_rows_equal` (rows with identical tokens / batch).
 * vs_hf: a random Llama (transformers.LlamaConfig) saved as a Hugging Face folder, loaded into our
-  "llama" kind with models.pretrained.load_pretrained, greedy decoding throughput of our AR vs
+  "llama" kind with models.loading.pretrained.load_pretrained, greedy decoding throughput of our AR vs
   `generate` at batch 1 and 8 (same weights, same dtype, the mask token suppressed in both, no EOS),
   and the fraction of generated tokens on which the two agree.
 * train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
@@ -25,7 +25,7 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   equal the sliced step's, and how many graphs inductor declined to capture.
 * dllm_shapes: the published diffusion LMs (LLaDA-8B, Dream-7B, SDAR-1.7B/4B/8B, TraDo, Fast_dLLM_v2 7B/1.5B) built
   on the meta device from their configs' sizes: parameters, weights in the bench dtype, KV cache per 1k tokens, whether
-  the weights fit this GPU (models/dllm.py; their loaders and samplers are checked on CPU by tests/test_dllm.py).
+  the weights fit this GPU (models/loading/dllm.py; their loaders and samplers are checked on CPU by tests/test_dllm.py).
 * train_compiled (last): every paradigm on the gpt kind trained eager and with the backbone's training forward
   through torch.compile (harness.train --compile on; `auto` compiles on CUDA), from the same weights on the same
   batches and draws: tokens/s of each, compile seconds, the largest loss difference of the two runs.
@@ -250,7 +250,7 @@ def bench_vs_hf(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: fl
     import transformers
 
     from models import DecodeConfig
-    from models.pretrained import load_pretrained
+    from models.loading.pretrained import load_pretrained
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -396,11 +396,11 @@ def bench_train_compiled(z: Sizes, device: torch.device, deadline: float) -> lis
 
 
 def bench_dllm_shapes(device: torch.device, dtype: torch.dtype) -> list[dict]:
-    """The published diffusion LMs (models/dllm.py) at their real shapes, built on the meta device from their configs'
+    """The published diffusion LMs (models/loading/dllm.py) at their real shapes, built on the meta device from their configs'
     sizes (models/assets/dllm_configs.json; nothing downloaded or allocated): parameters, weights in the bench dtype,
     KV cache per 1k tokens (block-causal families; MDLM keeps none), and whether the weights fit this device."""
-    from models.dllm import FAMILIES
-    from models.pretrained import published_sizes
+    from models.loading.dllm import FAMILIES
+    from models.loading.pretrained import published_sizes
 
     room = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     rows = []

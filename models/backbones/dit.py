@@ -197,7 +197,7 @@ class DiTBackbone(Backbone):
         self.output_layer = FinalLayer(arch, vocab_size)
         self._bf16 = False   # set by official_numerics() on the legacy kind
         self.reset_rotary()
-        if self.embed.weight.is_meta:   # built on the meta device, to be filled by a loader (models/official.py)
+        if self.embed.weight.is_meta:   # built on the meta device, to be filled by a loader (models/loading/official.py)
             return
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):

@@ -4,7 +4,7 @@ RMSNorm, SwiGLU MLP, grouped-query attention, rotary embeddings with a configura
 rotate-half layout of Hugging Face checkpoints), optional per-head q/k RMSNorm (Qwen3), optional
 q/k/v biases (Qwen2), tied or untied output head and an explicit head_dim. The q/k/v and the
 gate/up projections are fused into one matrix each (one matmul instead of three or two per layer;
-models/llama_layout.py's table says which checkpoint matrices are concatenated on load). The cache and the speed
+models/loading/llama_layout.py's table says which checkpoint matrices are concatenated on load). The cache and the speed
 hints are the ones every kind shares (models/backbones/attention.py), so every paradigm runs on it.
 It computes what transformers' LlamaForCausalLM / Qwen2 / Qwen3 / Mistral compute (tests/test_pretrained.py:
 logits within 1e-5 on tiny random checkpoints, within 1e-4 on SmolLM2, greedy tokens equal).
@@ -50,7 +50,7 @@ class LlamaArch:
     tie_embeddings: bool = True
     dropout: float = 0.0
     # output i of a forward predicts input position i + 1 of the same forward, output 0 its own position (Dream;
-    # Fast-dLLM v2 within the block it runs; llama.cpp's `diffusion.shift_logits`; models/dllm.py). Left out of every
+    # Fast-dLLM v2 within the block it runs; llama.cpp's `diffusion.shift_logits`; models/loading/dllm.py). Left out of every
     # config hash at its default, so the option changes no run id.
     shift_logits: bool = field(default=False, metadata={"hash_default": False})
 
@@ -167,7 +167,7 @@ class LlamaBackbone(Backbone):
         self.norm = RMSNorm(arch.d_model, eps=arch.rms_eps)
         self.lm_head = None if arch.tie_embeddings else nn.Linear(arch.d_model, vocab_size, bias=False)
         self.reset_rotary()
-        if self.embed.weight.is_meta:  # built on the meta device, to be filled by models.checkpoint.assemble
+        if self.embed.weight.is_meta:  # built on the meta device, to be filled by models.loading.checkpoint.assemble
             return
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -193,7 +193,7 @@ class LlamaBackbone(Backbone):
 
     def reset_rotary(self) -> None:
         """(Re)build the rotary tables (non-persistent buffers: a model built on the meta device and then
-        filled with weights, as models.checkpoint.assemble does, calls this once on the real device)."""
+        filled with weights, as models.loading.checkpoint.assemble does, calls this once on the real device)."""
         device = self.embed.weight.device
         with torch.device("cpu" if device.type == "meta" else device):
             self.rotary = HalfRotary(self.arch.head_dim, 2 * self.length, self.arch.rope_theta)

@@ -54,14 +54,14 @@ from tokenizers import models, pre_tokenizers
 from models.errors import UserError, unknown
 from models.fields import MAX_FIELD, bounded, range_problems
 
-if TYPE_CHECKING:
-    from models.tokenizers import Tokenizer
+from .operations import operation_language   # documents [x ; f(x)]: the dependency tasks' oracle view
+from .words import MISSING, SYMBOL_PREFIX, LanguageError, from_text, to_text  # noqa: F401  (the package's names)
 
-MISSING = -1
+if TYPE_CHECKING:
+    from models.loading.tokenizers import Tokenizer
+
 ENUMERATION_LIMIT = 100_000
-SYMBOL_PREFIX = "a"
 ORACLE_SPECIALS = ["<|endoftext|>", "<|pad|>", "<|mask|>", "<|unk|>"]
-_SYMBOL_WORD = re.compile(SYMBOL_PREFIX + r"(0|[1-9][0-9]*)")
 
 
 def _categorical(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
@@ -78,10 +78,6 @@ def _as_batch(x: Sequence[int] | np.ndarray) -> np.ndarray:
 
 MAX_STATES = 1024     # a language's matrices are at most states x symbols float64: 128 MiB at these bounds
 MAX_SYMBOLS = 16384   # (100,000 states asked for 74.5 GiB)
-
-
-class LanguageError(UserError):
-    """An oracle language that is not registered or whose parameters are invalid."""
 
 
 @dataclass(frozen=True)
@@ -334,22 +330,17 @@ class OracleLanguage:
 
     def to_text(self, symbols: Sequence[int]) -> str:
         """Symbols as words "a0".."a{V-1}" separated by single spaces."""
-        return " ".join(f"{SYMBOL_PREFIX}{int(s)}" for s in symbols)
+        return to_text(symbols)
 
     def from_text(self, text: str) -> list[int]:
-        """The symbols of the whitespace-separated words of `text`; MISSING for any word that is not
-        a symbol of this language (canonical spelling only: "a07" and "a32" of 32 symbols are not)."""
-        out = []
-        for word in text.split():
-            match = _SYMBOL_WORD.fullmatch(word)
-            out.append(int(match.group(1)) if match and int(match.group(1)) < self.n_symbols else MISSING)
-        return out
+        """The symbols of the words of `text`; MISSING for a word that is not a symbol of this language."""
+        return from_text(text, self.n_symbols)
 
 
 def oracle_tokenizer(lang: OracleLanguage) -> Tokenizer:
     """WordLevel tokenizer: symbol k is token k; then <|endoftext|> (bos = eos), <|pad|>, <|mask|> and
     <|unk|> (any other word, so that encoding foreign text never fails)."""
-    from models.tokenizers import Tokenizer  # here, not at the top: `import tasks` stays free of torch
+    from models.loading.tokenizers import Tokenizer  # here, not at the top: `import tasks` stays free of torch
 
     vocab = {f"{SYMBOL_PREFIX}{k}": k for k in range(lang.n_symbols)}
     vocab.update({tok: lang.n_symbols + i for i, tok in enumerate(ORACLE_SPECIALS)})
@@ -390,8 +381,6 @@ def language(name: str) -> OracleLanguage:
     (one line naming the parameter) otherwise."""
     if name in LANGUAGES:
         return LANGUAGES[name]
-    from .operations import operation_language   # documents [x ; f(x)]: the dependency tasks' oracle view
-
     operation = operation_language(name)
     if operation is not None:
         return operation   # type: ignore[return-value]

@@ -32,6 +32,8 @@ import numpy as np
 
 from models.errors import unknown
 
+from .words import LanguageError, from_text, to_text
+
 OPERATIONS = ("copy", "reverse", "sort")
 ENUMERATION_LIMIT = 4096
 NOISE = 1e-6
@@ -45,8 +47,6 @@ class OperationLanguage:
     n_symbols: int
 
     def __post_init__(self) -> None:
-        from . import LanguageError
-
         if self.op not in OPERATIONS:
             raise LanguageError(unknown("operation", self.op, OPERATIONS))
         if self.n < 1 or self.n_symbols < 2 or self.n_symbols ** self.n > ENUMERATION_LIMIT:
@@ -105,21 +105,15 @@ class OperationLanguage:
 
     # the oracle languages' text form (a symbol k is the word "a<k>"), shared with OracleLanguage
     def to_text(self, symbols: Sequence[int]) -> str:
-        from . import OracleLanguage
-
-        return OracleLanguage.to_text(self, symbols)   # type: ignore[arg-type]
+        return to_text(symbols)
 
     def from_text(self, text: str) -> list[int]:
-        from . import OracleLanguage
-
-        return OracleLanguage.from_text(self, text)   # type: ignore[arg-type]
+        return from_text(text, self.n_symbols)
 
 
 def operation_language(name: str) -> OperationLanguage | None:
     """The operation language `<op>(n=..,symbols=..)`, None for a name of another form; LanguageError for bad
     parameters."""
-    from . import LanguageError
-
     match = PATTERN.fullmatch(str(name).replace(" ", ""))
     if match is None:
         return None

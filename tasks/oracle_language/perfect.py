@@ -31,7 +31,7 @@ from torch import nn
 from models.backbones import Backbone, BackboneSpec, ClosedStream
 from models.backbones.attention import KVCache, StepCache
 from models.errors import ConfigError
-from models.sources import register_spec_prefix
+from models.loading.sources import register_spec_prefix
 
 from . import DEFAULT_LANGUAGE, LANGUAGES, MISSING, language, oracle_tokenizer
 from .operations import OperationLanguage

@@ -28,7 +28,7 @@ def tiny_tokenizer():
     """A word-level tokenizer over t1..t62 with <|endoftext|> = 0 and <|fim_middle|> = 63 (the mask)."""
     from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers
 
-    from models.tokenizers import Tokenizer
+    from models.loading.tokenizers import Tokenizer
 
     vocab = {"<|endoftext|>": 0, **{f"t{i}": i for i in range(1, VOCAB - 1)}, "<|fim_middle|>": MASK}
     backend = HFTokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))

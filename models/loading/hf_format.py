@@ -2,10 +2,10 @@
 backbone does not implement: rope scaling, sliding windows shorter than the context, other activations, MLP
 biases, unknown model types), its safetensors weights (one file or shards named by an index, each a plain file in
 the folder) and its tokenizer.json with the roles of tokenizer_config.json / special_tokens_map.json. Names and
-shapes come from models/llama_layout.py. A diffusion LM's config (LLaDA, Dream, SDAR, Fast-dLLM v2) is first mapped
-onto its base's by its family's declaration (models/dllm.py: field and tensor renames, shift, block size, mask id).
+shapes come from models/loading/llama_layout.py. A diffusion LM's config (LLaDA, Dream, SDAR, Fast-dLLM v2) is first mapped
+onto its base's by its family's declaration (models/loading/dllm.py: field and tensor renames, shift, block size, mask id).
 
-    python -c "from models.hf_format import arch_from_hf_config; print(arch_from_hf_config({'model_type': 'llama', 'hidden_size': 64, 'num_attention_heads': 4, 'num_hidden_layers': 2, 'intermediate_size': 128, 'vocab_size': 100}))"
+    python -c "from models.loading.hf_format import arch_from_hf_config; print(arch_from_hf_config({'model_type': 'llama', 'hidden_size': 64, 'num_attention_heads': 4, 'num_hidden_layers': 2, 'intermediate_size': 128, 'vocab_size': 100}))"
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
-from . import jsonio
-from .backbones.llama import LlamaArch
-from .checkpoint import number_field, shard_files, whole_field
+from .. import jsonio
+from ..backbones.llama import LlamaArch
+from .files import number_field, shard_files, whole_field
 from .dllm import FamilyError, family_of
-from .errors import UserError, unknown
-from .text import native_path
+from ..errors import UserError, unknown
+from ..text import native_path
 from .llama_layout import MAX_DEFAULT_LENGTH, PretrainedError, Source
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -137,7 +137,7 @@ def _token_string(value) -> str | None:
 
 
 def read_hf_config(src: Source, cfg: dict, where: str, length: int | None) -> None:
-    """Fill `src`'s architecture, sizes and diffusion family (models/dllm.py) from a transformers config."""
+    """Fill `src`'s architecture, sizes and diffusion family (models/loading/dllm.py) from a transformers config."""
     with family_errors():
         family = src.family = family_of(cfg, where)   # a diffusion LM's declaration, or None
         base_cfg = cfg if family is None else family.base_config(cfg, where)
@@ -151,7 +151,7 @@ def read_hf_config(src: Source, cfg: dict, where: str, length: int | None) -> No
 
 @contextlib.contextmanager
 def family_errors():
-    """A diffusion family's refusal (models.dllm.FamilyError) as the loaders' PretrainedError."""
+    """A diffusion family's refusal (models.loading.dllm.FamilyError) as the loaders' PretrainedError."""
     try:
         yield
     except FamilyError as e:

@@ -21,7 +21,7 @@ nothing of the project but models/errors.py.
 A new family is one `DiffusionFamily(...)` in FAMILIES (tests/test_dllm.py::test_a_family_is_one_declaration adds one
 in the test file alone). MoE families (LLaDA-MoE, LLaDA2, SDAR-MoE, RND1) are recognised and refused in one line.
 
-    python -c "from models.dllm import FAMILIES; print([f.name for f in FAMILIES])"
+    python -c "from models.loading.dllm import FAMILIES; print([f.name for f in FAMILIES])"
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError, unknown
+from ..errors import UserError, unknown
 
 
 
@@ -40,7 +40,7 @@ class FamilyError(UserError):
     """A diffusion-LM checkpoint that cannot be loaded as its family (one line naming the field); the loaders raise it
     as their PretrainedError."""
 
-# LLaDA's OLMo-style config fields -> the Llama names models/hf_format.py reads
+# LLaDA's OLMo-style config fields -> the Llama names models/loading/hf_format.py reads
 _OLMO_FIELDS = (("d_model", "hidden_size"), ("n_heads", "num_attention_heads"), ("n_kv_heads", "num_key_value_heads"),
                 ("n_layers", "num_hidden_layers"), ("mlp_hidden_size", "intermediate_size"),
                 ("embedding_size", "vocab_size"), ("max_sequence_length", "max_position_embeddings"),
@@ -213,7 +213,7 @@ def published_config(hub_id: str) -> dict | None:
 
 @functools.lru_cache(maxsize=1)
 def _published_configs() -> dict[str, dict]:
-    text = (Path(__file__).parent / "assets" / "dllm_configs.json").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[1] / "assets" / "dllm_configs.json").read_text(encoding="utf-8")
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 

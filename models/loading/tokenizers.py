@@ -10,7 +10,7 @@ Three kinds, none of which touches the network:
     presets (small vocabularies keep the output layer cheap); specials <|endoftext|> (bos = eos)
     <|pad|> and <|mask|>.
 
-    python -c "from models.tokenizers import load_tokenizer; print(load_tokenizer('gpt2').encode('Hello world'))"
+    python -c "from models.loading.tokenizers import load_tokenizer; print(load_tokenizer('gpt2').encode('Hello world'))"
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Iterable, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from . import jsonio
-from .errors import ConfigError, unknown
-from .text import native_path
+from .. import jsonio
+from ..errors import ConfigError, unknown
+from ..text import native_path
 
-ASSETS = Path(__file__).resolve().parent / "assets" / "tokenizers"
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tokenizers"
 BUILTIN = ("gpt2", "bert-base-uncased")
 
 
@@ -34,7 +34,7 @@ class Tokenizer:
     """A `tokenizers.Tokenizer` plus the ids of the four special roles."""
 
     # whether prompts of this tokenizer's model start with bos (pretrained Llama-style tokenizers say so,
-    # models/pretrained.py sets it; the harness's own tokenizers leave it False). Not saved.
+    # models/loading/pretrained.py sets it; the harness's own tokenizers leave it False). Not saved.
     add_bos: bool = False
     # a pretrained checkpoint's chat template (models/chat.py ChatTemplate; models/pretrained.py sets it), else None.
     # Not saved.

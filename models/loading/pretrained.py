@@ -1,4 +1,4 @@
-"""Real pretrained LMs (Llama, Mistral, Qwen2, Qwen3, SmolLM2; the diffusion LMs of models/dllm.py) loaded into the
+"""Real pretrained LMs (Llama, Mistral, Qwen2, Qwen3, SmolLM2; the diffusion LMs of models/loading/dllm.py) loaded into the
 "llama" backbone kind.
 
 `load_pretrained(spec)` reads a checkpoint that was trained elsewhere and returns a ParadigmModel of
@@ -11,12 +11,12 @@ this project (any paradigm; the diffusion ones start from the AR weights) and it
                                   model.safetensors.index.json) + tokenizer.json
          | "owner/name"           a hub id (downloaded with huggingface_hub when online)
 
-    from models.pretrained import load_pretrained
+    from models.loading.pretrained import load_pretrained
     model, tok = load_pretrained("smollm2")            # AR, fp32, length 8192
     gen = model.generate([tok.encode("The capital of France is")], 8)[0]
     print(tok.decode(gen.tokens))                       # " Paris. ..."
 
-    python -m models.pretrained smollm2 "The capital of France is"      # greedy continuation
+    python -m models.loading.pretrained smollm2 "The capital of France is"      # greedy continuation
 
 What it does: maps the checkpoint's config onto `LlamaArch` (refusing what the backbone does not
 implement: rope scaling, sliding windows shorter than the context, other activations, MLP biases,
@@ -27,7 +27,7 @@ transformers' GGUF loader does), and builds the tokenizer from tokenizer.json or
 metadata. The result's `config.backbone` is BackboneSpec("llama", LlamaArch(...), source=spec), so
 `models.save(model, dir, tok)` / `models.load(dir)` round-trip it bit for bit.
 
-A diffusion LM (LLaDA, Dream, SDAR / TraDo, Fast-dLLM v2: models/dllm.py) loads as its family's paradigm, with its
+A diffusion LM (LLaDA, Dream, SDAR / TraDo, Fast-dLLM v2: models/loading/dllm.py) loads as its family's paradigm, with its
 family's shift, block size and mask token. For every other LM, the mask token (needed by the diffusion paradigms; AR suppresses its logit like every paradigm,
 see Backbone.logits) is chosen by `choose_mask`, in this order:
   1. a token of the tokenizer that is named as a mask token (<mask>, <|mask|>, [MASK], ...);
@@ -54,13 +54,13 @@ from pathlib import Path
 
 import torch
 
-from . import jsonio
-from .backbones import BackboneSpec
-from .chat import chat_template
+from .. import jsonio
+from ..backbones import BackboneSpec
+from ..chat import chat_template
 from .checkpoint import assemble
 from .gguf_format import read_gguf
 from .dllm import published_config
-from .errors import UserError
+from ..errors import UserError
 from .hf_format import context_length, read_hf, read_hf_config
 from .llama_layout import PretrainedError, Source, backbone_state
 from .tokenizers import Tokenizer
@@ -110,7 +110,7 @@ class Location:
 
 
 def locate(spec: str | Path | Location) -> Location:
-    """The Location of a pretrained LM's spec (models.sources.parse_source asks this for every spec that is none of
+    """The Location of a pretrained LM's spec (models.loading.sources.parse_source asks this for every spec that is none of
     the harness's own kinds); PretrainedError for a spec that names none."""
     if isinstance(spec, Location):
         return spec
@@ -203,7 +203,7 @@ def describe_pretrained(spec: str | Path | Location, paradigm: str | None = None
     """The ModelConfig that `load_pretrained` would build, read from config.json or the GGUF metadata alone: no
     tensor is read or dequantized and no tokenizer is built (what a sweep plans with). Its vocabulary is the
     file's (a mask row that loading may add is not counted) and its mask id the last row."""
-    from .types import ModelConfig
+    from ..types import ModelConfig
 
     found = locate(spec)
     published = published_config(found.spec) if found.form == "hub" else None
@@ -223,7 +223,7 @@ def published_sizes(spec: str) -> dict | None:
     """A published diffusion LM's sizes from its config alone (models/assets/dllm_configs.json), its model built on the
     meta device (nothing allocated or downloaded): parameters, download bytes (bf16 safetensors, a tied head stored
     once) and KV-cache bytes per token in bf16; None for any other spec."""
-    from .paradigm import get_paradigm
+    from ..paradigm import get_paradigm
 
     if published_config(spec) is None:
         return None
@@ -259,7 +259,7 @@ def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, de
 
     length: the context L (default min(max_position_embeddings, 8192)); block_size / max_block_size:
     the paradigm's S / S_max (BD3LM and SetDLM need S)."""
-    from .types import ModelConfig
+    from ..types import ModelConfig
 
     src = resolve(spec)
     (read_gguf if src.kind == "gguf" else read_hf)(src, length)
@@ -284,7 +284,7 @@ def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, de
     if roles["eos"] is None:
         raise PretrainedError(f"{where}: the tokenizer names no eos (or bos) token")
     roles["pad"] = roles["pad"] or roles["eos"]
-    if src.mask is not None:   # a diffusion family's own mask token (models/dllm.py)
+    if src.mask is not None:   # a diffusion family's own mask token (models/loading/dllm.py)
         (mask, mask_id), how = src.mask, "family"
         if not 0 <= mask_id < rows:
             raise PretrainedError(f"{where}: the mask id {mask_id} is not a row of the {rows}-row embedding")
@@ -316,7 +316,7 @@ def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, de
 
 # -- command line ------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    from .types import DecodeConfig
+    from ..types import DecodeConfig
 
     ap = argparse.ArgumentParser(description="Greedy continuation of a prompt by a pretrained model")
     ap.add_argument("spec", help="smollm2, a .gguf file, a Hugging Face directory or a hub id")

@@ -2,9 +2,9 @@
 `LlamaArch`, every tensor header checked against what the metadata implies before anything is dequantized (with
 `gguf.quants.dequantize`), llama.cpp's row permutation of the llama-architecture Q/K projections undone exactly as
 transformers' GGUF loader does, and the tokenizer rebuilt from the tokenizer.ggml.* metadata. Names and shapes come
-from models/llama_layout.py.
+from models/loading/llama_layout.py.
 
-    python -c "from models.gguf_format import dequantizable_types; print(sorted(dequantizable_types()))"
+    python -c "from models.loading.gguf_format import dequantizable_types; print(sorted(dequantizable_types()))"
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import torch
 
-from .backbones.llama import LlamaArch
-from .checkpoint import check_memory, whole_field
+from ..backbones.llama import LlamaArch
+from .files import check_memory, whole_field
 from .dllm import FAMILIES, UNSUPPORTED, family_of_gguf
-from .errors import UserError, unknown
+from ..errors import UserError, unknown
 from .hf_format import check_window, context_length, family_errors
 from .llama_layout import GGUF_LAYER_NAMES, GGUF_TOP_NAMES, MAX_DEFAULT_LENGTH, PretrainedError, Source, hf_shapes
 
 GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")          # llama.cpp writes Mistral models as "llama"
-# diffusion LMs llama.cpp converts (models/dllm.py's gguf_arch: LLaDA "llada", Dream "dream") are read too, with
+# diffusion LMs llama.cpp converts (models/loading/dllm.py's gguf_arch: LLaDA "llada", Dream "dream") are read too, with
 # llama.cpp's diffusion metadata: diffusion.shift_logits and tokenizer.ggml.mask_token_id
 
 

@@ -11,13 +11,13 @@ A spec is, in the order it is recognised:
     registers the prefix when imported, as the harness does: SPEC_PREFIXES);
   * a SavedCheckpoint: a directory written by `models.save` (config.json with a schema version), loaded as saved;
     also any directory that holds no model and any path that is not there (loading says what is wrong);
-  * an OfficialFolder: an official `kuleshov-group/*` save_pretrained folder (models/official.py);
+  * an OfficialFolder: an official `kuleshov-group/*` save_pretrained folder (models/loading/official.py);
   * a PaperKey such as `owt:setdlm-smax8` or its hub id (its folder found locally, or downloaded when opened);
-  * a pretrained causal LM (models/pretrained.py locates it): an HFFolder, a GGUFFile (a .gguf file or the one in
+  * a pretrained causal LM (models/loading/pretrained.py locates it): an HFFolder, a GGUFFile (a .gguf file or the one in
     a folder), the PackagedModel `smollm2` or a HubModel `owner/name` (downloaded when opened); a spec that names
     none of these is an UnusableSpec, whose one-line error comes when it is opened or described. It loads as the AR
     paradigm unless `paradigm` says otherwise; the diffusion paradigms start from its weights, as `--init-from`
-    does. A diffusion LM's family (LLaDA, Dream, SDAR, Fast-dLLM v2: models/dllm.py) is found when it is opened or
+    does. A diffusion LM's family (LLaDA, Dream, SDAR, Fast-dLLM v2: models/loading/dllm.py) is found when it is opened or
     described, from its config.json or its GGUF's general.architecture, and decides its paradigm.
 
 What a caller asks a source instead of its kind: `open`, `describe` (its config or shape without weights),
@@ -38,15 +38,16 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 
 import torch
 
-from . import jsonio
-from .checkpoint import CONFIG_FILE, CheckpointError
-from .errors import UserError
+from .. import jsonio
+from .checkpoint import CONFIG_FILE
+from .files import CheckpointError
+from ..errors import UserError
 from .pretrained import Location, PretrainedError, locate
 from .tokenizers import Tokenizer
 
 if TYPE_CHECKING:
-    from .paradigm import ParadigmModel
-    from .types import ModelConfig
+    from ..paradigm import ParadigmModel
+    from ..types import ModelConfig
 
 # Spec prefixes whose models a higher layer provides: prefix -> (its module, loader(spec, paradigm, device, dtype,
 # length) -> (model, tokenizer)). The module registers itself when imported (the harness imports it), so this
@@ -109,7 +110,7 @@ class ModelSource:
         return None
 
     def published_sizes(self) -> dict | None:
-        """A published diffusion LM's sizes from its shipped config (models.pretrained.published_sizes); else None."""
+        """A published diffusion LM's sizes from its shipped config (models.loading.pretrained.published_sizes); else None."""
         return None
 
     def delete_download(self) -> int:
@@ -124,6 +125,12 @@ class PerfectModel(ModelSource):
 
     prefix: str = "perfect:"
     shaped_when_opened: ClassVar[bool] = True
+
+    @classmethod
+    def names(cls, model_id: str) -> bool:
+        """Whether a model id is one of these models' (the harness names a spec's model by the spec with ':' as '-',
+        harness.configs.spec_model_id): what a result row's reader asks instead of testing the id itself."""
+        return model_id.startswith(cls.prefix.replace(":", "-"))
 
     def open(self, paradigm=None, device="cpu", dtype=torch.float32, length=None, block_size=None,
              max_block_size=None):
@@ -186,7 +193,7 @@ class SavedCheckpoint(ModelSource):
 
 @dataclass(frozen=True)
 class OfficialFolder(ModelSource):
-    """An official kuleshov-group save_pretrained folder (models/official.py)."""
+    """An official kuleshov-group save_pretrained folder (models/loading/official.py)."""
 
     def folder(self) -> Path:
         return Path(self.spec)
@@ -220,29 +227,29 @@ class PaperKey(OfficialFolder):
     is_local: ClassVar[bool] = False
 
     def folder(self) -> Path:
-        from .official import resolve_paper_key
+        from .paper import resolve_paper_key
 
         return resolve_paper_key(self.spec)
 
     def describe(self, paradigm=None, length=None, block_size=None):
-        from .official import paper_shape
+        from .paper import paper_shape
 
         return ModelShape(**paper_shape(self.spec))
 
     def download_bytes(self) -> int:
-        from .official import paper_download_bytes
+        from .paper import paper_download_bytes
 
         return paper_download_bytes(self.spec)
 
     def delete_download(self) -> int:
-        from .official import delete_paper_snapshot
+        from .paper import delete_paper_snapshot
 
         return delete_paper_snapshot(self.spec)
 
 
 @dataclass(frozen=True)
 class PretrainedModel(ModelSource):
-    """A causal LM trained elsewhere (models/pretrained.py), where its spec points (`location`)."""
+    """A causal LM trained elsewhere (models/loading/pretrained.py), where its spec points (`location`)."""
 
     location: Location | None = None
     is_pretrained_lm: ClassVar[bool] = True
@@ -256,7 +263,7 @@ class PretrainedModel(ModelSource):
                                block_size=block_size, max_block_size=max_block_size)
 
     def describe(self, paradigm=None, length=None, block_size=None):
-        from .factory import resolve_config
+        from ..factory import resolve_config
         from .pretrained import describe_pretrained
 
         return resolve_config(describe_pretrained(self.location, paradigm, length, block_size))
@@ -325,7 +332,8 @@ PRETRAINED_FORMS = {"hf": HFFolder, "gguf": GGUFFile, "packaged": PackagedModel,
 
 def parse_source(spec: str | Path | ModelSource) -> ModelSource:
     """The source a spec names, by the order in the module docstring (a source is returned as it is); never raises."""
-    from .official import PAPER_ALIASES, PAPER_CHECKPOINTS, is_official_checkpoint
+    from .official import is_official_checkpoint
+    from .paper import PAPER_ALIASES, PAPER_CHECKPOINTS
 
     if isinstance(spec, ModelSource):
         return spec

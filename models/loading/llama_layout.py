@@ -2,11 +2,11 @@
 llama.cpp's, with the q/k/v and gate/up fusions), the shapes an architecture implies, and what a format reader
 fills in (`Source`, refusing with `PretrainedError`).
 
-The Hugging Face reader (models/hf_format.py), the GGUF reader (models/gguf_format.py) and the official checkpoints'
-Qwen3 layout (models/official.py) all derive their names and checks from `TOP` and `LAYER`; the official-layout
+The Hugging Face reader (models/loading/hf_format.py), the GGUF reader (models/loading/gguf_format.py) and the official checkpoints'
+Qwen3 layout (models/loading/official.py) all derive their names and checks from `TOP` and `LAYER`; the official-layout
 writer of the tests splits our fused tensors back with `hf_state`.
 
-    python -c "from models.llama_layout import LAYER; print([ours for ours, *_ in LAYER])"
+    python -c "from models.loading.llama_layout import LAYER; print([ours for ours, *_ in LAYER])"
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from .backbones.llama import LlamaArch
-from .checkpoint import CheckpointError
+from ..backbones.llama import LlamaArch
+from .files import CheckpointError
 
 MAX_DEFAULT_LENGTH = 8192   # default context of a pretrained LM: min(max_position_embeddings, this)
 
@@ -43,7 +43,7 @@ class Source:
     chat_template: str = ""
     template_tokens: dict[str, str | None] = field(default_factory=dict)   # special tokens a chat template may name
     add_bos: bool = False
-    family: object = None          # models.dllm.DiffusionFamily of a diffusion LM, None for an AR LM
+    family: object = None          # models.loading.dllm.DiffusionFamily of a diffusion LM, None for an AR LM
     block_size: int | None = None  # a block-causal family's trained block size
     mask: tuple[str, int] | None = None   # a diffusion family's (mask token, id), by its rule
 
