@@ -108,7 +108,7 @@ def probe_train_step(cfg: TrainConfig, device: torch.device) -> float:
 def probe_eval(model_config: dict, device: torch.device, precision: str) -> tuple[float, float]:
     """(seconds per decoding forward at batch 1, seconds to score one full-length row)."""
     model = random_model(model_config, device).to(DTYPES[precision]).eval()
-    prompt = list(range(3, 3 + PROBE_PROMPT))
+    prompt = [3 + i % max(1, model.config.vocab_size - 8) for i in range(PROBE_PROMPT)]   # in a tiny vocabulary too
     try:
         decode = model.resolve_decode(DecodeConfig(stop_at_eos=False), model.config)
     except ConfigError:   # a model that decodes with its own sampler only (Fast-dLLM v2's shifted logits):

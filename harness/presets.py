@@ -305,6 +305,36 @@ _CPU_PERFECT = Preset(
     external=tuple((f"perfect:hmm-strong:{tag}", {}) for tag in _PERFECT_TAGS), reference=True, batch_size=50,
 )
 
+# -- the operations family (issue 61) ----------------------------------------------------------------------------
+# Toy models trained on an operation language (tasks/oracle_language/operations.py: documents [x ; f(x)], x 3 symbols
+# of 4, f = reverse) and decoded on oracle_ops (the whole document from the BOS): the exact P(valid) = q_dec(valid
+# documents) by teacher forcing beside the sampled validity, at 1 token per forward (tau off) and three
+# value-independent rules (top-2 and top-3 commits: 2 to 3 tokens per forward; margin 0.3: adaptive), beside the
+# perfect model of the same language (a reference family): does SetDLM's ordering lose less on the dependent tokens
+# (y_i = x_(n+1-i)) than BD3LM's and MDLM's at matched tokens per forward (harness/dependency_report.py)? AR is
+# trained on the operation corpus (an 8-token vocabulary; L 32, 2 layers, d 64), the diffusion models adapted from
+# it. copy(n=3,symbols=4) was dropped: its AR stayed at chance (P(valid) 0.016) after 500 steps. Cost, measured
+# cold under docs/benchmarks.md: about 75 s on 2 cores, training included; nothing in the claims pays for it yet.
+OPERATIONS = (("reverse", 3, 4),)   # (op, n, symbols): the language op(n=..,symbols=..)
+OPERATIONS_POLICIES = ("topk(k=2)", "topk(k=3)", "margin(tau=0.3)")
+
+
+def _operations_family(op: str, n: int, symbols: int, perfect: bool) -> Preset:
+    lang = f"{op}(n={n},symbols={symbols})"
+    return Preset(
+        name="cpu", description=f"{'the perfect model' if perfect else 'toy models trained on'} {lang}: oracle_ops",
+        base=TrainConfig(paradigm="ar", length=32, backbone=gpt_spec(n_layers=2, d_model=64, n_heads=4),
+                         tokenizer=f"oracle:{lang}", corpus=f"oracle:{lang}", batch_size=32, lr=5e-3, warmup_steps=20),
+        steps={"default": 0} if perfect else {"ar": 500, "default": 600}, block_sizes=() if perfect else (4,),
+        grid=Grid(thresholds=(None,)), warmup=0, batch_size=100, adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
+        tasks=(TaskSpec("oracle_ops", 100, {"op": op, "n": n, "symbols": symbols, "n_examples": 100}, KL_DECODE,
+                        thresholds=(None,), policies=OPERATIONS_POLICIES),),
+        external=tuple((f"perfect:{lang}:{t}", {}) for t in ("ar", "mdlm", "bd3lm-s4", "setdlm-smax8")) if perfect
+        else (), reference=perfect)
+
+
+_CPU_OPERATIONS = tuple(_operations_family(*spec, perfect) for spec in OPERATIONS for perfect in (False, True))
+
 _CPU_TEXT_TASKS = (
     TaskSpec("gsm8k", 8, {"max_new_tokens": 96}),   # at its floor at this scale (claims: not testable): plumbing
     TaskSpec("roc_infill1", 20, {}, {**GREEDY_TEXT, **FULL_CONTEXT}),   # BD3LM sees the suffix, as in the paper
@@ -346,7 +376,7 @@ _CPU = Preset(
     tasks=_CPU_TEXT_TASKS,
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},
-    families=(*_CPU_ORACLE_FAMILIES, *_CPU_ABLATIONS, _CPU_PERFECT),
+    families=(*_CPU_ORACLE_FAMILIES, *_CPU_ABLATIONS, _CPU_PERFECT, *_CPU_OPERATIONS),
     speed=_CPU_SPEED,
     training_claims=True,
 )

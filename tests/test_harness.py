@@ -348,7 +348,7 @@ def test_the_cpu_oracle_families_train_every_model_with_three_seeds_on_two_langu
     from harness.presets import CLAIM_TASKS, ORACLE_LANGUAGES, ORACLE_SEEDS
 
     plan = plan_sweep(get_preset("cpu"), precision="fp32")
-    oracle = [t for t in plan.train if t.corpus.startswith("oracle:")]
+    oracle = [t for t in plan.train if t.corpus.removeprefix("oracle:") in ORACLE_LANGUAGES]   # not the operations
     shapes = {(t.paradigm, t.block_size, t.max_block_size, bool(t.eval_every)) for t in oracle}
     assert len(oracle) == len(shapes) * len(ORACLE_SEEDS) * len(ORACLE_LANGUAGES) == len({t.model_id for t in oracle})
     assert {(t.corpus, t.seed) for t in oracle} == {(f"oracle:{lang}", s) for lang in ORACLE_LANGUAGES

@@ -4,7 +4,8 @@ view of the dependency tasks (tasks/dependency.py, tasks/oracle_ops.py).
 `OperationLanguage(op, n, n_symbols)`: x is n symbols drawn uniformly and independently from n_symbols, and the
 document is x followed by f(x), f one of OPERATIONS (copy, reverse, sort: ascending symbol ids). Named
 `<op>(n=..,symbols=..)` wherever an oracle language is named (tasks.oracle_language.language), e.g. the perfect
-model `perfect:copy(n=3,symbols=3):mdlm`.
+model `perfect:copy(n=3,symbols=3):mdlm`, or a training corpus `oracle:copy(n=3,symbols=4)` (`sample`: the cpu
+preset's operations family trains its toy models on one).
 
 Its perfect model (tasks/oracle_language/perfect.py) predicts a position from the document's exact posterior given the
 symbols it sees, by enumerating all n_symbols**n inputs (at most ENUMERATION_LIMIT). An observation is read through a
@@ -77,6 +78,14 @@ class OperationLanguage:
         """[n_symbols**n, 2n] every document, inputs in lexicographic order (each has probability n_symbols**-n)."""
         inputs = np.indices((self.n_symbols,) * self.n).reshape(self.n, -1).T
         return np.array([list(x) + self.apply(x) for x in inputs], dtype=np.int64)
+
+    def sample(self, n: int, length: int | None = None, rng: int | np.random.Generator | None = None) -> np.ndarray:
+        """[n, 2 * self.n] documents [x ; f(x)], x uniform (a training corpus `oracle:<op>(n=..,symbols=..)`,
+        harness.data); `length`, the corpus's document length, must be the document's own."""
+        if length is not None and length != self.length:
+            raise LanguageError(f"{self.name}: its documents have {self.length} symbols, not {length}")
+        x = np.random.default_rng(rng).integers(0, self.n_symbols, size=(n, self.n))
+        return np.array([list(row) + self.apply(row) for row in x], dtype=np.int64).reshape(n, self.length)
 
     def predict(self, obs: np.ndarray, target: np.ndarray, which: np.ndarray) -> np.ndarray:
         """[N, n_symbols] p(symbol at target[n] | the observations of group which[n] but the target's own); obs
