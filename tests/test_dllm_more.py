@@ -91,3 +91,21 @@ def test_the_new_options_are_validated_and_spelled():
     assert (o.cfg_scale, o.confidence_eos_eot_inf, o.eos_id, o.eot_id) == (0.5, True, 101, 115)
     with pytest.raises(SamplerError, match="cfg_scale"):
         parse_sampler("llada(cfg_scale=-1)")
+
+
+def test_confidence_eos_eot_inf_zeroes_only_eot_at_temperature_above_0():
+    """generate.py writes EOS's -inf into the noised copy (the logits themselves only at temperature 0, where
+    add_gumbel_noise returns them): above 0 only EOT's confidence is zeroed, so the EOS id does not matter there but
+    does at temperature 0 (a greedy run with another EOS id leaves the recorded trace)."""
+    model, _ = load("llada_mha")
+    prompt = [[100, 53, 72, 32, 16]]
+
+    def run(temperature, **options):
+        o = S.LLaDA(steps=8, block_length=8, temperature=temperature, **options)
+        return o.rows(model, prompt, 16, 2, False)[0][0]
+
+    hot = run(0.5, confidence_eos_eot_inf=True, eos_id=101, eot_id=115)
+    assert hot == run(0.5, confidence_eos_eot_inf=True, eos_id=7, eot_id=115) != run(0.5)
+    greedy = run(0.0, confidence_eos_eot_inf=True, eos_id=101, eot_id=115)
+    assert greedy == recorded("llada_mha")["generations"]["confinf_gen16_block8_steps8_prompt5"]["output_ids"][0][5:]
+    assert greedy != run(0.0, confidence_eos_eot_inf=True, eos_id=7, eot_id=115)
