@@ -222,6 +222,9 @@ class LLaDA(FamilySampler):
         """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
         steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
         block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax.
+        With cfg_scale > 0 each call also holds every row with its prompt columns masked (generate()'s un_x, the
+        same call) and decodes from u + (cfg_scale + 1)(c - u); logits_eos_inf sets the EOS logit to -inf before the
+        argmax, confidence_eos_eot_inf EOS's and EOT's after it (EOT's alone at temperature > 0, as the reference).
         A batch is left-padded with an attention mask (as generate() takes attention_mask), positions from each row's
         first token; each row's arithmetic and draws are on its own columns, as at batch 1."""
         o = self
