@@ -455,7 +455,9 @@ _PAPER_PRESETS = (
 
 # The diffusion LMs the field evaluates (models/loading/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
 # own published sampler (models/dllm_samplers.py) at the settings of its authors' evaluation: LLaDA semi-AR blocks of
-# 32 with one step per token (as Fast-dLLM evaluates it), Dream's entropy order with one step per token, SDAR/TraDo
+# 8 with one step per token and no EOS/EOT option (ML-GSAI/LLaDA EVAL.md @ b7e6c356, LLaDA-8B-Instruct's GSM8K
+# block-diffusion column: gen_length 256, block_length 8, logits_eos_inf and confidence_eos_eot_inf False; steps =
+# gen_length as in its eval_llada_lm_eval.sh), Dream's entropy order with one step per token, SDAR/TraDo
 # blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over
 # blocks of 32 and sub-blocks of 8 (its chat setting). bf16, as the weights are published. For GPUs; `--plan` works
 # offline (the published configs' sizes ship in models/assets/dllm_configs.json); running downloads the checkpoint.
@@ -464,7 +466,7 @@ _PAPER_PRESETS = (
 # so its rows say answer_nll_per_token is not available. `--max-new-tokens` changes the length.
 # `--sampler harness` decodes the same model with our decoders and commit policies. Never run in CI.
 FAMILY_SETTINGS = {   # the published GSM8K setting of each family's own sampler, for a generation of n new tokens
-    "llada": lambda n: f"llada(steps={n},block_length={32 if n % 32 == 0 else n})",
+    "llada": lambda n: f"llada(steps={n},block_length={8 if n % 8 == 0 else n})",
     "dream": lambda n: f"dream(steps={n},alg=entropy)",
     "sdar": lambda n: "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
     "fastdllm_v2": lambda n: "fastdllm_v2(threshold=0.9)",
@@ -486,7 +488,7 @@ def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
 
 _DLLM_PRESETS = (
     _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", family_setting("llada", 256),
-          "LLaDA-8B-Instruct on GSM8K with LLaDA's generate(): blocks of 32, one step per token"),
+          "LLaDA-8B-Instruct on GSM8K with LLaDA's generate(): blocks of 8, one step per token"),
     _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", family_setting("dream", 256),
           "Dream-v0-Instruct-7B on GSM8K with diffusion_generate: entropy order, one step per token"),
     _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", family_setting("sdar", 256),

@@ -26,6 +26,7 @@ class Call:
     kv_len_before: int | None
     kv_len_after: int | None
     logits: torch.Tensor | None = None
+    more_ids: list[list[int]] | None = None   # the call's rows after the first (LLaDA's unconditional cfg row)
 
 
 class Runner:
@@ -72,7 +73,8 @@ class Runner:
         if self.trace is not None:   # (traced at batch 1)
             self.trace.append(Call(ids[0].tolist(), positions[0].tolist(), "full" if mask is None else mask.tolist(),
                                    None if cache is None else before, None if cache is None else cache.length,
-                                   logits.clone() if self.keep_logits else None))
+                                   logits.clone() if self.keep_logits else None,
+                                   ids[1:].tolist() if ids.shape[0] > 1 else None))
         return logits
 
 

@@ -12,7 +12,8 @@ logits (the mask logit not suppressed, as in the references) and the same draws 
 for call. The options are the references' own arguments, with their defaults (block sizes default to the model's);
 `python -c "from models.samplers import describe_samplers; print(describe_samplers())"` lists them.
 
-    llada(steps=, block_length=, temperature=, remasking=low_confidence|random)      LLaDA generate.py generate()
+    llada(steps=, block_length=, temperature=, remasking=low_confidence|random,      LLaDA generate.py generate()
+          cfg_scale=, logits_eos_inf=, confidence_eos_eot_inf=, eos_id=, eot_id=)
     dream(steps=, alg=origin|maskgit_plus|topk_margin|entropy, alg_temp=, eps=,
           temperature=, top_p=, top_k=)                                              Dream diffusion_generate
     sdar(block_length=, denoising_steps=, temperature=, top_k=, top_p=,
@@ -22,10 +23,12 @@ for call. The options are the references' own arguments, with their defaults (bl
 The generation length is the task's `max_new_tokens` (LLaDA's gen_length, Dream's max_new_tokens, SDAR's gen_length,
 Fast-dLLM v2's max_new_tokens); the output is what the sampler returns after the prompt, cut by the token-counting rule
 (models.types.TOKEN_COUNTING_RULE), with SDAR's never-decoded trailing blocks (masks) dropped. One model call is one
-forward (NFE). LLaDA, Dream and SDAR decode a batch of prompts in one loop (`run_batch`): left-padded with an attention
-mask, positions from each row's first token, each row's arithmetic and draws (its own generator) on its own columns,
-so every row equals its batch-1 decode (tests/test_dllm_batch.py); a row's NFE counts the forwards in which it is
-decoded. Fast-dLLM v2 (whose rows advance sub-block by sub-block at their own pace) decodes row by row.
+forward (NFE); LLaDA's classifier-free guidance (cfg_scale > 0) makes each call two forwards, the conditional and
+the unconditional row, and counts both. LLaDA, Dream and SDAR decode a batch of prompts in one loop (`run_batch`):
+left-padded with an attention mask, positions from each row's first token, each row's arithmetic and draws (its own
+generator) on its own columns, so every row equals its batch-1 decode (tests/test_dllm_batch.py); a row's NFE counts
+the forwards in which it is decoded. Fast-dLLM v2 (whose rows advance sub-block by sub-block at their own pace) decodes
+row by row.
 """
 
 from __future__ import annotations
@@ -154,6 +157,8 @@ class FamilySampler(Sampler):
 
 # -- the four families' samplers -------------------------------------------------------------------------------
 MAX_TEMPERATURE = 100.0   # a hotter token or position temperature is a uniform draw
+MAX_CFG_SCALE = 100.0
+LLADA_EOS, LLADA_EOT = 126081, 126348   # generate.py's hard-coded <|endoftext|> and <|eot_id|> of LLaDA's vocabulary
 
 
 def llada_schedule(new: int, o: "LLaDA") -> tuple[int, int, int]:
@@ -186,39 +191,79 @@ class LLaDA(FamilySampler):
                                                            "generation; the LLaDA README uses 32)")
     temperature: float = bounded(0.0, 0.0, MAX_TEMPERATURE, "Gumbel-max temperature (0: argmax)")
     remasking: str = field(default="low_confidence", metadata={"help": "low_confidence or random"})
+    cfg_scale: float = bounded(0.0, 0.0, MAX_CFG_SCALE, "classifier-free guidance: logits u + (cfg_scale + 1)(c - u), "
+                                                        "u from the canvas with the prompt masked, in the same call "
+                                                        "(counted as a second forward); 0: off")
+    logits_eos_inf: bool = field(default=False, metadata={"help": "the EOS logit set to -inf before the argmax "
+                                                                  "(LLaDA Appendix B.4)"})
+    confidence_eos_eot_inf: bool = field(default=False, metadata={"help": (
+        "EOS and EOT given confidence 0 after the argmax (LLaDA Appendix B.4; at temperature > 0 the reference "
+        "zeroes only EOT's: its EOS -inf goes to the noised copy)")})
+    eos_id: int = bounded(LLADA_EOS, 0, MAX_FIELD, "the EOS id of logits_eos_inf / confidence_eos_eot_inf (default: "
+                                                   "LLaDA's <|endoftext|>, as generate.py hard-codes it)")
+    eot_id: int = bounded(LLADA_EOT, 0, MAX_FIELD, "the EOT id of confidence_eos_eot_inf (default: LLaDA's "
+                                                   "<|eot_id|>, as generate.py hard-codes it)")
 
     def option_problems(self):
         return ([f"remasking must be low_confidence or random, got {self.remasking!r}"]
                 if self.remasking not in ("low_confidence", "random") else [])
+
+    def special_ids(self, vocab: int) -> None:
+        """SamplerError unless the EOS / EOT ids the options use are rows of the model's `vocab`-row vocabulary."""
+        used = ([("eos_id", self.eos_id)] if self.logits_eos_inf or self.confidence_eos_eot_inf else []) + \
+            ([("eot_id", self.eot_id)] if self.confidence_eos_eot_inf else [])
+        for key, value in used:
+            if value >= vocab:
+                raise SamplerError(f"sampler llada: {key}={value} is not a row of this model's {vocab}-row vocabulary "
+                                   f"(the default is LLaDA's own id): pass {key}= this tokenizer's id")
 
     def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
                   gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
         """ML-GSAI/LLaDA generate.py `generate()`: blocks of `block_length` decoded left to right, each in steps / blocks
         steps over the whole sequence; a step commits the top-k confident masked positions of the current block, k the
         block's mask count split evenly (remainder first); confidence softmax(logits)[x0], x0 the (Gumbel-max) argmax.
+        With cfg_scale > 0 each call also holds every row with its prompt columns masked (generate()'s un_x, the
+        same call) and decodes from u + (cfg_scale + 1)(c - u); logits_eos_inf sets the EOS logit to -inf before the
+        argmax, confidence_eos_eot_inf EOS's and EOT's after it (EOT's alone at temperature > 0, as the reference).
         A batch is left-padded with an attention mask (as generate() takes attention_mask), positions from each row's
         first token; each row's arithmetic and draws are on its own columns, as at batch 1."""
         o = self
         block, blocks, steps = llada_schedule(new, o)
+        o.special_ids(run.backbone.output_head()[0].shape[0])
         P = max(len(p) for p in prompts)
         pads = [P - len(p) for p in prompts]
         x, real, positions = _left_padded(prompts, pads, P + new, mask_id, device)
         mask = _padded_mask(None, real, 0, P + new)
+        if o.cfg_scale > 0:   # the conditional and the unconditional rows (prompt columns masked) in one call
+            twice = (None if mask is None else mask if mask.dim() == 2 else torch.cat([mask, mask]),
+                     torch.cat([positions, positions]))
         committed = [[] for _ in prompts]
         for b in range(blocks):
             end = P + (b + 1) * block
             counts = [_even_split(int((x[r, P + b * block:end] == mask_id).sum()), steps) for r in range(len(prompts))]
             for i in range(steps):
-                all_logits = run.predict(x, mask, positions=positions)
+                if o.cfg_scale > 0:
+                    un = x.clone()
+                    un[:, :P] = mask_id
+                    both = run.predict(torch.cat([x, un]), twice[0], positions=twice[1])
+                    run.calls += 1   # the unconditional forward counts as one (NFE)
+                    cond, unc = both[:len(prompts)], both[len(prompts):]
+                    all_logits = unc + (o.cfg_scale + 1) * (cond - unc)
+                else:
+                    all_logits = run.predict(x, mask, positions=positions)
                 for r, (pad, gen) in enumerate(zip(pads, gens)):
-                    row, logits = x[r:r + 1, pad:], all_logits[r:r + 1, pad:]
+                    row, logits = x[r:r + 1, pad:], all_logits[r:r + 1, pad:].clone()
                     masked = row == mask_id
+                    if o.logits_eos_inf:
+                        logits[..., o.eos_id] = float("-inf")
                     if o.temperature == 0:
                         x0 = logits.argmax(-1)
                     else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
                         l64 = logits.double()
                         u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
                         x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
+                    if o.confidence_eos_eot_inf:   # at temperature 0 the noised logits are the logits themselves
+                        logits[..., [o.eos_id, o.eot_id] if o.temperature == 0 else [o.eot_id]] = float("-inf")
                     if o.remasking == "low_confidence":
                         confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
                     else:
@@ -229,7 +274,8 @@ class LLaDA(FamilySampler):
                     chosen = torch.topk(confidence[0], counts[r][i]).indices
                     row[0, chosen] = x0[0, chosen]
                     committed[r].append(counts[r][i])
-        return [(x[r, P:].tolist(), committed[r], len(committed[r])) for r in range(len(prompts))]
+        per_step = 2 if o.cfg_scale > 0 else 1
+        return [(x[r, P:].tolist(), committed[r], per_step * len(committed[r])) for r in range(len(prompts))]
 
 
 def _dream_tokens(logits: torch.Tensor, o: Dream, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -91,7 +91,7 @@ def test_the_chat_prompt_is_the_tokenizers_own_rendering(instruct):
         task.requests(Example("0", record), bare, 256)
 
 
-@pytest.mark.parametrize("case, sampler", [("llada_mha", "llada(block_length=32,steps=96)"),
+@pytest.mark.parametrize("case, sampler", [("llada_mha", "llada(block_length=8,steps=96)"),
                                            ("dream_gqa", "dream(alg=entropy,steps=96)"),
                                            ("sdar_b4", "sdar(block_length=4,denoising_steps=4,threshold=0.9)"),
                                            ("fastdllm_v2_bd8", "fastdllm_v2(threshold=0.9)")])
