@@ -60,6 +60,9 @@ class TaskSpec:
     decode: dict = field(default_factory=dict)   # e.g. sampling / repetition penalty for this task
     thresholds: tuple | None = None              # restrict the preset's tau grid for this task
     policies: tuple | None = None                # the commit policies this task sweeps (None: the grid's)
+    variants: dict = field(default_factory=dict)  # paradigm -> decode overrides ({knob: value}, ...): that paradigm's
+                                                 # grid for this task again under each (e.g. MDLM's KV caches), the
+                                                 # one place a paradigm's extra decoders are declared
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,9 @@ class Preset:
             grid = dataclasses.replace(grid, thresholds=task.thresholds)
         if task is not None and task.policies is not None:
             grid = dataclasses.replace(grid, policies=task.policies)
-        return get_paradigm(cfg.paradigm).decode_grid(cfg, grid)
+        settings = get_paradigm(cfg.paradigm).decode_grid(cfg, grid)
+        variants = task.variants.get(cfg.paradigm, ()) if task is not None else ()
+        return settings + [d.replace(**dict(variant)) for variant in variants for d in settings]
 
     def task(self, name: str) -> TaskSpec:
         """How this preset runs a task: its own spec, else the first family's that lists it (a single cell of the
@@ -216,12 +221,22 @@ ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
 ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "entropy(theta=2.5)",
                    "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)",
                    "klass(tau=0.2,kl=0.5,steps=1)", "klass(tau=0.15,kl=1,steps=1)", "dus(a=2)")
+# The approximate KV caches of the bidirectional decoder (models/bidir_cache.py: Fast-dLLM's prefix and dual caches,
+# dInfer's vicinity refresh, d3LLM's periodic refresh) on oracle_kl, MDLM only, each over the tau grid and every
+# policy above: their exact cost (the perfect model's is zero by construction; the trained model's is the learned
+# model's own). They decode in blocks (MDLM chunks) of 8 of the 16 tokens, so that the dual cache has a suffix to
+# reuse; refresh(every=1), exact MDLM in tokens and logits (tests/test_bidir_cache.py), is their comparator at the
+# same block size. Their rows are the policy table's (a series per cache), out of the fronts and the claims
+# (harness.rows.cache_kind). Run on seed 0 of the first language and on the perfect model (ORACLE_CACHE_VARIANTS).
+ORACLE_CACHE_CHUNK = 8
+ORACLE_CACHES = ("refresh(every=1)", "prefix", "dual", "vicinity(before=2,after=2)", "refresh(every=2)")
+ORACLE_CACHE_VARIANTS = {"mdlm": tuple((("chunk_size", ORACLE_CACHE_CHUNK), ("cache", c)) for c in ORACLE_CACHES)}
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
 FULL_CONTEXT = {"infill_context": "clean_blocks"}          # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
     TaskSpec("oracle_kl", 200, {"n_examples": 200}, KL_DECODE,             # noise below the rows' own spread
-             policies=ORACLE_POLICIES),
+             policies=ORACLE_POLICIES, variants=ORACLE_CACHE_VARIANTS),
     TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
     TaskSpec("oracle_offsets", 200, {}, thresholds=(None,)),                # calibration at each first-step offset
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
@@ -229,10 +244,11 @@ _ORACLE_TASKS = (
 )
 def _in_language(tasks: tuple[TaskSpec, ...], language: str, only: tuple[str, ...] | None = None
                  ) -> tuple[TaskSpec, ...]:
-    """The oracle tasks (those named in `only`, else all) on `language`; the default language is the tasks' own, so its
-    run ids carry no language option."""
+    """The oracle tasks (those named in `only`, else all, with their policies and decode variants) on `language`; the
+    default language is the tasks' own, so its run ids carry no language option."""
     extra = {} if language == ORACLE_LANGUAGES[0] else {"language": language}
-    return tuple(dataclasses.replace(t, options={**t.options, **extra}, policies=t.policies if only is None else None)
+    return tuple(dataclasses.replace(t, options={**t.options, **extra}, policies=t.policies if only is None else None,
+                                     variants=t.variants if only is None else {})
                  for t in tasks if only is None or t.name in only)
 
 
