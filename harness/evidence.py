@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .rows import commit_policy, language, series_of, setting, train_seed
+from .rows import cache_kind, commit_policy, language, series_of, setting, train_seed
 from .stats import decide, envelope, t_interval
 from .store import ResultsStore, malformed
 
@@ -44,6 +44,8 @@ class Results:
             by_run.setdefault(row["run_id"], {**row, "metrics": {}})["metrics"][row["metric"]] = row
         # a reference (the perfect oracle model, a pretrained LM) is no paradigm's result; the claims are the
         # paper's, made with its commit rule (the confidence policy): rows of other policies are the policy table's
+        # rows under an approximate KV cache (cache_kind) are the policy table's too, under no policy of the claims
+        by_run = {k: c for k, c in by_run.items() if cache_kind(c) == "exact"}
         self.other_policies = [c for c in by_run.values() if commit_policy(c).name != "confidence"]
         by_run = {k: c for k, c in by_run.items() if commit_policy(c).name == "confidence"}
         self.cells = [c for c in by_run.values() if c.get("reference") is not True]

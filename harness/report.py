@@ -50,7 +50,7 @@ from .cli import (
 )
 from .paths import make_dirs, replacing, safe_component
 from .plots import compared, language_tag, pareto_mask, plot_per_model, task_figures
-from .rows import commit_policy, is_reference, language, policy_spec, series_of, setting, train_seed
+from .rows import cache_kind, commit_policy, is_reference, language, policy_spec, series_of, setting, train_seed
 from .schema import BY_NAME, NUMBER_KEYS, REPORTED_KEYS, WHOLE_KEYS
 from .store import StoreError, numbered_jsonl
 
@@ -85,7 +85,8 @@ def load_runs(preset_dir: Path) -> pd.DataFrame:
     df["precision"] = [precision_label(r) for r in unique]
     df["setting"] = [setting(r) for r in unique]
     df["order"] = df["paradigm"].map(paradigm_order())
-    df["default_policy"] = [policy_spec(r) == "confidence" for r in unique]   # other policies: policy_ranking
+    df["default_policy"] = [policy_spec(r) == "confidence" and cache_kind(r) == "exact"   # other policies and the
+                            for r in unique]                                           # caches: policy_ranking
     df["train_seed"] = [train_seed(r) for r in unique]
     df["language"] = [language(r) or "" for r in unique]
     return df.sort_values(["task", "order", "series", "setting", "metric"], kind="stable").reset_index(drop=True)

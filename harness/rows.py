@@ -107,6 +107,14 @@ def policy_spec(row: dict) -> str:
     return policy if isinstance(policy, str) and policy else "confidence"
 
 
+def cache_kind(row: dict) -> str:
+    """A row's bidirectional KV cache spec (models/bidir_cache.py); rows without the column (another paradigm, or
+    written before caches existed) decoded exactly. Rows under an approximate cache (the cpu preset's cache variants)
+    are the policy table's, kept out of the fronts and the claims, which assume one row per (model, setting)."""
+    cache = row.get("cache")
+    return cache if isinstance(cache, str) and cache else "exact"
+
+
 def train_seed(row: dict) -> int:
     """The training seed of a row's model (rows written before seeds were recorded: 0)."""
     seed = row.get("train_seed")

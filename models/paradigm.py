@@ -204,7 +204,9 @@ class ParadigmModel(nn.Module):
     def series(cls, row: dict) -> str:
         """The plot series a result row belongs to: the model and the knobs not swept along a series (the commit
         policy's name is added by harness.rows.series_of)."""
-        return cls.label + (f" S={row['block_size']}" if row.get("block_size") is not None else "")
+        cache = row.get("cache") if "cache" in cls.knobs else None   # an approximate KV cache: a series of its own
+        return (cls.label + (f" S={row['block_size']}" if row.get("block_size") is not None else "")
+                + (f" cache={cache}" if isinstance(cache, str) and cache != "exact" else ""))
 
     @classmethod
     def setting(cls, row: dict) -> str:

@@ -38,6 +38,20 @@ def test_quick_cpu_run_covers_every_section_but_the_compiled_steps(tmp_path):
     assert all(r["finite"] and r["steps"] == bench_gpu.QUICK.train_steps for r in train)
 
 
+def test_quick_cpu_run_of_the_cache_rows(tmp_path):
+    from harness.bench.caches import AA, KINDS
+
+    rows = quick_cpu_run(tmp_path, "caches")["sections"]["caches"]
+    assert [(r["batch"], r["cache"]) for r in rows] == [(b, k) for b in (1, bench_gpu.QUICK.batch)
+                                                        for k in (KINDS[0], AA, *KINDS[1:])]
+    by = {(r["batch"], r["cache"]): r for r in rows}
+    for batch in (1, bench_gpu.QUICK.batch):
+        exact = by[(batch, "exact")]
+        assert by[(batch, "refresh(every=4)")]["tokens_processed_per_forward"] < exact["tokens_processed_per_forward"]
+        assert by[(batch, "dual")]["tokens_processed_per_forward"] < by[(batch, "prefix")]["tokens_processed_per_forward"]
+        assert by[(batch, AA)]["rows_equal_exact"] == 1.0 and all(r["tokens_per_s"] > 0 for r in rows)
+
+
 @pytest.mark.slow   # compile=on on a CPU builds an ahead-of-time library per kind and paradigm: about 5 minutes
 def test_quick_cpu_run_of_the_compiled_steps_and_training(tmp_path):
     result = quick_cpu_run(tmp_path, "steps,train_compiled")

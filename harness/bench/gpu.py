@@ -19,6 +19,10 @@ Sections (each a list of rows in the JSON; a table of each is printed):
   and the fraction of generated tokens on which the two agree.
 * train: 50 optimiser steps (AdamW, bf16 autocast on fp32 weights) of every paradigm on every kind on
   a learnable synthetic stream; first and last losses and tokens/s.
+* caches: MDLM under each approximate KV cache of harness/bench/caches.py (KINDS, and exact timed twice: the A/A
+  row) on the llama kind at batch 1 and the check's batch (left padding), one token per step in blocks of a quarter
+  of the generation: tokens/s, the ratio to exact, tokens the backbone processed per forward, and the rows whose
+  tokens equal exact's (refresh(every=1) is exact; the others may differ, reported).
 * steps (late, so that the time budget drops it first): the AR, BD3LM and SetDLM decode steps sliced, at fixed
   shapes and compiled (DecodeConfig.compile off / fixed / on; on CUDA `on` is a CUDA graph through
   torch.compile's reduce-overhead) on every learned kind: tokens/s of each, compile seconds, rows whose tokens
@@ -169,6 +173,33 @@ def bench_paradigms(z: Sizes, device: torch.device, dtype: torch.dtype, deadline
                              "seconds_no_cache": round(seconds_off, 4),
                              "cache_rows_equal": sum(equal) / len(equal), "first_differences": first_diff})
             del model
+    return rows
+
+
+def bench_caches(z: Sizes, device: torch.device, dtype: torch.dtype, deadline: float) -> list[dict]:
+    """One row per (batch, cache kind): the caches section (module docstring)."""
+    from models import DecodeConfig
+
+    from .caches import AA, KINDS
+
+    model = build("mdlm", "llama", z).to(device=device, dtype=dtype).eval()
+    chunk = max(2, z.new_tokens // 4)
+    rows = []
+    for batch in (1, z.batch):
+        prompts = make_prompts(z)[:batch]
+        exact = None
+        for spec in (KINDS[0], AA, *KINDS[1:]):
+            row = {"batch": batch, "cache": spec, "chunk_size": chunk}
+            if time.perf_counter() > deadline:
+                rows.append({**row, "skipped": "time budget"})
+                continue
+            decode = DecodeConfig(steps=z.new_tokens, chunk_size=chunk, stop_at_eos=False, cache=spec.removesuffix(" A/A"))
+            gens, seconds, n_tokens = decode_row(model, prompts, decode, device, z.new_tokens, z.repeats)
+            exact = exact or (gens, seconds)
+            rows.append({**row, "tokens": n_tokens, "tokens_per_s": round(n_tokens / seconds, 1),
+                         "vs_exact": round(exact[1] / seconds, 3), "nfe_mean": sum(g.nfe for g in gens) / len(gens),
+                         "tokens_processed_per_forward": sum(g.tokens_processed for g in gens) / sum(g.nfe for g in gens),
+                         "rows_equal_exact": sum(a.tokens == b.tokens for a, b in zip(gens, exact[0])) / len(gens)})
     return rows
 
 
@@ -431,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on CPU")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for checking the code paths)")
     ap.add_argument("--out", default="results/bench/gpu.json")
-    ap.add_argument("--sections", default="paradigms,vs_hf,train,steps,train_compiled,dllm_shapes")
+    ap.add_argument("--sections", default="paradigms,caches,vs_hf,train,steps,train_compiled,dllm_shapes")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: harness.bench gpu needs a CUDA GPU and none is available here (torch "
@@ -461,12 +492,15 @@ def _run(args, device: torch.device) -> int:
               "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "quick": args.quick,
               "sizes": z.__dict__, "sections": {}, "errors": {}}
     sections = {"paradigms": lambda: bench_paradigms(z, device, dtype, deadline),
+                "caches": lambda: bench_caches(z, device, dtype, deadline),
                 "steps": lambda: bench_steps(z, device, dtype, deadline),
                 "vs_hf": lambda: bench_vs_hf(z, device, dtype, deadline),
                 "train": lambda: bench_train(z, device, deadline),
                 "train_compiled": lambda: bench_train_compiled(z, device, deadline),
                 "dllm_shapes": lambda: bench_dllm_shapes(device, dtype)}
     columns = {"paradigms": ["kind", "paradigm", "sampler", "tokens_per_s", "nfe_mean", "cache_rows_equal", "error"],
+               "caches": ["batch", "cache", "tokens_per_s", "vs_exact", "tokens_processed_per_forward",
+                          "rows_equal_exact"],
                "steps": ["kind", "paradigm", "off_tokens_per_s", "fixed_tokens_per_s", "on_tokens_per_s", "speedup",
                          "compile_s",
                          "fixed_rows_equal", "compiled_rows_equal", "cudagraph_skips", "error"],
