@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from .aup import ALPHA, aup as aup_score
-from .evidence import Results, frontier_area
+from .evidence import Results
+from .frontiers import frontier_area
 from .paths import replacing
 from .rows import commit_policy, series_of
 from .stats import envelope
