@@ -150,6 +150,8 @@ def paired(results: Results, claim: int, a: dict | None, b: dict | None, metric:
     for a non-inferiority or equivalence test (default: RELATIVE_MARGIN of B's mean)."""
     if a is None or b is None:
         return []
+    if metric == "tokens_per_forward":   # a cell's is the ratio of sums: compared as such (harness/frontiers.py)
+        return rate_difference(results, claim, a, b)
     va, vb = results.values(a, metric), results.values(b, metric)
     ids = sorted(set(va) & set(vb))
     if not ids:
@@ -196,6 +198,34 @@ def matched_pairs(results: Results, task: str, window: str = "S", reference: boo
 
 def series_cells(results: Results, task: str, paradigm: str, reference: bool = False, **knobs) -> list[dict]:
     return sorted(results.find(task, paradigm, reference, **knobs), key=lambda c: c.get("threshold") or 2.0)
+
+
+def tokens_per_forward(tokens: np.ndarray, forwards: np.ndarray) -> np.ndarray:
+    """Each cell's tokens per forward as the ratio of sums over its examples (last axis)."""
+    return tokens.sum(axis=-1) / forwards.sum(axis=-1)
+
+
+def rate_difference(results: Results, claim: int, a: dict, b: dict) -> list[dict]:
+    """Cell A's tokens per forward minus cell B's, each the ratio of sums over the examples both decoded, with a
+    paired bootstrap over those examples (higher is better); no row when both decoded every example alike."""
+    per = [results.values(c, key) for c in (a, b) for key in ("n_tokens", "nfe")]
+    ids = sorted(set.intersection(*map(set, per)))
+    if not ids:
+        return []
+    ta, fa, tb, fb = (np.array([v[i] for i in ids], dtype=float) for v in per)
+    if np.array_equal(ta, tb) and np.array_equal(fa, fb):
+        return []
+    index = np.random.default_rng(0).integers(0, len(ids), size=(BOOTSTRAP, len(ids)))
+    draws = tokens_per_forward(ta[index], fa[index]) - tokens_per_forward(tb[index], fb[index])
+    value = float(tokens_per_forward(ta, fa) - tokens_per_forward(tb, fb))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    p = max(1.0 / BOOTSTRAP, float(min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))))
+    verdict = "holds" if low > 0 else "fails" if high < 0 else "inconclusive"
+    return [detail_row(claim, a, b, "tokens_per_forward", "greater, ratio of sums (tokens / forwards), paired "
+                       "bootstrap over examples", len(ids), a_mean=float(tokens_per_forward(ta, fa)),
+                       b_mean=float(tokens_per_forward(tb, fb)), difference=value, ci_low=float(low),
+                       ci_high=float(high), p_value=p, p_resolution=1.0 / BOOTSTRAP, verdict=verdict,
+                       values=(tuple(ta), tuple(fa), tuple(tb), tuple(fb)), sign=1.0, kind="greater", margin=0.0)]
 
 
 def speed_rows(r: Results, claim: int, pairs: list[tuple[str, str]]) -> list[dict]:

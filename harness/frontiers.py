@@ -4,7 +4,8 @@
 forward: the mean over t in [1, t_max] of F_A(t) - F_B(t) (F: harness.stats.envelope of each decoder's cells,
 t_max the smaller of the two largest tokens per forward), with a paired bootstrap over the examples shared by every
 cell (all cells resampled jointly). A cell's tokens per forward is the ratio of sums, its examples' tokens over
-their forwards (what throughput sees; the tables and AUP use the same). Three parts can be reported:
+their forwards (what throughput sees; the tables and AUP use the same), and two cells' tokens per forward are
+compared as such (harness.evidence.rate_difference). Three parts of a frontier can be reported:
 
 * "area": the whole difference of the frontiers;
 * "quality": the model's quality at one token per forward, KL_A - KL_B at each decoder's one-token-per-forward cell
@@ -24,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evidence import BOOTSTRAP, NOT_TESTABLE, Results, detail_row
+from .evidence import BOOTSTRAP, NOT_TESTABLE, Results, detail_row, tokens_per_forward
 from .rows import commit_policy, series_of
-from .stats import envelope
+from .stats import envelope, lower_hull
 
 PARALLELISM_FLOOR = 1.5   # tokens per forward both decoders must reach for a frontier to be about parallel decoding
 GRID = 64
@@ -34,15 +35,14 @@ PARTS = {"area": "", "quality": "tau-off gap (model quality at one token per for
          "decoding": "decoding cost (extra KL over its own tau-off point at matched tokens/forward): "}
 
 
-def tokens_per_forward(tokens: np.ndarray, forwards: np.ndarray) -> np.ndarray:
-    """Each cell's tokens per forward as the ratio of sums over its examples (last axis)."""
-    return tokens.sum(axis=-1) / forwards.sum(axis=-1)
-
-
 def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: list[dict], metric: str,
                   what: str, reference: bool = False, parts: tuple[str, ...] = ("area",),
-                  min_parallelism: float | None = None) -> list[dict]:
-    """One detail row per requested part (the module docstring); negative: A is better (lower)."""
+                  min_parallelism: float | None = None, frontier: str = "envelope",
+                  t_range: float | None = None) -> list[dict]:
+    """One detail row per requested part (the module docstring); negative: A is better (lower). `frontier`:
+    "envelope" (harness.stats.envelope) or "hull" (the time-sharing lower convex hull, harness.stats.lower_hull);
+    `t_range`: compare over [1, t_range] (a range common to several comparisons) instead of [1, t_max]."""
+    shape = lower_hull if frontier == "hull" else envelope
     if len(a_cells) < 2 or len(b_cells) < 2:
         return []
     cells = a_cells + b_cells
@@ -66,10 +66,9 @@ def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: li
         km, tm = k.mean(axis=-1), tokens_per_forward(t, f)                # [cells, R]
         area = []
         for r in range(km.shape[1]):
-            t_max = min(tm[:na, r].max(), tm[na:, r].max())
+            t_max = t_range or min(tm[:na, r].max(), tm[na:, r].max())
             grid = np.linspace(1.0, max(t_max, 1.0 + 1e-9), GRID)
-            area.append(float(np.mean(envelope(tm[:na, r], km[:na, r], grid)
-                                      - envelope(tm[na:, r], km[na:, r], grid))))
+            area.append(float(np.mean(shape(tm[:na, r], km[:na, r], grid) - shape(tm[na:, r], km[na:, r], grid))))
         out = {"area": np.array(area)}
         if off_a and off_b:
             out["quality"] = km[off_a[0]] - km[off_b[0]]
@@ -81,7 +80,7 @@ def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: li
     boot = values(index)
     cell_tpf = tokens_per_forward(tokens, forwards)
     reach_a, reach_b = float(cell_tpf[:na].max()), float(cell_tpf[na:].max())
-    t_max = min(reach_a, reach_b)
+    t_max = t_range or min(reach_a, reach_b)
     a, b = a_cells[0], b_cells[0]
     guard = None
     if min_parallelism is not None and t_max < min_parallelism:
@@ -100,7 +99,7 @@ def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: li
         guarded = guard if part != "quality" else None
         if guarded:
             verdict = f"{NOT_TESTABLE}: {guarded}"
-        test = (f"frontier area over tokens/forward [1, {t_max:.2f}] (ratio of sums; reach A {reach_a:.2f}, "
+        test = (f"{frontier} area over tokens/forward [1, {t_max:.2f}] (ratio of sums; reach A {reach_a:.2f}, "
                 f"B {reach_b:.2f}), paired bootstrap ({len(a_cells)} vs {len(b_cells)} cells)"
                 if part != "quality" else f"KL at one token per forward, paired bootstrap")
         row = detail_row(claim, a, b, PARTS[part] + what, test, n, a_mean=float(kl[:na].mean()),
@@ -115,6 +114,19 @@ def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: li
         rows.append({**row, "a": _series(a), "b": _series(b), "a_run_id": ",".join(c["run_id"] for c in a_cells),
                      "b_run_id": ",".join(c["run_id"] for c in b_cells)})
     return rows
+
+
+def cell_draws(results: Results, cells: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(metric means, tokens per forward as ratios of sums), each [cells, 1 + BOOTSTRAP]: column 0 the cells' own,
+    the others the same paired bootstrap draws of the examples every cell decoded (the seed frontier_area uses)."""
+    per_cell = [(results.values(c, metric), results.values(c, "n_tokens"), results.values(c, "nfe")) for c in cells]
+    ids = sorted(set.intersection(*[set(m) & set(t) & set(f) for m, t, f in per_cell]))
+    kl = np.array([[m[i] for i in ids] for m, _, _ in per_cell])
+    tokens = np.array([[t[i] for i in ids] for _, t, _ in per_cell])
+    forwards = np.array([[f[i] for i in ids] for _, _, f in per_cell])
+    index = np.concatenate([np.arange(len(ids))[None],
+                            np.random.default_rng(0).integers(0, len(ids), size=(BOOTSTRAP, len(ids)))])
+    return kl[:, index].mean(axis=-1), tokens_per_forward(tokens[:, index], forwards[:, index])
 
 
 def _series(cell: dict) -> str:

@@ -10,7 +10,8 @@ comparison can use them as they are.
   inconclusive; `noninferior` ("competitive with"): the bound is -margin; `equivalent` (TOST at the same margin):
   holds when both one-sided tests reject;
 * `holm`: Holm's step-down adjustment of secondary p-values;
-* `envelope`: the lower frontier of (tokens per forward, KL) points, interpolated on a grid;
+* `envelope`: the lower frontier of (tokens per forward, KL) points, interpolated on a grid; `lower_hull` its
+  time-sharing (convex) version;
 * `pooled_test`: the seed-level t test of R >= 2 per-seed estimates; `fixed_language_test` the same pooled over
   languages held fixed (df = sum(R_l - 1)), `heterogeneity_test` whether the languages' means differ;
 * `p_text`: a p-value printed "< 1/B" below the resampling resolution, never 0.
@@ -116,6 +117,27 @@ def envelope(tpf: np.ndarray, kl: np.ndarray, grid: np.ndarray) -> np.ndarray:
     t, k = tpf[order], kl[order]
     k = np.minimum.accumulate(k[::-1])[::-1]      # at least t tokens per forward: the best KL from t on
     return np.interp(grid, t, k)
+
+
+def lower_hull(tpf: np.ndarray, kl: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The time-sharing frontier: the lower convex hull of the points (tokens per forward, KL) made non-decreasing,
+    interpolated on grid (points beyond the last take its value). Alternating two settings from prefix to prefix
+    reaches every point of the chord between them, so this is achievable, and never above `envelope`."""
+    order = np.lexsort((kl, tpf))
+    hull: list[tuple[float, float]] = []
+    for t, k in zip(tpf[order], kl[order]):
+        if hull and hull[-1][0] == t:
+            continue                                  # the lower of equal-t points came first
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], (t, k)) <= 0:
+            hull.pop()
+        hull.append((float(t), float(k)))
+    t, k = np.array([h[0] for h in hull]), np.array([h[1] for h in hull])
+    k = np.minimum.accumulate(k[::-1])[::-1]
+    return np.interp(grid, t, k)
+
+
+def _cross(o, a, b) -> float:
+    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
 
 
 def pooled_test(estimates: np.ndarray, sign: float, kind: str, margin: float) -> tuple[str, float, float, float]:

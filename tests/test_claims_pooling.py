@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.claims import reach_fraction
@@ -145,3 +146,52 @@ def test_steps_to_reach_the_naive_final_bound():
     assert reach_fraction(steps, naive, naive) == pytest.approx(1.0)
     slower = naive + 0.5            # never reaches 2.0; the naive run reaches 2.5 at step 20
     assert reach_fraction(steps, slower, naive) == pytest.approx(30 / 20)
+
+
+def test_two_cells_tokens_per_forward_are_compared_as_ratios_of_sums(tmp_path):
+    """A commits 16 tokens in 4 forwards on half the examples and in 16 on the others (ratio of sums 1.6, mean of
+    ratios 2.5); B in 8 on every one (2.0): A is slower, though the mean of per-example ratios says faster."""
+    from harness.evidence import paired
+
+    (tmp_path / "examples").mkdir()
+    runs = []
+    for name, nfes in (("a", (4, 16)), ("b", (8, 8))):
+        rows = [{"example_id": str(i), "metrics": {}, "n_tokens": 16, "nfe": nfes[i % 2]} for i in range(40)]
+        (tmp_path / "examples" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append({"run_id": name, "paradigm": "bd3lm", "model_id": name, "block_size": 4, "task": "oracle_infill",
+                     "threshold": 0.3, "metric": "infill_nll", "value": 0.0, "higher_is_better": False,
+                     "primary": True, "n_examples": 40})
+    results = Results(tmp_path, runs)
+    [row] = paired(results, 11, results.cells[0], results.cells[1], "tokens_per_forward", True)
+    assert row["a_mean"] == pytest.approx(1.6) and row["difference"] == pytest.approx(-0.4)
+    assert row["verdict"] == "fails" and "ratio of sums" in row["test"]
+
+
+def test_the_time_sharing_hull_is_achievable_and_never_above_the_envelope():
+    from harness.stats import envelope, lower_hull
+
+    t, k = np.array([1.0, 1.5, 2.0, 3.0]), np.array([0.0, 0.4, 0.45, 1.0])
+    grid = np.array([1.0, 1.5, 2.0, 2.5, 3.0])
+    hull = lower_hull(t, k, grid)
+    assert hull == pytest.approx([0.0, 0.225, 0.45, 0.725, 1.0])     # (1.5, 0.4) lies above the chord to (2, 0.45)
+    assert (hull <= envelope(t, k, grid) + 1e-12).all()
+
+
+def test_aup_on_a_common_range_cuts_the_curve_there():
+    from harness.policy_ranking import clipped, quality
+
+    points = clipped(np.array([1.0, 2.0]), np.array([0.0, 0.2]), 1.5)
+    assert points[0] == (1.0, pytest.approx(quality(0.0))) and points[1][0] == 1.5
+    assert points[1][1] == pytest.approx((quality(0.0) + quality(0.2)) / 2)
+
+
+def test_policy_rows_of_several_runs_and_cache_kinds_are_kept_apart_and_pooled():
+    from harness.policy_ranking import _model_label, _pooled
+
+    cell = {"paradigm": "mdlm", "model_id": "m", "train_seed": 2, "decode": {"cache": "prefix"}}
+    assert _model_label(cell) == "MDLM (prefix cache)" and _model_label({**cell, "decode": {}}) == "MDLM"
+    rows = [{"model": "MDLM", "policy": "topk", "reference": False, "hull": v, "hull low": v, "hull high": v,
+             "envelope": v, "envelope low": v, "envelope high": v, "AUP": 100 + v, "AUP low": 0, "AUP high": 0,
+             "AUP every setting": 1.0, "max tokens/forward": 2.0, "common range": 1.8} for v in (-0.1, -0.2, -0.3)]
+    [row] = _pooled(pd.DataFrame(rows)).to_dict("records")
+    assert row["runs"] == 3 and row["hull"] == pytest.approx(-0.2) and row["hull low"] < -0.2 < row["hull high"]
