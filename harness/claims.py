@@ -8,7 +8,8 @@ Holm-adjusted p-values, and never change the verdict; comparisons resting on the
 once. Tokens/s of sweep cells are timed cell by cell and never enter a verdict. Rows of a reference family (the
 perfect oracle model, SmolLM2) take no part; the perfect model's frontier comparison is reported beside the trained
 one's, as a reference row. An oracle claim (`Claim.seeded`) is built per (language, training seed), decided per
-language by the pooled seed-level test (`pooled_row`) and over languages by `overall`.
+language by the pooled seed-level test and over languages by the rules of harness/verdicts.py (a language whose
+guard or precondition fails counts as not holding; the fixed-language pooled test and the heterogeneity test).
 
     python -m harness.report --results results/reference --plots plots   # writes tables/claims.md|csv|json
 """

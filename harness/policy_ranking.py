@@ -8,9 +8,12 @@ depends on the distributions only, so q_dec is exact and the KL is the decoder's
 (tau off) belongs to every policy's frontier, since every rule decodes one token per step there.
 
 Two numbers per (model, policy), both against fixed references, so adding a rule never moves another's score:
-* frontier area against the confidence rule: the mean over tokens per forward in [1, t_max] of the policy's
-  forward-KL frontier minus the confidence rule's (its tau grid), on the same model, with a paired bootstrap over
-  the oracle prefixes (every cell resampled jointly; harness.evidence.frontier_area). Negative: better than tau.
+* frontier area against the confidence rule: the mean over tokens per forward in [1, common range] (the range
+  every policy of the model reaches, so rows of one model are comparable) of the policy's forward-KL frontier minus
+  the confidence rule's (its tau grid), on the same model, with a paired bootstrap over the oracle prefixes (every
+  cell resampled jointly; harness.frontiers.frontier_area): the time-sharing lower convex hull (primary) and the
+  envelope. Negative: better than tau. Rows of one model label from several training runs are pooled, and cache
+  kinds (a cell's decode "cache") are kept apart.
 * AUP (d3LLM's area under the parallelism curve) with quality y = 100 exp(-forward KL) (% of the exact sampler's
   per-token likelihood ratio) and a FIXED y_max = 100, the exact sampler, which no decoder exceeds:
   AUP = r1 y1 + 1/2 sum_{i>=2} (r_i - r_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})), W(y) = min(exp(-3 (1 - y / y_max)), 1),
@@ -20,7 +23,8 @@ Two numbers per (model, policy), both against fixed references, so adding a rule
   which on this scale, where one parallel step costs 5-30% of y, would leave the one-token point alone and give
   every policy the same score); W already discounts the low ones. AUP integrates over the range of parallelism a
   rule's settings reach, so it rewards a wider grid as well as a better rule; the frontier area compares rules at
-  matched parallelism, within the range both reach.
+  matched parallelism, within the range both reach. AUP is also given on the common range, with its bootstrap
+  interval (`clipped`: the curve cut at its end).
 
     python -m harness.report --results results/reference --plots plots   # tables/policies.md, <preset>-policies-*.png
 """
