@@ -1,5 +1,5 @@
 """The evidence the claims rest on: one preset's cells and their per-example values (`Results`), and the comparisons
-built from them as detail rows (`paired`, `frontier_area`, `speed_rows`), with the cells a claim pairs
+built from them as detail rows (`paired`, `speed_rows`; the frontiers in harness/frontiers.py), with the cells a claim pairs
 (`matched_pairs`, `series_cells`).
 
 Every configuration of a preset runs on the same examples, so two configurations are compared example by example:
@@ -7,9 +7,7 @@ for each example id present in both per-example files (`results/<preset>/example
 A - B of a metric, decided by harness/stats.py's tests. A comparison whose comparator is at its floor (exact match 0)
 is "not testable at this scale", with the reason in the row; a comparison whose differences are all zero (identical
 outputs: a tie by construction) is no evidence and is dropped. A non-inferiority or equivalence margin is a
-RELATIVE_MARGIN of B's mean unless the claim states one. The frontier comparison (`frontier_area`) is the mean over
-tokens per forward in [1, t_max] of the difference between the two decoders' forward-KL frontiers, with a paired
-bootstrap over prefixes that resamples every cell of both frontiers jointly. Speed is read only from the interleaved
+RELATIVE_MARGIN of B's mean unless the claim states one. Speed is read only from the interleaved
 measurement with its A/A control (harness/speed.py, `speed.json`; no verdict when the control fails).
 
     pytest tests/test_claims.py   # Results over the committed reference, paired and frontier comparisons
@@ -24,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .rows import cache_kind, commit_policy, language, series_of, setting, train_seed
-from .stats import decide, envelope, t_interval
+from .stats import decide, t_interval
 from .store import ResultsStore, malformed
 
 RELATIVE_MARGIN = 0.10     # "competitive": A may be worse than B by at most 10% of B's mean
@@ -98,8 +96,10 @@ class Results:
         for eid, row in self.examples(cell["run_id"]).items():
             if metric == "tokens_per_s":
                 value = row["n_tokens"] / row["seconds"] if row.get("seconds") else None
-            elif metric == "tokens_per_forward":
+            elif metric == "tokens_per_forward":   # one example's; a cell's is the ratio of sums (frontiers.py)
                 value = row["n_tokens"] / row["nfe"] if row.get("nfe") else None
+            elif metric in ("n_tokens", "nfe"):
+                value = row.get(metric)
             elif metric == "log_gen_ppl":   # the judge's NLL per token of the sample: log of its gen-PPL
                 m = row.get("metrics") or {}
                 nll, n = m.get("judge_nll"), m.get("judge_tokens")
@@ -135,7 +135,7 @@ def label(cell: dict) -> str:
 
 
 DETAIL_COLUMNS = ("claim", "role", "language", "seed", "task", "a", "b", "a_run_id", "b_run_id", "metric", "test", "n", "a_mean", "b_mean",
-                  "difference", "ci_low", "ci_high", "p_value", "p_holm", "verdict")
+                  "difference", "ci_low", "ci_high", "p_value", "p_holm", "verdict", "p_resolution")
 
 
 def detail_row(claim: int, a: dict, b: dict | None, metric: str, test: str, n: int, **values) -> dict:
@@ -152,6 +152,8 @@ def paired(results: Results, claim: int, a: dict | None, b: dict | None, metric:
     for a non-inferiority or equivalence test (default: RELATIVE_MARGIN of B's mean)."""
     if a is None or b is None:
         return []
+    if metric == "tokens_per_forward":   # a cell's is the ratio of sums: compared as such (harness/frontiers.py)
+        return rate_difference(results, claim, a, b)
     va, vb = results.values(a, metric), results.values(b, metric)
     ids = sorted(set(va) & set(vb))
     if not ids:
@@ -182,56 +184,6 @@ def paired(results: Results, claim: int, a: dict | None, b: dict | None, metric:
     return [{**row, "verdict": verdict, "p_value": p}]
 
 
-# -- frontiers at matched parallelism ---------------------------------------------------------------
-def frontier_area(results: Results, claim: int, a_cells: list[dict], b_cells: list[dict], metric: str,
-                  what: str, reference: bool = False) -> list[dict]:
-    """The mean over tokens per forward in [1, t_max] of F_A(t) - F_B(t) (F: each decoder's frontier of `metric`
-    over its cells, t_max the smaller of the two largest tokens per forward), with a paired bootstrap over the
-    examples shared by every cell (all cells resampled jointly). Negative: A's frontier is lower (better)."""
-    if len(a_cells) < 2 or len(b_cells) < 2:
-        return []
-    cells = a_cells + b_cells
-    per_cell = [(results.values(c, metric), results.values(c, "tokens_per_forward")) for c in cells]
-    ids = sorted(set.intersection(*[set(m) & set(t) for m, t in per_cell]))
-    if len(ids) < 2:
-        return []
-    kl = np.array([[m[i] for i in ids] for m, _ in per_cell])      # [cells, n]
-    tpf = np.array([[t[i] for i in ids] for _, t in per_cell])
-    n, na = len(ids), len(a_cells)
-
-    def area(index: np.ndarray | None) -> np.ndarray:
-        k = kl if index is None else kl[:, index]                  # [cells, (R,) n]
-        t = tpf if index is None else tpf[:, index]
-        km, tm = k.mean(axis=-1), t.mean(axis=-1)                  # [cells(, R)]
-        km, tm = km.reshape(len(cells), -1), tm.reshape(len(cells), -1)
-        out = []
-        for r in range(km.shape[1]):
-            t_max = min(tm[:na, r].max(), tm[na:, r].max())
-            grid = np.linspace(1.0, max(t_max, 1.0 + 1e-9), 64)
-            out.append(float(np.mean(envelope(tm[:na, r], km[:na, r], grid) - envelope(tm[na:, r], km[na:, r], grid))))
-        return np.array(out)
-
-    value = float(area(None)[0])
-    index = np.random.default_rng(0).integers(0, n, size=(BOOTSTRAP, n))
-    boot = area(index)
-    low, high = np.percentile(boot, [2.5, 97.5])
-    p = float(min(1.0, 2 * min(np.mean(boot <= 0), np.mean(boot >= 0))))
-    verdict = "holds" if high < 0 else "fails" if low > 0 else "inconclusive"
-    t_max = min(tpf[:na].mean(axis=1).max(), tpf[na:].mean(axis=1).max())
-    a, b = a_cells[0], b_cells[0]
-    row = detail_row(claim, a, b, what, f"frontier area over tokens/forward [1, {t_max:.2f}], paired bootstrap "
-               f"({len(a_cells)} vs {len(b_cells)} cells)", n, a_mean=float(kl[:na].mean()),
-               b_mean=float(kl[na:].mean()), difference=value, ci_low=float(low), ci_high=float(high),
-               p_value=p, verdict=f"reference: {verdict}" if reference else verdict, sign=-1.0, kind="greater",
-               margin=0.0)
-    return [{**row, "a": _series(a), "b": _series(b), "a_run_id": ",".join(c["run_id"] for c in a_cells),
-             "b_run_id": ",".join(c["run_id"] for c in b_cells)}]
-
-
-def _series(cell: dict) -> str:
-    return series_of(cell) + " (every tau)"
-
-
 def matched_pairs(results: Results, task: str, window: str = "S", reference: bool = False) -> list[tuple[dict, dict]]:
     """(SetDLM S_max = 2S with W = S or S_max, BD3LM S) at equal threshold, for every S and tau both ran."""
     pairs = []
@@ -248,6 +200,34 @@ def matched_pairs(results: Results, task: str, window: str = "S", reference: boo
 
 def series_cells(results: Results, task: str, paradigm: str, reference: bool = False, **knobs) -> list[dict]:
     return sorted(results.find(task, paradigm, reference, **knobs), key=lambda c: c.get("threshold") or 2.0)
+
+
+def tokens_per_forward(tokens: np.ndarray, forwards: np.ndarray) -> np.ndarray:
+    """Each cell's tokens per forward as the ratio of sums over its examples (last axis)."""
+    return tokens.sum(axis=-1) / forwards.sum(axis=-1)
+
+
+def rate_difference(results: Results, claim: int, a: dict, b: dict) -> list[dict]:
+    """Cell A's tokens per forward minus cell B's, each the ratio of sums over the examples both decoded, with a
+    paired bootstrap over those examples (higher is better); no row when both decoded every example alike."""
+    per = [results.values(c, key) for c in (a, b) for key in ("n_tokens", "nfe")]
+    ids = sorted(set.intersection(*map(set, per)))
+    if not ids:
+        return []
+    ta, fa, tb, fb = (np.array([v[i] for i in ids], dtype=float) for v in per)
+    if np.array_equal(ta, tb) and np.array_equal(fa, fb):
+        return []
+    index = np.random.default_rng(0).integers(0, len(ids), size=(BOOTSTRAP, len(ids)))
+    draws = tokens_per_forward(ta[index], fa[index]) - tokens_per_forward(tb[index], fb[index])
+    value = float(tokens_per_forward(ta, fa) - tokens_per_forward(tb, fb))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    p = max(1.0 / BOOTSTRAP, float(min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))))
+    verdict = "holds" if low > 0 else "fails" if high < 0 else "inconclusive"
+    return [detail_row(claim, a, b, "tokens_per_forward", "greater, ratio of sums (tokens / forwards), paired "
+                       "bootstrap over examples", len(ids), a_mean=float(tokens_per_forward(ta, fa)),
+                       b_mean=float(tokens_per_forward(tb, fb)), difference=value, ci_low=float(low),
+                       ci_high=float(high), p_value=p, p_resolution=1.0 / BOOTSTRAP, verdict=verdict,
+                       values=(tuple(ta), tuple(fa), tuple(tb), tuple(fb)), sign=1.0, kind="greater", margin=0.0)]
 
 
 def speed_rows(r: Results, claim: int, pairs: list[tuple[str, str]]) -> list[dict]:

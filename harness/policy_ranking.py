@@ -8,9 +8,12 @@ depends on the distributions only, so q_dec is exact and the KL is the decoder's
 (tau off) belongs to every policy's frontier, since every rule decodes one token per step there.
 
 Two numbers per (model, policy), both against fixed references, so adding a rule never moves another's score:
-* frontier area against the confidence rule: the mean over tokens per forward in [1, t_max] of the policy's
-  forward-KL frontier minus the confidence rule's (its tau grid), on the same model, with a paired bootstrap over
-  the oracle prefixes (every cell resampled jointly; harness.evidence.frontier_area). Negative: better than tau.
+* frontier area against the confidence rule: the mean over tokens per forward in [1, common range] (the range
+  every policy of the model reaches, so rows of one model are comparable) of the policy's forward-KL frontier minus
+  the confidence rule's (its tau grid), on the same model, with a paired bootstrap over the oracle prefixes (every
+  cell resampled jointly; harness.frontiers.frontier_area): the time-sharing lower convex hull (primary) and the
+  envelope. Negative: better than tau. Rows of one model label from several training runs are pooled, and cache
+  kinds (a cell's decode "cache") are kept apart.
 * AUP (d3LLM's area under the parallelism curve) with quality y = 100 exp(-forward KL) (% of the exact sampler's
   per-token likelihood ratio) and a FIXED y_max = 100, the exact sampler, which no decoder exceeds:
   AUP = r1 y1 + 1/2 sum_{i>=2} (r_i - r_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})), W(y) = min(exp(-3 (1 - y / y_max)), 1),
@@ -20,7 +23,8 @@ Two numbers per (model, policy), both against fixed references, so adding a rule
   which on this scale, where one parallel step costs 5-30% of y, would leave the one-token point alone and give
   every policy the same score); W already discounts the low ones. AUP integrates over the range of parallelism a
   rule's settings reach, so it rewards a wider grid as well as a better rule; the frontier area compares rules at
-  matched parallelism, within the range both reach.
+  matched parallelism, within the range both reach. AUP is also given on the common range, with its bootstrap
+  interval (`clipped`: the curve cut at its end).
 
     python -m harness.report --results results/reference --plots plots   # tables/policies.md, <preset>-policies-*.png
 """
@@ -34,10 +38,11 @@ import numpy as np
 import pandas as pd
 
 from .aup import ALPHA, aup as aup_score
-from .evidence import Results, frontier_area
+from .evidence import Results
+from .frontiers import cell_draws, frontier_area
 from .paths import replacing
 from .rows import cache_kind, commit_policy, series_of
-from .stats import envelope
+from .stats import envelope, t_interval
 
 AUP_ALPHA = ALPHA
 AUP_Y_MAX = 100.0
@@ -68,9 +73,31 @@ def _policy_cells(model_cells: list[dict]) -> dict[str, list[dict]]:
     return {name: one + cells for name, cells in groups.items()}
 
 
+CACHE_LABELS = {"prefix": "prefix cache", "dual": "dual cache"}   # a cell's decode["cache"], where it has one
+
+
+def _cache(cell: dict) -> str | None:
+    """The cell's approximate KV cache (harness.rows.cache_kind), None for an exact decode."""
+    kind = cache_kind(cell)
+    return None if kind == "exact" else kind
+
+
+def _model_label(cell: dict) -> str:
+    """The model's series without its training seed (rows of several seeds and languages are pooled by it), with its
+    cache kind, e.g. "MDLM (prefix cache)"."""
+    label = series_of({**cell, "policy": None, "train_seed": 0, "cache": None})
+    cache = _cache(cell)
+    if cache:
+        head, sep, tail = label.partition(" [")
+        label = f"{head} ({CACHE_LABELS.get(cache, str(cache) + ' cache')})" + (sep + tail if sep else "")
+    return label
+
+
 def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
-    """One row per (model, paradigm series, policy) of the oracle_kl cells: points, frontier area against the
-    confidence rule with its bootstrap interval, AUP of the forward and reverse KL."""
+    """One row per (model, policy) of the oracle_kl cells, rows of the same model label (training seeds) pooled:
+    on the range of tokens per forward every policy of the model reaches, the frontier area against the confidence
+    rule, time-sharing hull (primary) and envelope, and AUP, each with its interval (one training run: the paired
+    bootstrap over prefixes; several: the seed-level t interval of the per-seed values)."""
     by_run: dict[str, dict] = {}
     for row in runs:
         if row.get("task") == TASK:
@@ -81,30 +108,71 @@ def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
     results.cells = list(by_run.values())
     models: dict[tuple, list[dict]] = {}
     for cell in by_run.values():
-        key = (cell["model_id"], cell["paradigm"], cell.get("block_size"), cell.get("window"), cache_kind(cell))
+        key = (cell["model_id"], cell["paradigm"], cell.get("block_size"), cell.get("window"), _cache(cell))
         models.setdefault(key, []).append(cell)
     out = []
-    for (model_id, paradigm, _, _, _), cells in models.items():
-        groups = _policy_cells(cells)
+    for (model_id, paradigm, *_), cells in models.items():
+        groups = {name: group for name, group in _policy_cells(cells).items()
+                  if all("forward_kl" in c["metrics"] for c in group)}
         if len(groups) < 2 or "confidence" not in groups:
             continue
-        series = series_of({**cells[0], "policy": None})
+        common = min(max(c["tokens_per_forward"] for c in group) for group in groups.values())
         reference = groups["confidence"]
         for name, group in groups.items():
-            forward = [(c["tokens_per_forward"], c["metrics"]["forward_kl"]["value"]) for c in group]
-            reverse = [(c["tokens_per_forward"], c["metrics"]["reverse_kl"]["value"]) for c in group]
-            area = [] if name == "confidence" else frontier_area(results, 0, group, reference, "forward_kl",
-                                                                   "forward KL frontier")
-            out.append({
-                "model": series, "model_id": model_id, "paradigm": paradigm, "policy": name,
-                "settings": ", ".join(sorted(commit_policy(c).spec() for c in group if not commit_policy(c).one_per_step)),
-                "cells": len(group), "max tokens/forward": max(t for t, _ in forward),
-                "area vs confidence": area[0]["difference"] if area else None,
-                "ci_low": area[0]["ci_low"] if area else None, "ci_high": area[0]["ci_high"] if area else None,
-                "AUP forward": aup([(t, quality(k)) for t, k in forward]),
-                "AUP reverse": aup([(t, quality(k)) for t, k in reverse]),
-                "reference": bool(cells[0].get("reference"))})
-    return pd.DataFrame(out)
+            row = {"model": _model_label(cells[0]), "model_id": model_id, "paradigm": paradigm, "policy": name,
+                   "settings": ", ".join(sorted(commit_policy(c).spec() for c in group
+                                                if not commit_policy(c).one_per_step)),
+                   "max tokens/forward": max(c["tokens_per_forward"] for c in group), "common range": common,
+                   "reference": bool(cells[0].get("reference"))}
+            for shape in ("hull", "envelope"):
+                area = [] if name == "confidence" else frontier_area(
+                    results, 0, group, reference, "forward_kl", "forward KL frontier", frontier=shape, t_range=common)
+                row.update({shape: area[0]["difference"] if area else None,
+                            f"{shape} low": area[0]["ci_low"] if area else None,
+                            f"{shape} high": area[0]["ci_high"] if area else None})
+            km, tm = cell_draws(results, group, "forward_kl")
+            draws = np.array([aup(clipped(tm[:, r], km[:, r], common)) for r in range(km.shape[1])])
+            row.update({"AUP": float(draws[0]), "AUP low": float(np.percentile(draws[1:], 2.5)),
+                        "AUP high": float(np.percentile(draws[1:], 97.5)),
+                        "AUP every setting": aup([(c["tokens_per_forward"], quality(c["metrics"]["forward_kl"]["value"]))
+                                                  for c in group])})
+            out.append(row)
+    return _pooled(pd.DataFrame(out))
+
+
+def clipped(tpf: np.ndarray, kl: np.ndarray, end: float) -> list[tuple[float, float]]:
+    """AUP's (tokens per forward, y) points up to `end`, the curve cut there: the point at `end` interpolated between
+    the last point before it and the first after it (linearly in y)."""
+    order = np.argsort(tpf)
+    t, y = tpf[order], np.array([quality(k) for k in kl[order]])
+    inside = t <= end + 1e-9
+    points = list(zip(t[inside].tolist(), y[inside].tolist()))
+    if not inside.all() and points and points[-1][0] < end - 1e-9:
+        after = int(np.argmax(~inside))
+        t0, y0 = points[-1]
+        points.append((end, y0 + (y[after] - y0) * (end - t0) / (t[after] - t0)))
+    return points
+
+
+def _pooled(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of one (model label, policy) from several training runs as one: the mean of each value, its interval the
+    seed-level t interval of the per-run values; `runs` says how many."""
+    if table.empty:
+        return table
+    rows = []
+    for _, group in table.groupby(["model", "policy", "reference"], sort=False):
+        row = group.iloc[0].to_dict()
+        row["runs"] = len(group)
+        if len(group) > 1:
+            for value in ("hull", "envelope", "AUP"):
+                if group[value].notna().all():
+                    low, high = t_interval(group[value].to_numpy(dtype=float))
+                    row.update({value: float(group[value].mean()), f"{value} low": low, f"{value} high": high})
+            row.update({"AUP every setting": float(group["AUP every setting"].mean()),
+                        "max tokens/forward": float(group["max tokens/forward"].min()),
+                        "common range": float(group["common range"].min())})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def one_sided(runs: list[dict]) -> pd.DataFrame:
@@ -146,16 +214,27 @@ def markdown(table: pd.DataFrame, apart: pd.DataFrame | None = None) -> str:
 def _ranking_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return ""
-    shown = table.assign(**{"forward-KL frontier area vs confidence [95% CI]": [
-        "reference" if pd.isna(v) else f"{v:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-        for v, lo, hi in zip(table["area vs confidence"], table.ci_low, table.ci_high)]})
-    shown = shown.sort_values(["reference", "model", "AUP forward"], ascending=[False, True, False])
-    columns = ["model", "policy", "settings", "max tokens/forward", "forward-KL frontier area vs confidence [95% CI]",
-               "AUP forward", "AUP reverse"]
+
+    def shown_interval(column: str, sign: str = "+") -> list[str]:
+        return ["reference" if pd.isna(v) else f"{v:{sign}.4f} [{lo:{sign}.4f}, {hi:{sign}.4f}]"
+                for v, lo, hi in zip(table[column], table[f"{column} low"], table[f"{column} high"])]
+
+    shown = table.assign(**{"hull area vs confidence [95% CI]": shown_interval("hull"),
+                            "envelope area vs confidence [95% CI]": shown_interval("envelope"),
+                            "AUP on the common range [95% CI]": [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" for v, lo, hi in
+                                                                 zip(table.AUP, table["AUP low"], table["AUP high"])]})
+    shown = shown.sort_values(["reference", "model", "hull"], ascending=[False, True, True], na_position="first")
+    columns = ["model", "policy", "settings", "runs", "max tokens/forward", "common range",
+               "hull area vs confidence [95% CI]", "envelope area vs confidence [95% CI]",
+               "AUP on the common range [95% CI]", "AUP every setting"]
     return ("Commit policies on the oracle language (harness/policy_ranking.py): each policy's forward-KL frontier "
-            "over tokens per forward against the confidence rule's on the same model (negative: below it), with a "
-            f"paired bootstrap over prefixes; AUP with y = 100 exp(-KL) and a fixed y_max = {AUP_Y_MAX:g} (higher is "
-            "better). Value-independent settings only (exact KL).\n\n"
+            "over tokens per forward against the confidence rule's on the same model (negative: below it), on the "
+            "range every policy of the model reaches ([1, common range]; tokens per forward as the ratio of sums), "
+            "with a paired bootstrap over prefixes: the time-sharing lower convex hull (primary: alternating two "
+            "settings reaches its chords) and the envelope beside it. AUP with y = 100 exp(-KL) and a fixed y_max = "
+            f"{AUP_Y_MAX:g} (higher is better) on the common range, with its bootstrap interval, and over every "
+            "setting (which rewards a rule whose settings reach further). Rows of several training runs of one model "
+            "are pooled (runs; the seed-level t interval). Value-independent settings only (exact KL).\n\n"
             + shown[columns].to_markdown(index=False, floatfmt=".4g") + "\n")
 
 

@@ -10,8 +10,11 @@ comparison can use them as they are.
   inconclusive; `noninferior` ("competitive with"): the bound is -margin; `equivalent` (TOST at the same margin):
   holds when both one-sided tests reject;
 * `holm`: Holm's step-down adjustment of secondary p-values;
-* `envelope`: the lower frontier of (tokens per forward, KL) points, interpolated on a grid;
-* `pooled_test`: the seed-level t test of R >= 2 per-seed estimates.
+* `envelope`: the lower frontier of (tokens per forward, KL) points, interpolated on a grid; `lower_hull` its
+  time-sharing (convex) version;
+* `pooled_test`: the seed-level t test of R >= 2 per-seed estimates; `fixed_language_test` the same pooled over
+  languages held fixed (df = sum(R_l - 1)), `heterogeneity_test` whether the languages' means differ;
+* `p_text`: a p-value printed "< 1/B" below the resampling resolution, never 0.
 
     python -c "import numpy as np; from harness.stats import decide; print(decide(np.ones(8), True, 'greater', 0))"
 """
@@ -116,6 +119,27 @@ def envelope(tpf: np.ndarray, kl: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.interp(grid, t, k)
 
 
+def lower_hull(tpf: np.ndarray, kl: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The time-sharing frontier: the lower convex hull of the points (tokens per forward, KL) made non-decreasing,
+    interpolated on grid (points beyond the last take its value). Alternating two settings from prefix to prefix
+    reaches every point of the chord between them, so this is achievable, and never above `envelope`."""
+    order = np.lexsort((kl, tpf))
+    hull: list[tuple[float, float]] = []
+    for t, k in zip(tpf[order], kl[order]):
+        if hull and hull[-1][0] == t:
+            continue                                  # the lower of equal-t points came first
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], (t, k)) <= 0:
+            hull.pop()
+        hull.append((float(t), float(k)))
+    t, k = np.array([h[0] for h in hull]), np.array([h[1] for h in hull])
+    k = np.minimum.accumulate(k[::-1])[::-1]
+    return np.interp(grid, t, k)
+
+
+def _cross(o, a, b) -> float:
+    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+
 def pooled_test(estimates: np.ndarray, sign: float, kind: str, margin: float) -> tuple[str, float, float, float]:
     """(verdict, p-value, CI low, CI high) of the seed-level test of R >= 2 per-seed estimates of A - B: their mean,
     with a t interval on R - 1 degrees of freedom from their spread. Each seed's estimate is one draw of training
@@ -123,9 +147,50 @@ def pooled_test(estimates: np.ndarray, sign: float, kind: str, margin: float) ->
     the test keeps its level at any R (for normal estimates: means of hundreds of examples). `sign` is +1 where a
     larger difference favours A; `kind` and `margin` as in `decide`."""
     r = estimates.size
-    mean = float(estimates.mean())
-    se = float(estimates.std(ddof=1) / math.sqrt(r))
-    t = stats.t(r - 1)
+    return t_decide(float(estimates.mean()), float(estimates.std(ddof=1) / math.sqrt(r)), r - 1, sign, kind, margin)
+
+
+def fixed_language_test(groups: list[np.ndarray], sign: float, kind: str, margin: float
+                        ) -> tuple[str, float, float, float]:
+    """The seed-level test pooled over languages held fixed: the estimand is the mean over these languages of each
+    language's mean effect; its standard error uses the pooled within-language variance of the per-seed estimates,
+    on sum(R_l - 1) degrees of freedom (`pooled_test` is the one-language case)."""
+    df, within, se = _pooled_within(groups)
+    return t_decide(float(np.mean([g.mean() for g in groups])), se, df, sign, kind, margin)
+
+
+def heterogeneity_test(groups: list[np.ndarray]) -> tuple[float, float]:
+    """(F statistic, p-value) of "every language has the same mean effect": the one-way F test of the language means
+    of per-seed estimates against the pooled within-language variance (L - 1 and sum(R_l - 1) degrees of freedom;
+    for two languages the pooled two-sample t test)."""
+    df, within, _ = _pooled_within(groups)
+    sizes = np.array([g.size for g in groups], dtype=float)
+    means = np.array([g.mean() for g in groups])
+    grand = float((sizes * means).sum() / sizes.sum())
+    between = float((sizes * (means - grand) ** 2).sum() / (len(groups) - 1))
+    if within <= 0:
+        return (math.inf, 0.0) if between > 0 else (0.0, 1.0)
+    f = between / within
+    return f, float(stats.f.sf(f, len(groups) - 1, df))
+
+
+def _pooled_within(groups: list[np.ndarray]) -> tuple[int, float, float]:
+    """(degrees of freedom, pooled within-group variance, standard error of the mean of the group means)."""
+    if len(groups) < 1 or any(g.size < 1 for g in groups):
+        raise ValueError("every language needs at least one per-seed estimate")   # a caller's bug
+    df = int(sum(g.size - 1 for g in groups))
+    if df < 1:
+        raise ValueError("the pooled within-language variance needs a language with two or more seeds")
+    within = float(sum(((g - g.mean()) ** 2).sum() for g in groups) / df)
+    se = math.sqrt(within * sum(1.0 / g.size for g in groups)) / len(groups)
+    return df, within, se
+
+
+def t_decide(mean: float, se: float, df: int, sign: float, kind: str, margin: float
+             ) -> tuple[str, float, float, float]:
+    """(verdict, p-value, CI low, CI high) of a t test of an estimate `mean` with standard error `se` on `df`
+    degrees of freedom; `sign`, `kind` and `margin` as in `pooled_test`."""
+    t = stats.t(df)
     half = float(t.ppf(1 - ALPHA / 2)) * se
     g = sign * mean                                              # positive: A is better
 
@@ -147,3 +212,14 @@ def pooled_test(estimates: np.ndarray, sign: float, kind: str, margin: float) ->
     else:
         raise ValueError(f"no seed-level test of kind {kind!r} is implemented")   # a claim table's bug
     return verdict, p, mean - half, mean + half
+
+
+def p_text(p: float | None, resolution: float | None = None, digits: int = 4) -> str:
+    """A p-value as tables print it: "< 1/B" (e.g. "< 0.0005") when it is at or below the resampling resolution
+    of the test that made it (no resample was as extreme), never "0"."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return ""
+    if resolution is not None and not (isinstance(resolution, float) and math.isnan(resolution)) \
+            and p <= resolution:
+        return f"< {resolution:.{digits}g}"
+    return f"{p:.{digits}g}"

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from harness.claims import CLAIMS, evaluate, overall
-from harness.evidence import NOT_TESTABLE, Results, frontier_area, paired
+from harness.evidence import NOT_TESTABLE, Results, paired
+from harness.frontiers import frontier_area
 from harness.stats import decide, envelope, holm, mcnemar_p, pooled_test, sign_flip_p
 from harness.schema import STORED_KEYS
 from harness import bench, training_claims
@@ -158,8 +159,9 @@ def test_claims_tables_are_a_pure_function_of_results():
     assert claims_markdown(*first) == claims_markdown(*second) and claims_markdown(*first)
     summary, details = first
     assert set(summary.claim) == {c.number for c in CLAIMS}
-    assert set(details.role) <= {"primary", "pooled", "secondary", "reference"} | {f"seed {i}" for i in range(9)}
-    decided = summary[summary.verdict.isin(["holds", "fails"])]
+    assert set(details.role) <= {"primary", "pooled", "secondary", "reference", "over languages", "heterogeneity"} | {
+        f"seed {i}" for i in range(9)}
+    decided = summary[summary.verdict.str.split().str[0].isin(["holds", "fails"])]
     assert len(decided) >= 5, "fewer than 5 claims have a decided primary verdict in the committed results"
     # no comparison is a tie by construction (identical per-example values); a mean difference of exactly 0 from
     # differences that cancel is a real, undecided outcome
@@ -234,11 +236,14 @@ def test_convergence_claim_compares_the_two_curves_row_by_row(tmp_path, gap, exp
         "steps": steps, "nll": {"token_efficient": efficient, "naive": naive}}))
     claim = next(c for c in CLAIMS if c.number == 13)
     primary, secondary, why = claim.build(Results(tmp_path, []))
-    assert why is None and len(primary) == 1 and len(secondary) == 2
-    assert primary[0]["verdict"] == expected
-    assert primary[0]["n"] == 64 and "25-75" in primary[0]["metric"]
+    assert why is None and len(primary) == 1 and len(secondary) == 3
+    assert primary[0]["verdict"] == expected and "steps to reach" in primary[0]["metric"]
+    mean_gap = secondary[0]
+    assert mean_gap["verdict"] == expected and mean_gap["n"] == 64 and "25-75" in mean_gap["metric"]
     if gap:
-        assert primary[0]["difference"] == pytest.approx(-gap, abs=0.02)
+        assert mean_gap["difference"] == pytest.approx(-gap, abs=0.02)
+    if gap > 0:   # the efficient curve reaches the naive final bound (0.25 above the rows) at step 60 of 75
+        assert primary[0]["a_mean"] == pytest.approx(60 / 75, abs=0.03)
     assert claim.build(Results(tmp_path / "none", []))[2].startswith("not measured in this run")
 
 
@@ -328,7 +333,8 @@ def test_the_seed_level_test_keeps_its_level_and_has_power():
 def test_a_claim_holds_overall_only_where_it_holds_on_every_testable_language():
     assert overall({"a": "holds", "b": "holds"}) == "holds"
     assert overall({"a": "fails", "b": "fails"}) == "fails"
-    assert overall({"a": "holds", "b": f"{NOT_TESTABLE}: no cells"}) == "holds"
+    assert overall({"a": "holds", "b": f"{NOT_TESTABLE}: no cells"}) == "inconclusive (holds on a, not testable on b)"
+    assert overall({"a": "holds", "b": "not tested (no matching results)"}) == "holds"
     assert overall({"a": "holds", "b": "inconclusive"}) == "inconclusive (holds on a, inconclusive on b)"
     assert overall({"a": "holds", "b": "fails"}).startswith("inconclusive")
     assert overall({"a": f"{NOT_TESTABLE}: x"}) == f"{NOT_TESTABLE}: x"
@@ -359,15 +365,17 @@ def test_an_oracle_claim_is_decided_by_its_seeds_on_every_language(tmp_path):
     agree = {(lang, seed): 0.03 + 0.002 * seed for lang in ("hmm-strong", "hmm-wide") for seed in (0, 1, 2)}
     summary, details = evaluate(tmp_path, _oracle_nll_results(tmp_path, agree))
     [claim] = [c for c in summary if c["claim"] == 10]
-    assert claim["verdict"] == "holds" and claim["n"] == 3 and "3 training seeds x 2 oracle languages" in claim["evidence"]
+    assert claim["verdict"] == "holds" and claim["n"] == 6 and "3 training seeds x 2 oracle languages" in claim["evidence"]
     rows = [r for r in details if r["claim"] == 10]
     assert sorted(r["role"] for r in rows if r["language"] == "hmm-wide") == ["pooled", "seed 0", "seed 1", "seed 2"]
-    assert all(r["verdict"] == "holds" for r in rows)
+    [het] = [r for r in rows if r["role"] == "heterogeneity"]   # and the fixed-language pooled row over both
+    assert het["verdict"] == "no significant heterogeneity" and het["language"] == "hmm-strong, hmm-wide"
+    assert all(r["verdict"] == "holds" for r in rows if r is not het)
 
     (tmp_path / "split").mkdir()
     split = {**agree, ("hmm-wide", 0): 0.05, ("hmm-wide", 1): -0.04, ("hmm-wide", 2): 0.01}
     summary, details = evaluate(tmp_path / "split", _oracle_nll_results(tmp_path / "split", split))
     [claim] = [c for c in summary if c["claim"] == 10]
-    assert claim["verdict"] == "inconclusive (holds on hmm-strong, inconclusive on hmm-wide)"
+    assert claim["verdict"].startswith("inconclusive (holds on hmm-strong, inconclusive on hmm-wide")
     seeds = {r["seed"]: r["verdict"] for r in details if r["claim"] == 10 and r["language"] == "hmm-wide"}
     assert seeds[0] == "holds" and seeds[1] == "fails" and seeds["pooled"] == "inconclusive"
