@@ -18,6 +18,7 @@ for call. The options are the references' own arguments, with their defaults (bl
           temperature=, top_p=, top_k=)                                              Dream diffusion_generate
     sdar(block_length=, denoising_steps=, temperature=, top_k=, top_p=,
          remasking=low_confidence_dynamic|low_confidence_static|sequential, threshold=)  SDAR block_diffusion_generate
+         remasking=low_confidence|random: the SDAR paper's evaluation sampler (JetAstra/SDAR OpenCompass)
     fastdllm_v2(block_size=, small_block_size=, threshold=, temperature=, top_p=)     Fast-dLLM v2 generate()
 
 The generation length is the task's `max_new_tokens` (LLaDA's gen_length, Dream's max_new_tokens, SDAR's gen_length,
@@ -367,18 +368,39 @@ class Dream(FamilySampler):
 
 def _sdar_draw(logits: torch.Tensor, o: SDAR, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """SDAR's sample_with_temperature_topk_topp: a multinomial draw from the tempered, filtered softmax, and its
-    probability there."""
+    probability there (the paper's evaluation, remasking low_confidence: its probability in the tempered softmax
+    before the top-k / top-p filters)."""
     shape = logits.shape[:-1]
     flat = logits.reshape(-1, logits.shape[-1])
     if o.temperature != 1.0:
         flat = flat / o.temperature
+    unfiltered = F.softmax(flat, dim=-1) if o.remasking in SDAR_EVAL else None
     if o.top_k > 0:
         flat = _top_k_filter(flat, o.top_k)
     if o.top_p < 1.0:
         flat = _top_p_filter(flat, o.top_p)
     probs = F.softmax(flat, dim=-1)
     token = torch.multinomial(probs, num_samples=1, generator=gen)
-    return token.view(shape), probs.gather(-1, token).view(shape)
+    return token.view(shape), (probs if unfiltered is None else unfiltered).gather(-1, token).view(shape)
+
+
+def _sdar_eval_draw(logits: torch.Tensor, o: SDAR, gen: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x0, x0_p) of one step of the SDAR paper's evaluation sampler: its Gumbel noise drawn first at every step
+    (float64, `exp(l) / (-log u)^T`; none at T = 0), then low_confidence: the filtered draw with its unfiltered
+    probability; random: the noisy argmax with a uniform confidence."""
+    noisy = logits
+    if o.temperature != 0:
+        l64 = logits.double()
+        u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
+        noisy = l64.exp() / (-torch.log(u)) ** o.temperature
+    if o.remasking == "low_confidence":
+        return _sdar_draw(logits, o, gen)
+    x0 = noisy.argmax(-1)
+    return x0, torch.rand(x0.shape, generator=gen, device=device)
+
+
+SDAR_GENERATE = ("low_confidence_dynamic", "low_confidence_static", "sequential")   # dLLM-RL / JetAstra generate.py
+SDAR_EVAL = ("low_confidence", "random")   # the paper's OpenCompass evaluation (huggingface_bd3.py)
 
 
 @dataclass(frozen=True)
@@ -387,19 +409,30 @@ class SDAR(FamilySampler):
     block_length: int | None = bounded(None, 1, MAX_FIELD, "block size (default: the model's)")
     denoising_steps: int | None = bounded(None, 1, MAX_STEPS, "steps per block (default: the block size)")
     temperature: float = bounded(1.0, 0.0, MAX_TEMPERATURE, "token temperature, > 0 (the sampler always draws, and "
-                                                            "the reference divides by it: top_k=1 is its greedy)",
-                                 open_low=True)
+                                                            "the reference divides by it: top_k=1 is its greedy); "
+                                                            "0 only with remasking=random (its argmax)")
     top_k: int = bounded(0, 0, MAX_FIELD, "top-k filter (0: off)")
     top_p: float = bounded(1.0, 0.0, 1.0, "nucleus filter (1: off)")
     remasking: str = field(default="low_confidence_dynamic", metadata={"help": (
-        "low_confidence_dynamic (every masked position above threshold when at least the step's count are, else "
-        "the count most confident), low_confidence_static (the count most confident) or sequential")})
-    threshold: float = bounded(0.85, 0.0, 1.0, "confidence threshold of low_confidence_dynamic")
+        "generate.py's low_confidence_dynamic (every masked position above threshold when at least the step's count "
+        "are, else the count most confident), low_confidence_static (the count most confident) or sequential; or the "
+        "paper's evaluation sampler (huggingface_bd3.py): low_confidence (confidence the draw's probability before "
+        "top-k / top-p) or random (the Gumbel-max token, a uniform confidence), dynamic when threshold < 1, else "
+        "static, committed positions kept; its eval sets top_k=1, threshold=1, denoising_steps=block_length")})
+    threshold: float = bounded(0.85, 0.0, 1.0, "confidence threshold of low_confidence_dynamic (and of the evaluation "
+                                               "sampler's low_confidence / random when < 1)")
 
     def option_problems(self):
-        return ([f"remasking must be low_confidence_dynamic, low_confidence_static or sequential, got "
-                 f"{self.remasking!r}"] if self.remasking not in ("low_confidence_dynamic", "low_confidence_static",
-                                                                   "sequential") else [])
+        if self.remasking not in SDAR_GENERATE + SDAR_EVAL:
+            return [f"remasking must be {', '.join(SDAR_GENERATE + SDAR_EVAL[:1])} or random, got {self.remasking!r}"]
+        if self.temperature == 0 and self.remasking != "random":
+            return [f"temperature must be > 0 with remasking={self.remasking} (the sampler divides by it; top_k=1 is "
+                    f"its greedy)"]
+        if (self.remasking in SDAR_EVAL and self.block_length and self.denoising_steps
+                and self.block_length % self.denoising_steps):
+            return [f"denoising_steps={self.denoising_steps} must divide block_length={self.block_length} with "
+                    f"remasking={self.remasking} (the evaluation sampler asserts it)"]
+        return []
 
     def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
                   gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
@@ -410,10 +443,19 @@ class SDAR(FamilySampler):
         output (later blocks stay masks). The reference decodes batch 1; a batch is left-padded by whole blocks so that
         every row's blocks (aligned to its own positions) share columns and one cache; a row's forwards count while it
         decodes its block (a row whose block is complete waits for the others, then all write theirs in one forward),
-        each row draws from its own generator, and a row that stopped or ran out of blocks sits out."""
+        each row draws from its own generator, and a row that stopped or ran out of blocks sits out.
+        remasking low_confidence / random follow the SDAR paper's evaluation sampler instead (JetAstra/SDAR b050e17a
+        evaluation/opencompass/opencompass/models/huggingface_bd3.py `block_diffusion_generate`, the same loop and
+        calls): Gumbel noise drawn at every step before the draw, the confidence the drawn token's probability before
+        top-k / top-p (so its eval's top_k=1 ranks by the model's probability, where generate.py's is 1.0), random's
+        token the noisy argmax with a uniform confidence, the dynamic rule when threshold < 1 (else the top-k), and a
+        top-k past the block's masks leaving committed positions as they are (generate.py overwrites them)."""
         o = self
         B = o.block_length or block
         steps = o.denoising_steps or B
+        if o.remasking in SDAR_EVAL and B % steps:
+            raise SamplerError(f"sampler sdar: denoising_steps={steps} does not divide the block size {B} (remasking="
+                               f"{o.remasking}: the evaluation sampler asserts it)")
         N = len(prompts)
         first = [len(p) // B for p in prompts]   # each row's first block to decode (its whole blocks prefilled)
         n_blocks = [(len(p) + new + B - 1) // B - f for p, f in zip(prompts, first)]
@@ -452,20 +494,26 @@ class SDAR(FamilySampler):
                     nfe[r] += 1
                     row = cur[r:r + 1]
                     masked = row == mask_id
-                    x0, x0_p = _sdar_draw(logits[r:r + 1], o, gens[r])
-                    if run.draws is not None:
+                    x0, x0_p = (_sdar_eval_draw(logits[r:r + 1], o, gens[r], device) if o.remasking in SDAR_EVAL
+                                else _sdar_draw(logits[r:r + 1], o, gens[r]))
+                    if run.draws is not None and o.remasking != "random":
                         run.draws.append((x0[0].tolist(), x0_p[0].tolist()))
+                    if o.remasking in SDAR_EVAL:   # (its Gumbel noise drawn first); committed positions keep their token
+                        x0 = torch.where(masked, x0, row)
                     k = counts[step]
+                    dynamic = (o.remasking == "low_confidence_dynamic"
+                               or (o.remasking in SDAR_EVAL and o.threshold < 1.0))
                     confidence = torch.where(masked, x0_p, torch.tensor(float("-inf"), device=device))
                     transfer = torch.zeros_like(masked)
                     if o.remasking == "sequential":
                         transfer[0, masked[0].nonzero()[:k, 0]] = True
-                    elif o.remasking == "low_confidence_dynamic" and int((confidence[0] > o.threshold).sum()) >= k:
+                    elif dynamic and int((confidence[0] > o.threshold).sum()) >= k:
                         transfer[0] = confidence[0] > o.threshold
-                    else:
+                    else:   # (a top-k past the block's masks reaches committed and prompt positions, as published)
                         transfer[0, torch.topk(confidence[0], k).indices] = True
                     row[transfer] = x0[transfer]
-                    committed[r].append(int(transfer.sum()))
+                    committed[r].append(int((transfer & masked).sum() if o.remasking in SDAR_EVAL
+                                            else transfer.sum()))
             x[:, lo:hi] = cur
             for r in rows:
                 if stop_ids and any(t in stop_ids for t in x[r, pads[r] + len(prompts[r]):].tolist()):
