@@ -25,8 +25,9 @@ import numpy as np
 
 from .evidence import BOOTSTRAP, NOT_TESTABLE, RELATIVE_MARGIN, Results, detail_row, matched_pairs, paired, series_cells, speed_rows
 from .frontiers import PARALLELISM_FLOOR, frontier_area
-from .presets import ORDER_AGNOSTIC
-from .rows import commit_policy
+from .oracle_grids import TARGET_TPF
+from .presets import ORACLE_THRESHOLDS_OF, ORDER_AGNOSTIC
+from .rows import commit_policy, language
 from .stats import decide, holm, t_interval
 from .verdicts import ONE_RUN, dedupe, overall, seeded  # noqa: F401  (overall: the tests' and users' entry)
 
@@ -239,8 +240,20 @@ def _c10(r: Results) -> Built:
 INFILL_MARGIN = (0.05, "0.05 nats/token, absolute")   # claim 11's non-inferiority margin on infill NLL
 
 
+INFILL_TARGET_TPF = 1.7   # claim 11's primary tau: the language's grid tau for this target (harness/oracle_grids.py)
+
+
+def infill_tau(row: dict) -> float | None:
+    """Claim 11's primary tau on the row's oracle language: the tau its derived grid (harness/presets.py
+    ORACLE_THRESHOLDS_OF, position 0 being tau off) holds for INFILL_TARGET_TPF tokens per forward on the perfect
+    model (0.303 on hmm-strong, where the hand-tuned grid's primary was 0.3), so the claim is read where every
+    language's decoders run in parallel; None for a language the cpu preset does not grid."""
+    grid = ORACLE_THRESHOLDS_OF.get(language(row))
+    return grid[1 + TARGET_TPF.index(INFILL_TARGET_TPF)] if grid else None
+
+
 def _c11(r: Results) -> Built:
-    """Oracle infilling: more tokens per forward than BD3LM at no worse infill NLL (tau 0.3, an absolute margin
+    """Oracle infilling: more tokens per forward than BD3LM at no worse infill NLL (at infill_tau, an absolute margin
     INFILL_MARGIN); the contexts differ as the statement says (BD3LM's infill_context "clean_blocks"). Floor guard:
     SetDLM, which sees the suffix, must infill better than the AR, which sees only the prefix, else the infillers
     collapse and the claim is not testable."""
@@ -249,7 +262,7 @@ def _c11(r: Results) -> Built:
     for a, b in matched_pairs(r, "oracle_infill"):
         quality = paired(r, 11, a, b, "infill_nll", False, "noninferior", margin=INFILL_MARGIN)
         speed = paired(r, 11, a, b, "tokens_per_forward", True)
-        if a.get("threshold") == 0.3:
+        if a.get("threshold") is not None and a.get("threshold") == infill_tau(a):
             beats = paired(r, 11, a, floor, "infill_nll", False, what="infill NLL against the prefix-only AR")
             secondary += beats
             if not beats or beats[0]["verdict"] != "holds":
@@ -396,7 +409,7 @@ CLAIMS = (
     Claim(11, "Oracle infilling: SetDLM (the prefix and the whole suffix in its cache from the first step) commits "
               "more tokens per forward than BD3LM (the prefix, the suffix's clean blocks, and the suffix tokens of "
               "the block it decodes; not those sharing a later block with the span) at no worse infill NLL "
-              "(primary: tau 0.3)", _c11, short="oracle infilling: more tokens per forward", seeded=True),
+              "(primary: the language's tau for 1.7 tokens per forward, 0.303 on hmm-strong)", _c11, short="oracle infilling: more tokens per forward", seeded=True),
     Claim(12, "Table 6 ablation, order-agnostic schedule: SW-SetDLM (KV cache, token-efficient training) decodes "
               "better than the bidirectional variant without either (the oracle MDLM) at matched parallelism "
               "(primary: forward-KL frontier area over tokens per forward)", _c12,
