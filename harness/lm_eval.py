@@ -279,7 +279,7 @@ class HarnessLM(LM):
         self._warned: set[str] = set()
         setting = get_paradigm(self.paradigm).setting(dataclasses.asdict(self.decode))   # harness.run's label
         self.accounting = Accounting(setting, self.precision, self.loaded.device, self.loaded.dtype,
-                                     self.loaded.model.eos_id)
+                                     self.loaded.model.stop_ids)
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's --use_cache hands its cache here: keyed by this checkpoint and these settings

