@@ -20,12 +20,13 @@ MARKER = re.compile(r"#.*\b(needs a GPU|needs the network|takes long|takes hours
 FENCE = re.compile(r"^```(?:bash|sh|shell)\n(.*?)^```", re.S | re.M)
 
 # (text in the page, what the test runs instead): hub checkpoints by their fixtures, sizes by small ones.
-# {F}: the dLLM fixtures, {HF}: a tiny random Llama in the Hugging Face layout, {TMP}: the scratch folder.
+# {C}: the dLLM fixtures as the published instruct checkpoints are, with their family's chat template
+# (tests/test_chat.py with_template), {HF}: a tiny random Llama in the Hugging Face layout, {TMP}: the scratch folder.
 SUBSTITUTIONS = (
-    ("path/to/LLaDA-8B-Instruct", "{F}/llada_mha"),
-    ("path/to/SDAR-8B-Chat", "{F}/sdar_b4"),
-    ("path/to/SDAR-4B-Chat", "{F}/sdar_b4"),
-    ("path/to/Dream", "{F}/dream_gqa"),
+    ("path/to/LLaDA-8B-Instruct", "{C}/LLaDA-8B-Instruct"),
+    ("path/to/SDAR-8B-Chat", "{C}/SDAR-8B-Chat"),
+    ("path/to/SDAR-4B-Chat", "{C}/SDAR-8B-Chat"),
+    ("path/to/Dream", "{C}/Dream-v0-Instruct-7B"),
     ("path/to/hf_dir", "{HF}"),
     ("--max-new-tokens 256", "--max-new-tokens 32"),
     ("llada(steps=256,block_length=32)", "llada(steps=32,block_length=8)"),
@@ -38,7 +39,8 @@ SUBSTITUTIONS = (
 # a generation length that fits the fixtures' 256-token context
 APPEND = (
     ("python -m harness.run ", "--out {TMP}/results"),
-    ("python -m harness.report", "--results {TMP}/results --plots {TMP}/plots"),
+    # the report after the (long) cell above it: the committed cpu results stand in for the reader's, in a copy
+    ("python -m harness.report", "--results {TMP}/reference --plots {TMP}/plots"),
     ("harness-lm-eval run", "--limit 2 --gen_kwargs max_gen_toks=32"),
 )
 PROGRAMS = ("python -m harness.", "python -m models.", "harness-lm-eval ", "CKPT=$(python -m harness.train", "export ")
@@ -101,7 +103,7 @@ def uncovered(command: Command) -> str | None:
         return None
     if not command.text.startswith(PROGRAMS):
         return f"{command.where()}: {command.text[:60]!r} is not a harness command (mark it, or add it to PROGRAMS)"
-    left = PLACEHOLDER.findall(substituted(command, {"F": "F", "HF": "HF", "TMP": "TMP"}))
+    left = PLACEHOLDER.findall(substituted(command, {"C": "C", "HF": "HF", "TMP": "TMP"}))
     if left:
         return f"{command.where()}: no substitution for {left} (add one to SUBSTITUTIONS, or mark the command)"
     return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -33,8 +34,8 @@ def test_every_fenced_command_is_run_by_the_docs_test_or_marked_in_its_page():
 def test_the_substitutions_leave_no_hub_placeholder_and_keep_results_out_of_the_repository():
     c = Command("docs/models.md", 1, 'python -m harness.run --model path/to/LLaDA-8B-Instruct --task gsm8k --limit 20 '
                 '--max-new-tokens 256 --sampler "llada(steps=256,block_length=32)"', None)
-    text = substituted(c, {"F": "/f", "HF": "/hf", "TMP": "/tmp/x"})
-    assert text == ('python -m harness.run --model /f/llada_mha --task gsm8k --limit 2 --max-new-tokens 32 '
+    text = substituted(c, {"C": "/c", "HF": "/hf", "TMP": "/tmp/x"})
+    assert text == ('python -m harness.run --model /c/LLaDA-8B-Instruct --task gsm8k --limit 2 --max-new-tokens 32 '
                     '--sampler "llada(steps=32,block_length=8)" --out /tmp/x/results')
     assert uncovered(Command("x.md", 3, "python -m harness.run --model path/to/Other --task gsm8k", None))
     assert uncovered(Command("x.md", 3, "rm -rf results", None))
@@ -51,7 +52,12 @@ def _hf_checkpoint(folder):
 @pytest.mark.slow
 @pytest.mark.skipif(not FIXTURES.is_dir(), reason="needs ../shared/fixtures/dllm")
 def test_every_unmarked_documented_command_runs_offline(tmp_path):
-    values = {"F": str(FIXTURES), "HF": str(_hf_checkpoint(tmp_path / "hf")), "TMP": str(tmp_path)}
+    from test_chat import FAMILIES, with_template
+
+    for case in FAMILIES:
+        with_template(case, tmp_path / "chat")
+    shutil.copytree(ROOT / "results" / "reference", tmp_path / "reference")   # the results harness.report reads
+    values = {"C": str(tmp_path / "chat"), "HF": str(_hf_checkpoint(tmp_path / "hf")), "TMP": str(tmp_path)}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "COLUMNS": "120"}
     ckpt = subprocess.run(["bash", "-c", "python -m harness.train --paradigm setdlm --block-size 4 --steps 20 "
