@@ -16,8 +16,10 @@ stored in the checkpoint) and `harness` (any paradigm, read from the checkpoint)
                    `smollm2` (a pretrained LM becomes the model name's paradigm: AR for `ar`/`harness`); required;
   threshold (a float, or none = one token per step), policy (a commit policy spec, models/policies.py, written
   with : and ; inside its parentheses, e.g. policy=eb(gamma:0.1;proxy:margin)), window, decode_block, steps,
-  steps_per_block, chunk_size, commit_order, use_cache, sampler (harness | official | official_unfused),
-  infill_context, compile, repetition_penalty, seed: the DecodeConfig knobs (models/types.py; harness.cli.DECODE_KNOBS lists them);
+  steps_per_block, chunk_size, commit_order, use_cache, sampler (harness | official | official_unfused, or a
+  diffusion family's own: llada(...), dream(...), sdar(...), fastdllm_v2(...), its options with : and ; as in
+  sampler=llada(steps:32;block_length:8); models/dllm_samplers.py), infill_context, compile, repetition_penalty,
+  seed: the DecodeConfig knobs (models/types.py; harness.cli.DECODE_KNOBS lists them);
   device=auto|cpu|cuda[:N]   auto by default; on the command line use lm-eval's --device instead
                    (its default cuda:0 falls back to the CPU when CUDA is missing);
   precision=auto|fp32|bf16   decoding precision; auto = for a pretrained LM the precision of its own weights,
@@ -279,7 +281,7 @@ class HarnessLM(LM):
         self._warned: set[str] = set()
         setting = get_paradigm(self.paradigm).setting(dataclasses.asdict(self.decode))   # harness.run's label
         self.accounting = Accounting(setting, self.precision, self.loaded.device, self.loaded.dtype,
-                                     self.loaded.model.eos_id)
+                                     self.loaded.model.stop_ids)
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's --use_cache hands its cache here: keyed by this checkpoint and these settings

@@ -40,8 +40,8 @@ class _Task:
 class Accounting:
     """The decode calls of one lm-eval model, kept per task and per (task, doc)."""
 
-    def __init__(self, setting: str, precision: str, device, dtype, eos_id: int | None):
-        self.setting, self.precision, self.eos_id = setting, precision, eos_id
+    def __init__(self, setting: str, precision: str, device, dtype, stop_ids: tuple[int, ...]):
+        self.setting, self.precision, self.stop_ids = setting, precision, tuple(stop_ids)
         self.device, self.dtype = device, dtype
         self.tasks: dict[str, _Task] = {}
         _RECENT.append(self)
@@ -73,7 +73,7 @@ class Accounting:
         for name, entry in sorted(self.tasks.items()):
             tasks[name] = {**summarize(entry.calls), "wall_s": sum(c.seconds for c in entry.calls),
                            "n_calls": len(entry.calls), "n_samples": len(entry.samples), "samples": entry.samples}
-        return {"counting_rule": TOKEN_COUNTING_RULE, "stop_ids": [] if self.eos_id is None else [self.eos_id],
+        return {"counting_rule": TOKEN_COUNTING_RULE, "stop_ids": list(self.stop_ids),
                 "setting": self.setting, "decode_precision": self.precision,
                 "hardware": fingerprint(self.device, self.dtype), "tasks": tasks}
 

@@ -144,12 +144,12 @@ def _help(main: Callable, prog: str) -> str:
 
 def _commands() -> list[tuple[str, Callable]]:
     from . import bench, presets, report, run, train
-    from models.loading import pretrained
+    from models import pretrained
 
     return [("python -m harness.run", run.main), ("python -m harness.train", train.main),
             ("python -m harness.report", report.main), ("python -m harness.publish", main),
             ("python -m harness.bench", bench.main), ("python -m harness.presets", presets.main),
-            ("python -m models.loading.pretrained", pretrained.main)]
+            ("python -m models.pretrained", pretrained.main)]
 
 
 def argparse_version() -> str:

@@ -7,7 +7,7 @@ Rules (every evaluation, benchmark and the lm-eval bridge use this module):
     tokenisation, scoring and I/O are outside; CUDA is synchronised on both sides; decoding runs
     under `torch.inference_mode`;
   * tokens are counted by `models.count_generated_tokens` (TOKEN_COUNTING_RULE): generated
-    tokens only, up to and including the first EOS; infilled spans count every position;
+    tokens only, up to and including the first stop id (EOS or end of turn); infilled spans count every position;
   * per call: tokens/s = tokens / seconds (at batch size 1 a call is one example);
     reported tokens/s = the mean over calls with a percentile-bootstrap 95% CI;
     latency = the median seconds per call; NFE = mean forwards per example;

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from .backbones.attention import StepCache
 from . import steps
-from .decoding import Canvas, commit
+from .decoding import Canvas, commit, is_stop
 from .official_sampler import OfficialTokenChooser, raw_logits
 from .paradigm import ParadigmModel
 from .types import Batch, DecodeConfig, Generation, ModelConfig
@@ -46,9 +46,9 @@ class ARState(steps.StepState):
 
     FIELDS = {"done": steps.TENSOR}
 
-    def __init__(self, canvas: Canvas, decode: DecodeConfig, eos_id: int | None, P: int):
+    def __init__(self, canvas: Canvas, decode: DecodeConfig, stop_ids: tuple[int, ...] | None, P: int):
         B, C = canvas.ids.shape
-        super().__init__(canvas, decode.plan.policy, eos_id, C - P)
+        super().__init__(canvas, decode.plan.policy, stop_ids, C - P)
         self.ids, self.pos = canvas.ids, canvas.positions
         self.done = torch.zeros(B, dtype=torch.bool, device=canvas.ids.device)
         self.n = torch.full((1,), P - 1, dtype=torch.long, device=canvas.ids.device)
@@ -89,7 +89,7 @@ class ARModel(ParadigmModel):
         col = s.n + 1
         active = ~s.done
         tokens, _ = commit(s, chooser, forward(s), s.ids, col.expand(active.shape[0], 1), active[:, None], active)
-        s.put(done=s.done | (active & (tokens[:, 0] == s.eos)) if s.checks_eos() else s.done, n=col)
+        s.put(done=s.done | (active & is_stop(tokens[:, 0], s.eos)) if s.checks_eos() else s.done, n=col)
         return s.done.all()
 
     def _token_nll(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,8 +140,8 @@ class ARModel(ParadigmModel):
         device = ids.device
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, ar=True,
                                                     ordered=True, forced=canvas.forced))
-        stop = stop_at_eos and self.eos_id is not None
-        state = self.State(canvas, decode, self.eos_id if stop else None, P)
+        stop = stop_at_eos and bool(self.stop_ids)
+        state = self.State(canvas, decode, self.stop_ids if stop else None, P)
         padded = not bool(real.all())
         eye_cols = torch.arange(C, device=device)
         run = steps.decode_steps(self, decode, canvas, 1)   # at fixed shapes: every step after the prefill

@@ -57,7 +57,7 @@ import torch
 from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, commit, left_aligned
+from .decoding import Canvas, commit, is_stop, left_aligned
 from .errors import ConfigError
 from .mdlm import MDLMModel
 from .official_sampler import OfficialTokenChooser
@@ -191,7 +191,7 @@ class BD3LMModel(MDLMModel):
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         hooks = decode.plan.sampler.hooks(decode, self.backbone.kind)
-        state = _BlockState(self, canvas, decode, hooks, stop_at_eos and self.eos_id is not None)
+        state = _BlockState(self, canvas, decode, hooks, stop_at_eos and bool(self.stop_ids))
         S, (B, C), device = state.S, canvas.ids.shape, canvas.ids.device
         ids, pos, cols = state.ids, state.pos, torch.arange(C, device=device)
         n_pre = torch.where(state.active, state.block * S, 0)   # the prompt's complete blocks, pending at step 0
@@ -281,7 +281,7 @@ class BD3LMModel(MDLMModel):
         block = s.block + completed.long()
         finished, eos_at = completed & ((s.pad + block * S) >= s.span_end), s.eos_at
         if s.checks_eos():   # checked when a block completes
-            eos_at = torch.where(chosen & (tokens == s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
+            eos_at = torch.where(chosen & is_stop(tokens, s.eos), blk_cols, s.scratch).min(dim=1).values   # eos -1: never
             eos_at = torch.minimum(s.eos_at, eos_at)
             finished = finished | (completed & (eos_at < s.scratch))
         s.put(block=block, eos_at=eos_at, active=s.active & ~finished, new_block=completed, pend_cols=blk_cols,
@@ -372,7 +372,7 @@ class _BlockState(steps.StepState):
             span = span.clone()
             span[:, :C] &= in_region
         max_masks = int(masked.sum(dim=1).max())
-        super().__init__(canvas, decode.plan.policy, model.eos_id if stop else None,
+        super().__init__(canvas, decode.plan.policy, model.stop_ids if stop else None,
                          (2 if hooks.blocks_apart else 1) * (max_masks + 1) + 1)   # + prefill, + commits
         self.ids, self.pos, self.span = ids, pos, span
         self.span_end = torch.where(masked, cols + 1, 0).max(dim=1).values   # one past the last mask

@@ -107,7 +107,7 @@ class Canvas:
                 f"shorten the prompt or max_new_tokens"
             )
 
-    def outputs(self, mask_id: int, eos_id: int | None, stop_at_eos: bool, nfe: torch.Tensor,
+    def outputs(self, mask_id: int, stop_ids: tuple[int, ...], stop_at_eos: bool, nfe: torch.Tensor,
                 tokens_per_step: torch.Tensor, seconds: float) -> list[Generation]:
         """Decoded span of every row (masks dropped, cut by the token-counting rule)."""
         ids, span = self.ids.tolist(), self.span.tolist()
@@ -124,7 +124,7 @@ class Canvas:
         out = []
         for b in range(len(ids)):
             gen = [t for t, s in zip(ids[b], span[b]) if s and t != mask_id]
-            gen = gen[:count_generated_tokens(gen, eos_id, stop_at_eos)]
+            gen = gen[:count_generated_tokens(gen, stop_ids, stop_at_eos)]
             order = None
             if ranks is not None:   # the commit rank of each decoded span position, if the chooser saw every commit
                 order = [r for r, t, s in zip(ranks[b], ids[b], span[b]) if s and t != mask_id][:len(gen)]
@@ -324,11 +324,28 @@ def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))
 
 
-def eos_stop(ids: torch.Tensor, span: torch.Tensor, mask_id: int, eos_id: int) -> torch.Tensor:
-    """[B] bool: the row has produced EOS inside its span with no mask left before it."""
+MAX_STOP_IDS = 8   # the stop ids a step tensor holds (padded with -1): one fixed shape for every compiled step
+
+
+def stop_tensor(stop_ids, device) -> torch.Tensor:
+    """[MAX_STOP_IDS] long: the model's stop ids (ParadigmModel.stop_ids; () or None: none) padded with -1, which no
+    token equals."""
+    ids = list(stop_ids or ())
+    if len(ids) > MAX_STOP_IDS:
+        raise ConfigError(f"{len(ids)} stop ids {ids}: at most {MAX_STOP_IDS} are supported")
+    return torch.tensor(ids + [-1] * (MAX_STOP_IDS - len(ids)), dtype=torch.long, device=device)
+
+
+def is_stop(tokens: torch.Tensor, stops: torch.Tensor) -> torch.Tensor:
+    """tokens [...] -> bool [...]: the token is one of `stops` (stop_tensor's)."""
+    return (tokens[..., None] == stops).any(dim=-1)
+
+
+def eos_stop(ids: torch.Tensor, span: torch.Tensor, mask_id: int, stops: torch.Tensor) -> torch.Tensor:
+    """[B] bool: the row has produced a stop id (`stops`: stop_tensor's) inside its span with no mask left before it."""
     C = ids.shape[1]
     col = torch.arange(C, device=ids.device)
-    first_eos = torch.where(span & (ids == eos_id), col, C).min(dim=1).values
+    first_eos = torch.where(span & is_stop(ids, stops), col, C).min(dim=1).values
     first_mask = torch.where(span & (ids == mask_id), col, C).min(dim=1).values
     return first_eos < first_mask
 

@@ -127,7 +127,7 @@ class FamilySampler(Sampler):
         out = []
         for ids, calls, committed in rows:
             ids = ids[:max_new_tokens]   # SDAR decodes whole blocks and Fast-dLLM v2 adds bonus tokens: the task's length
-            n = count_generated_tokens(ids, model.eos_id, decode.stop_at_eos)
+            n = count_generated_tokens(ids, model.stop_ids, decode.stop_at_eos)
             out.append(Generation(ids[:n], calls, seconds, committed))
         return out
 
@@ -137,7 +137,7 @@ class FamilySampler(Sampler):
         whole batch in one loop where the sampler has `run_batch` (each row equal to its batch-1 decode), else one by
         one; traced (`trace` receives each prompt's Runner, its calls in .trace, SDAR's draws in .draws), one by one."""
         self.applies(model)
-        stop_ids = {model.eos_id} if stop_at_eos and model.eos_id is not None else set()
+        stop_ids = set(model.stop_ids) if stop_at_eos else set()   # the eos and the end-of-turn ids
         prompts = [list(p) for p in prompts]
         args = (max_new_tokens, model.mask_id, stop_ids)
         if type(self).run_batch is not FamilySampler.run_batch and trace is None and len(prompts) > 1:
@@ -555,7 +555,6 @@ class FastDLLMv2(FamilySampler):
         if B % o.small_block_size:
             raise SamplerError(f"sampler fastdllm_v2: small_block_size={o.small_block_size} does not divide the block "
                                f"size {B}")
-        stop = min(stop_ids) if stop_ids else None
         P = len(prompt)
         run.new_cache(P + new + 3 * B)
         ids = torch.tensor([prompt], device=device)
@@ -572,17 +571,16 @@ class FastDLLMv2(FamilySampler):
 
         def stopped(x: torch.Tensor, start: int) -> bool:
             """A stop token decoded with no mask before it (the reference's check)."""
-            if stop is None:
-                return False
             tail = x[0, start:].tolist()
-            return stop in tail and mask_id not in tail[:tail.index(stop)]
+            first = next((i for i, t in enumerate(tail) if t in stop_ids), None)
+            return first is not None and mask_id not in tail[:first]
 
         if P > B:
             logits = forward(ids[:, :P // B * B], store=True)
             if P % B == 0:
                 ids = torch.cat([ids, logits[:, -1:].argmax(-1)], dim=1)
         for _ in range(new // B):
-            if stop is not None and stop in ids[0, P:].tolist():
+            if stop_ids & set(ids[0, P:].tolist()):
                 break
             start = ids.shape[1]
             x = torch.cat([ids, torch.full((1, B - start % B), mask_id, device=device)], dim=1)
@@ -624,8 +622,9 @@ class FastDLLMv2(FamilySampler):
                         committed.append(int(chosen.sum()))
             ids = x
         out = ids[0, P:].tolist()
-        if stop is not None and stop in out:
-            out = out[:out.index(stop) + 1]
+        first = next((i for i, t in enumerate(out) if t in stop_ids), None)
+        if first is not None:
+            out = out[:first + 1]
         return out, committed
 
 

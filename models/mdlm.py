@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from .bidir_cache import BlockForwards
-from .decoding import Canvas, StepLog, TokenChooser, commit, eos_stop, left_aligned
+from .decoding import Canvas, StepLog, TokenChooser, commit, eos_stop, left_aligned, stop_tensor
 from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser, official_commit_counts
 from .paradigm import Grid, ParadigmModel
@@ -171,7 +171,8 @@ class MDLMModel(ParadigmModel):
         chooser = canvas.track(TokenChooser(decode, self.config.vocab_size, ids, real & ~span, device, forced=canvas.forced))
         log = StepLog(B, sum(map(len, schedules)), device, C + 1)
         done = torch.zeros(B, dtype=torch.bool, device=device)
-        stop = stop_at_eos and self.eos_id is not None
+        stop = stop_at_eos and bool(self.stop_ids)
+        stops = stop_tensor(self.stop_ids, device)
         forward = BlockForwards(decode.bidir_cache(), self.backbone, ids, pos, real, attn_mask, decode.cache_drift)
 
         for cols, counts, (lo, hi) in zip(chunks, schedules, bounds):
@@ -197,7 +198,7 @@ class MDLMModel(ParadigmModel):
                 else:
                     n_left = int(candidate.sum(dim=1).max())
             if stop:
-                done = done | eos_stop(ids, span, self.mask_id, self.eos_id)
+                done = done | eos_stop(ids, span, self.mask_id, stops)
                 if bool(done.all()):
                     break
         canvas.processed = forward.processed
@@ -245,7 +246,8 @@ class MDLMModel(ParadigmModel):
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, ids, real & ~span, device))
         log = StepLog(B, sum(len(k) for k in schedules), device)
         done = n_masks == 0
-        stop = stop_at_eos and self.eos_id is not None
+        stop = stop_at_eos and bool(self.stop_ids)
+        stops = stop_tensor(self.stop_ids, device)
         arange_chunk = torch.arange(chunk, device=device)
         for c, counts in enumerate(schedules):
             lo = start + c * chunk                           # chunk c: positions [lo, lo + chunk) of each row
@@ -265,7 +267,7 @@ class MDLMModel(ParadigmModel):
                                    chooser_cols=False)
                 candidate = candidate & ~chosen
             if stop:   # the official stopping criteria run after every block (chunk)
-                done = done | eos_stop(x[:, :C], span, mask_id, self.eos_id)
+                done = done | eos_stop(x[:, :C], span, mask_id, stops)
                 if bool(done.all()):
                     break
         canvas.ids.copy_(x[:, :C])

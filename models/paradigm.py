@@ -247,6 +247,15 @@ class ParadigmModel(nn.Module):
     def eos_id(self) -> int | None:
         return self.config.eos_id
 
+    # the end-of-turn ids a pretrained checkpoint names beside its eos (models/loading/stop_ids.py sets them)
+    extra_stop_ids: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids that end a row (sorted): the eos and a pretrained checkpoint's end-of-turn tokens; every decoder
+        stops at the first of them and the token count includes it (TOKEN_COUNTING_RULE)."""
+        return tuple(sorted({*([] if self.eos_id is None else [self.eos_id]), *self.extra_stop_ids}))
+
     def loss(self, batch: Batch) -> torch.Tensor:
         raise NotImplementedError
 
@@ -282,7 +291,7 @@ class ParadigmModel(nn.Module):
             canvas.probe = probe
             with official_numerics(self.backbone, decode):
                 nfe, per_step = self._decode(canvas, decode, decode.stop_at_eos)
-        return canvas.outputs(self.mask_id, self.eos_id, decode.stop_at_eos, nfe, per_step, timer.seconds)
+        return canvas.outputs(self.mask_id, self.stop_ids, decode.stop_at_eos, nfe, per_step, timer.seconds)
 
     @torch.inference_mode()
     def infill(self, prefix: Sequence[int], n_masked: int, suffix: Sequence[int],
@@ -298,7 +307,7 @@ class ParadigmModel(nn.Module):
                 canvas.force([forced])
             with official_numerics(self.backbone, decode):
                 nfe, per_step = self._decode(canvas, decode, stop_at_eos=False)
-        return canvas.outputs(self.mask_id, self.eos_id, False, nfe, per_step, timer.seconds)[0]
+        return canvas.outputs(self.mask_id, self.stop_ids, False, nfe, per_step, timer.seconds)[0]
 
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:

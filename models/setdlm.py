@@ -63,7 +63,7 @@ import torch.nn.functional as F
 from . import steps
 from .backbones import ClosedStream
 from .backbones.attention import StepCache
-from .decoding import Canvas, commit, left_aligned
+from .decoding import Canvas, commit, is_stop, left_aligned
 from .errors import ConfigError
 from .official_sampler import OfficialTokenChooser
 from .paradigm import Grid, ParadigmModel
@@ -242,7 +242,7 @@ class SetDLMModel(ParadigmModel):
     # -- decoding ------------------------------------------------------------------------------
     def _decode(self, canvas: Canvas, decode: DecodeConfig, stop_at_eos: bool):
         W, hooks = decode.window, decode.plan.sampler.hooks(decode, self.backbone.kind)
-        state = _SetState(self, canvas, decode, hooks, stop_at_eos and self.eos_id is not None)
+        state = _SetState(self, canvas, decode, hooks, stop_at_eos and bool(self.stop_ids))
         ids, pos, B = state.ids, state.pos, canvas.ids.shape[0]
         visible = canvas.real & ~(canvas.span & (canvas.ids == self.mask_id))   # the prompt, or prefix + suffix
         chooser = canvas.track(OfficialTokenChooser(decode, self.config.vocab_size, canvas.ids, visible, ids.device,
@@ -313,7 +313,7 @@ class SetDLMModel(ParadigmModel):
         first = first.min(dim=1).values
         active, eos_at = s.active & (remaining > 0), s.eos_at
         if s.checks_eos():
-            eos_at = torch.where(chosen & (tokens == s.eos), s.win_cols, s.scratch).min(dim=1).values   # -1: never
+            eos_at = torch.where(chosen & is_stop(tokens, s.eos), s.win_cols, s.scratch).min(dim=1).values   # -1: never
             eos_at = torch.minimum(s.eos_at, eos_at)
             if s.check_stop:
                 active = active & (eos_at >= first)
@@ -380,7 +380,7 @@ class _SetState(steps.StepState):
         cols = torch.arange(C, device=device)
         masked = canvas.span & (canvas.ids == model.mask_id)
         self.remaining = masked.sum(dim=1)
-        super().__init__(canvas, decode.plan.policy, model.eos_id if stop else None, int(self.remaining.max()) + 2)
+        super().__init__(canvas, decode.plan.policy, model.stop_ids if stop else None, int(self.remaining.max()) + 2)
         self.ids, self.pos, self.span = ids, pos, span
         self.key = None
         if decode.commit_order == "first_hitting":

@@ -42,7 +42,7 @@ from typing import ClassVar
 import torch
 
 from .backbones import KVCache
-from .decoding import Canvas, StepLog, greedy_scores
+from .decoding import Canvas, StepLog, greedy_scores, stop_tensor
 from .compile import STEP_GRAPH_LIMIT, compiled_step_graphs, prepare_torch_compile  # noqa: F401 (re-exported)
 from .exported_step import ExportedStep
 from .policies import CommitPolicy
@@ -105,14 +105,14 @@ class StepState(StepLog):
         super().__init_subclass__(**kwargs)
         cls.FIELDS = {**super(cls, cls).FIELDS, **cls.__dict__.get("FIELDS", {})}
 
-    def __init__(self, canvas: Canvas, policy: CommitPolicy, eos_id: int | None, max_steps: int):
+    def __init__(self, canvas: Canvas, policy: CommitPolicy, stop_ids: tuple[int, ...] | None, max_steps: int):
         B, C = canvas.ids.shape
         device = canvas.ids.device
         super().__init__(B, max_steps, device, C + 1)
         self.C = self.scratch = C   # the eager canvas's scratch column: C (Canvas.with_scratch_column)
         self.canvas_len = torch.full((), C, dtype=torch.long, device=device)   # C as a fixed step reads it
-        self.eos = torch.full((), -1 if eos_id is None else eos_id, dtype=torch.long, device=device)
-        self.stops = eos_id is not None
+        self.eos = stop_tensor(stop_ids, device)   # the stop ids, padded with -1 (models.decoding.stop_tensor)
+        self.stops = bool(stop_ids)
         self.policy = policy
         self.params: dict[str, torch.Tensor] = {}   # the policy's float parameters as tensors (at fixed shapes)
 

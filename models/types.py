@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 import torch
 
@@ -38,16 +38,20 @@ NEW_KNOB = {"hash_default": False}
 
 TOKEN_COUNTING_RULE = (
     "generated tokens only: prompt, padding and mask placeholders excluded; counted up to and "
-    "including the first EOS when the stop rule is on, nothing after it; infilled spans count "
+    "including the first stop id (the EOS, or an end-of-turn token the checkpoint names: "
+    "models/loading/stop_ids.py) when the stop rule is on, nothing after it; infilled spans count "
     "every position of the span"
 )
 
 
-def count_generated_tokens(ids: Sequence[int], eos_id: int | None, stop_at_eos: bool = True) -> int:
-    """The token-counting rule (see TOKEN_COUNTING_RULE). `ids` are generated ids, prompt excluded."""
-    if stop_at_eos and eos_id is not None:
+def count_generated_tokens(ids: Sequence[int], stop_ids: int | Collection[int] | None,
+                           stop_at_eos: bool = True) -> int:
+    """The token-counting rule (see TOKEN_COUNTING_RULE). `ids` are generated ids, prompt excluded; `stop_ids` the
+    model's stop ids (ParadigmModel.stop_ids; one id or None as well)."""
+    stops = set() if stop_ids is None else {stop_ids} if isinstance(stop_ids, int) else set(stop_ids)
+    if stop_at_eos and stops:
         for i, token in enumerate(ids):
-            if token == eos_id:
+            if token in stops:
                 return i + 1
     return len(ids)
 

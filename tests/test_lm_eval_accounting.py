@@ -76,7 +76,7 @@ def test_lm_eval_records_what_harness_run_records(both):
     assert acct["decode_precision"] == row["decode_precision"] == "fp32"
     for key in ("device", "device_name", "dtype", "torch_version", "cpu_capability", "machine"):
         assert acct["hardware"][key] == row[key], key
-    assert "first EOS" in acct["counting_rule"] and acct["setting"] == "tau=0.5"
+    assert "first stop id" in acct["counting_rule"] and acct["setting"] == "tau=0.5"
     # every logged sample carries its own record
     assert {str(s["doc_id"]): s["harness_accounting"] for s in samples if s["filter"] == "strict-match"} == per_doc
 

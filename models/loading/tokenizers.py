@@ -36,7 +36,7 @@ class Tokenizer:
     # whether prompts of this tokenizer's model start with bos (pretrained Llama-style tokenizers say so,
     # models/loading/pretrained.py sets it; the harness's own tokenizers leave it False). Not saved.
     add_bos: bool = False
-    # a pretrained checkpoint's chat template (models/chat.py ChatTemplate; models/pretrained.py sets it), else None.
+    # a pretrained checkpoint's chat template (models/chat.py ChatTemplate; models/loading/pretrained.py sets it), else None.
     # Not saved.
     chat = None
 
