@@ -5,7 +5,7 @@
   its values with the others' (`expand`), each combination a cell, as if the command had been run once per
   combination (`merge_plans`). A combination the decoder refuses (e.g. a threshold with a policy other than the
   confidence rule) stops the plan with one `error:` line naming it.
-* `--preset FILE.toml`: a preset written as a file (harness.presets.load_preset_file), planned, run and reported exactly as a
+* `--preset FILE.toml`: a preset written as a file (harness.preset_files.load_preset_file), planned, run and reported exactly as a
   built-in one (it joins harness.presets.PRESETS under its name; results in results/<name>/):
 
       name = "my-llada"                       # results/my-llada/ (default: the file's stem)

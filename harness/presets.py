@@ -30,16 +30,14 @@
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from models import DecodeConfig, Grid, get_paradigm, paradigm_names
 from models.backbones import gpt_spec
-from models.errors import UserError, unknown
+from models.errors import unknown
 from tasks.oracle_language import DEFAULT_LANGUAGE
 
-from .cli import DECODE_KNOBS, Parser, expand, knob_value
+from .cli import Parser
 from .configs import PlanError, TrainConfig
 from .precision import resolve_precision
 from .speed import SpeedConfig, SpeedSpec
@@ -528,70 +526,10 @@ _DLLM_PRESETS = (
 PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRESETS, *_DLLM_PRESETS)}
 
 
-# -- presets written as files -------------------------------------------------------------------------------------
-class PresetFileError(PlanError):
-    """A preset file that cannot be read or says something a preset cannot hold."""
-
-
-PRESET_KEYS = {"name", "description", "models", "warmup", "precision", "grid", "tasks", "batch_size"}
-TASK_KEYS = {"name", "limit", "options", "decode"}
-
-
-def _grid_points(path: Path, grid: dict) -> tuple[tuple[tuple[str, object], ...], ...]:
-    lists = {}
-    for knob, values in grid.items():
-        if knob not in DECODE_KNOBS:
-            raise PresetFileError(f"{path}: [grid] {knob!r} is not a decoding knob (valid: {', '.join(DECODE_KNOBS)})")
-        values = values if isinstance(values, list) else [values]
-        try:
-            lists[knob] = tuple(knob_value(knob, v) for v in values)
-            for v in lists[knob]:
-                DecodeConfig(**{knob: v})
-        except (ValueError, UserError) as e:
-            raise PresetFileError(f"{path}: [grid] {e}") from None
-    return tuple(tuple(sorted(point.items())) for point in expand(lists))
-
-
-def load_preset_file(path: str | Path):
-    """The Preset a TOML file declares (the module docstring's keys), registered in harness.presets.PRESETS."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise PresetFileError(f"{path}: not a readable TOML preset ({e})") from None
-    extra = sorted(set(data) - PRESET_KEYS)
-    if extra:
-        raise PresetFileError(f"{path}: unknown keys {extra} (a preset file holds {sorted(PRESET_KEYS)})")
-    name = str(data.get("name") or path.stem)
-    models = data.get("models")
-    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
-        raise PresetFileError(f"{path}: `models` must be a list of model specs (checkpoint directories, hub ids)")
-    tasks = []
-    for spec in data.get("tasks") or []:
-        if not isinstance(spec, dict) or "name" not in spec or set(spec) - TASK_KEYS:
-            raise PresetFileError(f"{path}: each [[tasks]] needs `name` and may hold {sorted(TASK_KEYS - {'name'})}")
-        tasks.append(TaskSpec(str(spec["name"]), spec.get("limit"), dict(spec.get("options") or {}),
-                              dict(spec.get("decode") or {})))
-    if not tasks:
-        raise PresetFileError(f"{path}: no [[tasks]]")
-    if name in PRESETS and getattr(PRESETS[name], "source_file", None) != str(path.resolve()):
-        raise PresetFileError(f"{path}: its name {name!r} is a built-in preset's; give it another `name`")
-    base = TrainConfig(paradigm="ar")   # no model is trained: the file's models are evaluated as they are
-    preset = Preset(name=name, description=str(data.get("description", f"preset file {path.name}")), base=base,
-                    steps={"default": 1}, block_sizes=(), grid=Grid(thresholds=(None,)), tasks=tuple(tasks),
-                    warmup=int(data.get("warmup", 0)), external=tuple((m, {}) for m in models),
-                    precision=data.get("precision"), batch_size=data.get("batch_size"),
-                    decode_points=_grid_points(path, data.get("grid") or {}), source_file=str(path.resolve()))
-    PRESETS[name] = preset
-    return preset
-
-
-def is_preset_file(name: str) -> bool:
-    return name.endswith(".toml")
-
-
 def get_preset(name: str) -> Preset:
     """A registered preset, or a preset file (FILE.toml, load_preset_file), which joins the registry."""
+    from .preset_files import is_preset_file, load_preset_file
+
     if is_preset_file(name):
         return load_preset_file(name)
     if name not in PRESETS:
