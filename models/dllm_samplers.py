@@ -205,31 +205,44 @@ class LLaDA(FamilySampler):
         x, real, positions = _left_padded(prompts, pads, P + new, mask_id, device)
         mask = _padded_mask(None, real, 0, P + new)
         committed = [[] for _ in prompts]
+        cols = torch.arange(P + new, device=device)[None]
+        no = torch.tensor(float("-inf"), device=device)
         for b in range(blocks):
             end = P + (b + 1) * block
-            counts = [_even_split(int((x[r, P + b * block:end] == mask_id).sum()), steps) for r in range(len(prompts))]
-            for i in range(steps):
-                all_logits = run.predict(x, mask, positions=positions)
-                for r, (pad, gen) in enumerate(zip(pads, gens)):
-                    row, logits = x[r:r + 1, pad:], all_logits[r:r + 1, pad:]
-                    masked = row == mask_id
-                    if o.temperature == 0:
-                        x0 = logits.argmax(-1)
-                    else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
-                        l64 = logits.double()
+            counts = ((x[:, P + b * block:end] == mask_id).sum(-1)).tolist()
+            counts = [_even_split(n, steps) for n in counts]
+            for i in range(steps):   # the whole batch's arithmetic at once (per position, as each row's alone)
+                logits = run.predict(x, mask, positions=positions)
+                masked = (x == mask_id) & real
+                if o.temperature == 0:
+                    x0 = logits.argmax(-1)
+                else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T, each row's draw over its own columns
+                    x0 = torch.zeros_like(x)
+                    for r, (pad, gen) in enumerate(zip(pads, gens)):
+                        l64 = logits[r:r + 1, pad:].double()
                         u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
-                        x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
-                    if o.remasking == "low_confidence":
-                        confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
-                    else:
-                        confidence = torch.rand(x0.shape, generator=gen, device=device)
-                    confidence[:, end - pad:] = float("-inf")
-                    x0 = torch.where(masked, x0, row)
-                    confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), device=device))
-                    chosen = torch.topk(confidence[0], counts[r][i]).indices
-                    row[0, chosen] = x0[0, chosen]
+                        x0[r:r + 1, pad:] = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
+                if o.remasking == "low_confidence":
+                    confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
+                else:
+                    confidence = torch.full(x.shape, float("-inf"), device=device)
+                    for r, (pad, gen) in enumerate(zip(pads, gens)):
+                        confidence[r:r + 1, pad:] = torch.rand((1, P + new - pad), generator=gen, device=device)
+                x0 = torch.where(masked, x0, x)
+                confidence = torch.where(masked & (cols < end), confidence, no)
+                _commit_top(x, x0, confidence, [c[i] for c in counts])
+                for r in range(len(prompts)):
                     committed[r].append(counts[r][i])
         return [(x[r, P:].tolist(), committed[r], len(committed[r])) for r in range(len(prompts))]
+
+
+def _commit_top(x: torch.Tensor, x0: torch.Tensor, confidence: torch.Tensor, ks: list[int]) -> None:
+    """x[r] takes x0[r] at the ks[r] most confident positions of row r: one torch.topk over the rows of one k (a row's
+    padding columns at -inf, never among its k: the same positions as the topk of the row's own columns at batch 1)."""
+    for k in sorted(set(ks) - {0}):
+        rows = torch.tensor([r for r, kr in enumerate(ks) if kr == k], device=x.device)[:, None]
+        chosen = torch.topk(confidence[rows[:, 0]], k).indices
+        x[rows, chosen] = x0[rows, chosen]
 
 
 def _dream_tokens(logits: torch.Tensor, o: Dream, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -289,6 +302,18 @@ class Dream(FamilySampler):
         for i in range(o.steps):
             all_logits = run.predict(x_all, mask, positions=positions)
             t, s = timesteps[i], timesteps[i + 1]
+            if o.alg != "origin" and o.temperature == 0 and o.alg_temp == 0:   # no draws: the batch at once
+                masked = (x_all == mask_id) & real
+                confidence, x0 = _dream_tokens(all_logits.flatten(0, 1), o, None)   # (per position, as alone)
+                n_masked = masked.sum(-1) / 1
+                before = n_masked.tolist()
+                ks = [int(k) for k in ((n_masked * (1 - s / t)) if i < o.steps - 1 else n_masked).tolist()]
+                full = torch.where(masked, confidence.view(x_all.shape), torch.tensor(float("-inf"), device=device))
+                _commit_top(x_all, x0.view(x_all.shape), full, ks)
+                after = ((x_all == mask_id) & real).sum(-1).tolist()
+                for r in range(len(prompts)):
+                    committed[r].append(int(before[r]) - after[r])
+                continue
             for r, (pad, gen) in enumerate(zip(pads, gens)):
                 x, logits = x_all[r:r + 1, pad:], all_logits[r:r + 1, pad:]
                 masked = x == mask_id
