@@ -25,13 +25,17 @@ Fast-dLLM v2's max_new_tokens); the output is what the sampler returns after the
 forward (NFE). LLaDA, Dream and SDAR decode a batch of prompts in one loop (`run_batch`): left-padded with an attention
 mask, positions from each row's first token, each row's arithmetic and draws (its own generator) on its own columns,
 so every row equals its batch-1 decode (tests/test_dllm_batch.py); a row's NFE counts the forwards in which it is
-decoded. Fast-dLLM v2 (whose rows advance sub-block by sub-block at their own pace) decodes row by row.
+decoded. Fast-dLLM v2 batches too (its rows advance sub-block by sub-block at their own pace, each forward the whole
+block of every row with the same number of prompt blocks), but with use_block_cache (one row's sub-block calls) it
+decodes row by row and says so (a warning).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -109,6 +113,11 @@ class FamilySampler(Sampler):
         generator); a sampler that defines only `run` decodes row by row."""
         raise NotImplementedError
 
+    @property
+    def batches(self) -> bool:
+        """Whether a batch decodes in one loop (`run_batch`), not row by row."""
+        return type(self).run_batch is not FamilySampler.run_batch
+
     def generate(self, model, prompts, max_new_tokens: int, decode) -> list:
         """ParadigmModel.generate by this sampler: one Generation per prompt, its tokens cut by the token-counting
         rule after the first max_new_tokens, NFE the sampler's model calls and tokens_per_step what each of its steps
@@ -136,11 +145,14 @@ class FamilySampler(Sampler):
         stop_ids = {model.eos_id} if stop_at_eos and model.eos_id is not None else set()
         prompts = [list(p) for p in prompts]
         args = (max_new_tokens, model.mask_id, stop_ids)
-        if type(self).run_batch is not FamilySampler.run_batch and trace is None and len(prompts) > 1:
+        if self.batches and trace is None and len(prompts) > 1:
             run = Runner(model, batch=len(prompts))
             gens = [torch.Generator(model.device).manual_seed(seed) for _ in prompts]
             return [(ids, nfe, committed) for ids, committed, nfe in
                     self.run_batch(run, prompts, *args, gens, model.device, model.config.block_size)]
+        if trace is None and len(prompts) > 1:
+            warnings.warn(f"sampler {self.spec()} decodes a batch row by row (only its own options keep it from "
+                          f"batching): a batch size above 1 does not speed it up", stacklevel=2)
         out = []
         for prompt in prompts:
             run = Runner(model, [] if trace is not None else None, keep_logits)
@@ -458,6 +470,36 @@ class SDAR(FamilySampler):
         return out
 
 
+def _fastdllm_commit(o: "FastDLLMv2", logits: torch.Tensor, view: torch.Tensor, masked: torch.Tensor,
+                     gen: torch.Generator) -> int:
+    """Fast-dLLM v2's step on one sub-block of one row (logits [1, b, V], view its ids [1, b], masked its masks): every
+    masked position with p > threshold plus the most probable takes its token (argmax, or a tempered nucleus draw);
+    the count committed."""
+    if o.temperature > 0:
+        probs = F.softmax(_top_p_filter(logits / o.temperature, o.top_p)
+                          if o.top_p < 1 else logits / o.temperature, dim=-1)
+        probs = probs / probs.sum(-1, keepdim=True)
+        x1 = torch.multinomial(probs[0], 1, generator=gen)[None, :, 0]
+    else:
+        probs = torch.softmax(logits, dim=-1)
+        x1 = probs.argmax(dim=-1)
+    p1 = probs.gather(-1, x1[..., None])[..., 0]
+    p1 = torch.where(masked, p1, torch.tensor(float("-inf"), device=logits.device))
+    chosen = p1 > o.threshold
+    chosen[0, p1[0].argmax()] = True
+    chosen &= masked
+    view[chosen] = x1[chosen]
+    return int(chosen.sum())
+
+
+def _rule_mask(positions: torch.Tensor, real: torch.Tensor, lo: int, hi: int, size: int) -> torch.Tensor:
+    """Fast-dLLM v2's eval_block_diff_mask (q // size >= k // size) of query columns lo:hi over key columns :hi in
+    each row's own positions, its padding keys hidden: per row [N, hi - lo, hi], or [hi - lo, hi] where no row is padded
+    (the rows' positions then the same: the batch-1 call's mask)."""
+    allowed = (positions[:, lo:hi, None] // size >= positions[:, None, :hi] // size) & real[:, None, :hi]
+    return allowed[0] if bool(real[:, :hi].all()) else allowed
+
+
 @dataclass(frozen=True)
 class FastDLLMv2(FamilySampler):
     name = "fastdllm_v2"
@@ -537,27 +579,105 @@ class FastDLLMv2(FamilySampler):
                         else:
                             logits = forward(x[:, -B:], store=False, predict=True)[:, lo:hi]
                             block_cached = o.use_block_cache
-                        if o.temperature > 0:
-                            probs = F.softmax(_top_p_filter(logits / o.temperature, o.top_p)
-                                              if o.top_p < 1 else logits / o.temperature, dim=-1)
-                            probs = probs / probs.sum(-1, keepdim=True)
-                            x1 = torch.multinomial(probs[0], 1, generator=gen)[None, :, 0]
-                        else:
-                            probs = torch.softmax(logits, dim=-1)
-                            x1 = probs.argmax(dim=-1)
-                        p1 = probs.gather(-1, x1[..., None])[..., 0]
-                        p1 = torch.where(masked[:, lo:hi], p1, torch.tensor(float("-inf"), device=device))
-                        chosen = p1 > o.threshold
-                        chosen[0, p1[0].argmax()] = True
-                        chosen &= masked[:, lo:hi]
                         view = x[:, -B:][:, lo:hi]
-                        view[chosen] = x1[chosen]
-                        committed.append(int(chosen.sum()))
+                        committed.append(_fastdllm_commit(o, logits, view, masked[:, lo:hi], gen))
             ids = x
         out = ids[0, P:].tolist()
         if stop is not None and stop in out:
             out = out[:out.index(stop) + 1]
         return out, committed
+
+    @property
+    def batches(self) -> bool:
+        """The block cache's sub-block calls (one row's, at its own pace) do not batch: with it, row by row."""
+        return not self.use_block_cache
+
+    def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
+                  gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
+        """`run` for a batch in one loop (without use_block_cache): the rows with the same number of whole prompt
+        blocks (prefilled; a prompt of exactly one block is not read by the reference: an empty one here) decode as one
+        batch, so that their blocks share columns and one cache with no padding (the groups one after another). Block
+        by block, every forward runs the whole batch: a row whose
+        block still has masks (and no stop) is decoded by it on its own sub-block (its own generator) and counts it; a
+        row whose block is complete waits, then all complete rows write theirs to the cache in one forward (each its
+        bonus token); a row that stopped sits out. Each row equals its batch-1 `run` (tests/test_dllm_batch.py)."""
+        o = self
+        B = o.block_size or block
+        if B % o.small_block_size:
+            raise SamplerError(f"sampler fastdllm_v2: small_block_size={o.small_block_size} does not divide the block "
+                               f"size {B}")
+        prompts = [[] if len(p) == B else p for p in prompts]   # the reference decodes its block from position 0
+        first = [len(p) // B for p in prompts]   # a row's first block to decode (its whole blocks before it prefilled)
+        if len(set(first)) > 1:   # one batch per number of prefilled blocks: no padding in the cache
+            out = [None] * len(prompts)
+            for f in sorted(set(first)):
+                rows = [r for r in range(len(prompts)) if first[r] == f]
+                part = copy.copy(run)
+                part.batch, part.cache = len(rows), None
+                for r, row in zip(rows, self.run_batch(part, [prompts[r] for r in rows], new, mask_id, stop_ids,
+                                                       [gens[r] for r in rows], device, block)):
+                    out[r] = row
+            return out
+        stop = min(stop_ids) if stop_ids else None
+        N, sb = len(prompts), o.small_block_size
+        K = max(first) * B
+        pads = [K - f * B for f in first]
+        total = K + new // B * B + 1
+        run.new_cache(total + B)
+        x, real, positions = _left_padded(prompts, pads, total, mask_id, device)
+        nfe, committed = [int(f > 0) for f in first], [[] for _ in prompts]
+        begin = [pad + len(p) for pad, p in zip(pads, prompts)]   # a row's output starts here
+        end = list(begin)                                         # and (the reference's ids) ends here
+        if K:
+            blockwise = torch.arange(K, device=device) // B
+            logits = run(x[:, :K], _padded_mask(blockwise[None, :] <= blockwise[:, None], real, 0, K), store=True,
+                         positions=positions[:, :K])
+            for r, p in enumerate(prompts):
+                if first[r] and len(p) % B == 0:
+                    x[r, K], end[r] = logits[r, -1].argmax(), end[r] + 1
+        live = list(range(N))
+        for b in range(new // B):
+            live = [r for r in live if stop is None or stop not in x[r, begin[r]:end[r]].tolist()]
+            if not live:
+                break
+            lo, hi = K + b * B, K + (b + 1) * B
+            start = {r: end[r] for r in live}
+            for r in live:
+                end[r] = hi
+            pos = positions[:, lo:hi]
+            decoding, complete = list(live), []
+            while True:
+                still = []
+                for r in decoding:
+                    tail = x[r, start[r]:hi].tolist()
+                    if stop is not None and stop in tail and mask_id not in tail[:tail.index(stop)]:
+                        continue   # stopped: the row is done, its block left as it is
+                    (complete if mask_id not in tail else still).append(r)
+                decoding = still
+                if not decoding:
+                    break
+                logits = run.predict(x[:, lo:hi], _rule_mask(positions, real, lo, hi, 32), positions=pos)
+                for r in decoding:
+                    nfe[r] += 1
+                    masked = x[r:r + 1, lo:hi] == mask_id
+                    sub = int(masked[0].nonzero()[0, 0]) // sb * sb   # the first sub-block with a mask
+                    view = x[r:r + 1, lo + sub:lo + sub + sb]
+                    committed[r].append(_fastdllm_commit(o, logits[r:r + 1, sub:sub + sb], view,
+                                                         masked[:, sub:sub + sb], gens[r]))
+            live = complete
+            if not live:
+                break
+            logits = run(x[:, lo:hi], _rule_mask(positions, real, lo, hi, B), store=True, positions=pos)
+            for r in live:
+                nfe[r] += 1
+                x[r, hi], end[r] = logits[r, -1].argmax(), hi + 1
+        out = []
+        for r in range(N):
+            ids = x[r, begin[r]:end[r]].tolist()
+            if stop is not None and stop in ids:
+                ids = ids[:ids.index(stop) + 1]
+            out.append((ids, committed[r], nfe[r]))
+        return out
 
 
 __all__ = ["Call", "Dream", "FamilySampler", "FastDLLMv2", "LLaDA", "Runner", "SDAR"]
