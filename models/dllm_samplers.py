@@ -646,19 +646,40 @@ class FastDLLMv2(FamilySampler):
                 end[r] = hi
             pos = positions[:, lo:hi]
             decoding, complete = list(live), []
+            see, cols = _rule_mask(positions, real, lo, hi, 32), torch.arange(B, device=device)
             while True:
+                has_mask = (x[:, lo:hi] == mask_id).any(-1).tolist()
                 still = []
                 for r in decoding:
-                    tail = x[r, start[r]:hi].tolist()
-                    if stop is not None and stop in tail and mask_id not in tail[:tail.index(stop)]:
-                        continue   # stopped: the row is done, its block left as it is
-                    (complete if mask_id not in tail else still).append(r)
+                    if stop is not None:
+                        tail = x[r, start[r]:hi].tolist()
+                        if stop in tail and mask_id not in tail[:tail.index(stop)]:
+                            continue   # stopped: the row is done, its block left as it is
+                    (still if has_mask[r] else complete).append(r)
                 decoding = still
                 if not decoding:
                     break
-                logits = run.predict(x[:, lo:hi], _rule_mask(positions, real, lo, hi, 32), positions=pos)
+                logits = run.predict(x[:, lo:hi], see, positions=pos)
                 for r in decoding:
                     nfe[r] += 1
+                if o.temperature == 0:   # no draws: every decoding row's step at once (per position, as alone)
+                    at = torch.tensor(decoding, device=device)
+                    block_ids = x[at, lo:hi]
+                    masked = block_ids == mask_id
+                    sub = masked.int().argmax(-1, keepdim=True) // sb * sb   # each row's first sub-block with a mask
+                    ours = masked & (cols >= sub) & (cols < sub + sb)
+                    probs = torch.softmax(logits[at], dim=-1)
+                    x1 = probs.argmax(dim=-1)
+                    p1 = torch.where(ours, probs.gather(-1, x1[..., None])[..., 0],
+                                     torch.tensor(float("-inf"), device=device))
+                    chosen = p1 > o.threshold
+                    chosen[torch.arange(len(decoding), device=device), p1.argmax(-1)] = True
+                    chosen &= ours
+                    x[at, lo:hi] = torch.where(chosen, x1, block_ids)
+                    for r, n in zip(decoding, chosen.sum(-1).tolist()):
+                        committed[r].append(n)
+                    continue
+                for r in decoding:
                     masked = x[r:r + 1, lo:hi] == mask_id
                     sub = int(masked[0].nonzero()[0, 0]) // sb * sb   # the first sub-block with a mask
                     view = x[r:r + 1, lo + sub:lo + sub + sb]
