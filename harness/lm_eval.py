@@ -103,6 +103,7 @@ from harness.progress import progress
 from harness.evaluate import SEED_STRIDE, execute_decode, execute_nll, load_model
 from harness.lm_eval_accounting import Accounting, attach_to_samples
 from harness.lm_eval_cache import keyed_by, model_identity
+from harness.lm_eval_ranks import DataParallel
 from models import DecodeConfig, get_paradigm, jsonio, paradigm_names
 from models.dllm_samplers import check_generation_length
 from models.fields import MAX_FIELD, MAX_SEED
@@ -176,7 +177,7 @@ def knob_value(name: str, value: Any) -> Any:
         raise ModelArgsError(f"model_args {e}") from None
 
 
-class HarnessLM(LM):
+class HarnessLM(DataParallel, LM):
     """An lm-eval model over a checkpoint of any paradigm (see the module docstring)."""
 
     @classmethod
@@ -240,6 +241,7 @@ class HarnessLM(LM):
                 raise models.CheckpointError(f"{self.checkpoint}/config.json: the model section names no paradigm")
             self._check_paradigm(stored)
         dev = pick_device(device)
+        self.join_ranks(dev)   # accelerate / torchrun: this process's share of the documents
         self.precision = decoding_precision(precision, source, dev.type)
         # a pretrained LM becomes the paradigm the model name asks for (AR for `harness`)
         try:

@@ -15,7 +15,7 @@ from models.errors import UserError
 
 from .cli import DECODE_KNOBS, expand, knob_value
 from .configs import PlanError, TrainConfig
-from .presets import PRESETS, Preset, TaskSpec
+from .preset_types import Preset, TaskSpec
 
 
 class PresetFileError(PlanError):
@@ -41,8 +41,9 @@ def _grid_points(path: Path, grid: dict) -> tuple[tuple[tuple[str, object], ...]
     return tuple(tuple(sorted(point.items())) for point in expand(lists))
 
 
-def load_preset_file(path: str | Path):
-    """The Preset a TOML file declares (the module docstring's keys), registered in harness.presets.PRESETS."""
+def load_preset_file(path: str | Path, registry: dict):
+    """The Preset a TOML file declares (the module docstring's keys), registered in `registry` (harness.presets.PRESETS:
+    a name of a built-in preset is refused)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -63,7 +64,7 @@ def load_preset_file(path: str | Path):
                               dict(spec.get("decode") or {})))
     if not tasks:
         raise PresetFileError(f"{path}: no [[tasks]]")
-    if name in PRESETS and getattr(PRESETS[name], "source_file", None) != str(path.resolve()):
+    if name in registry and getattr(registry[name], "source_file", None) != str(path.resolve()):
         raise PresetFileError(f"{path}: its name {name!r} is a built-in preset's; give it another `name`")
     base = TrainConfig(paradigm="ar")   # no model is trained: the file's models are evaluated as they are
     preset = Preset(name=name, description=str(data.get("description", f"preset file {path.name}")), base=base,
@@ -71,7 +72,7 @@ def load_preset_file(path: str | Path):
                     warmup=int(data.get("warmup", 0)), external=tuple((m, {}) for m in models),
                     precision=data.get("precision"), batch_size=data.get("batch_size"),
                     decode_points=_grid_points(path, data.get("grid") or {}), source_file=str(path.resolve()))
-    PRESETS[name] = preset
+    registry[name] = preset
     return preset
 
 

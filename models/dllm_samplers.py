@@ -25,17 +25,19 @@ The generation length is the task's `max_new_tokens` (LLaDA's gen_length, Dream'
 Fast-dLLM v2's max_new_tokens); the output is what the sampler returns after the prompt, cut by the token-counting rule
 (models.types.TOKEN_COUNTING_RULE), with SDAR's never-decoded trailing blocks (masks) dropped. One model call is one
 forward (NFE); LLaDA's classifier-free guidance (cfg_scale > 0) makes each call two forwards, the conditional and
-the unconditional row, and counts both. LLaDA, Dream and SDAR decode a batch of prompts in one loop (`run_batch`):
-left-padded with an attention mask, positions from each row's first token, each row's arithmetic and draws (its own
-generator) on its own columns, so every row equals its batch-1 decode (tests/test_dllm_batch.py); a row's NFE counts
-the forwards in which it is decoded. Fast-dLLM v2 (whose rows advance sub-block by sub-block at their own pace) decodes
-row by row.
+the unconditional row, and counts both. LLaDA, Dream and SDAR decode a batch of prompts in one loop (`run_batch`): left-padded with an attention
+mask, positions from each row's first token, each row's arithmetic and draws (its own generator) on its own columns,
+so every row equals its batch-1 decode (tests/test_dllm_batch.py); a row's NFE counts the forwards in which it is
+decoded. Fast-dLLM v2 batches too (its rows advance sub-block by sub-block at their own pace, each forward the whole
+block of every row with the same number of prompt blocks), but with use_block_cache (one row's sub-block calls) it
+decodes row by row and says so (a warning).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -46,6 +48,7 @@ from .loading.dllm import family_named
 from .dllm_runner import (Call, Runner, _even_split, _left_padded, _padded_mask, _top_k_filter,
                           _top_p_filter)
 from .errors import ConfigError
+from .fastdllm_batch import _fastdllm_commit, fastdllm_v2_batch
 from .fields import MAX_FIELD, MAX_STEPS, bounded
 from .samplers import Sampler, SamplerError, parse_sampler
 
@@ -113,6 +116,11 @@ class FamilySampler(Sampler):
         generator); a sampler that defines only `run` decodes row by row."""
         raise NotImplementedError
 
+    @property
+    def batches(self) -> bool:
+        """Whether a batch decodes in one loop (`run_batch`), not row by row."""
+        return type(self).run_batch is not FamilySampler.run_batch
+
     def generate(self, model, prompts, max_new_tokens: int, decode) -> list:
         """ParadigmModel.generate by this sampler: one Generation per prompt, its tokens cut by the token-counting
         rule after the first max_new_tokens, NFE the sampler's model calls and tokens_per_step what each of its steps
@@ -140,11 +148,14 @@ class FamilySampler(Sampler):
         stop_ids = set(model.stop_ids) if stop_at_eos else set()   # the eos and the end-of-turn ids
         prompts = [list(p) for p in prompts]
         args = (max_new_tokens, model.mask_id, stop_ids)
-        if type(self).run_batch is not FamilySampler.run_batch and trace is None and len(prompts) > 1:
+        if self.batches and trace is None and len(prompts) > 1:
             run = Runner(model, batch=len(prompts))
             gens = [torch.Generator(model.device).manual_seed(seed) for _ in prompts]
             return [(ids, nfe, committed) for ids, committed, nfe in
                     self.run_batch(run, prompts, *args, gens, model.device, model.config.block_size)]
+        if trace is None and len(prompts) > 1:
+            warnings.warn(f"sampler {self.spec()} decodes a batch row by row (only its own options keep it from "
+                          f"batching): a batch size above 1 does not speed it up", stacklevel=2)
         out = []
         for prompt in prompts:
             run = Runner(model, [] if trace is not None else None, keep_logits)
@@ -239,44 +250,58 @@ class LLaDA(FamilySampler):
             twice = (None if mask is None else mask if mask.dim() == 2 else torch.cat([mask, mask]),
                      torch.cat([positions, positions]))
         committed = [[] for _ in prompts]
+        cols = torch.arange(P + new, device=device)[None]
+        no = torch.tensor(float("-inf"), device=device)
         for b in range(blocks):
             end = P + (b + 1) * block
-            counts = [_even_split(int((x[r, P + b * block:end] == mask_id).sum()), steps) for r in range(len(prompts))]
-            for i in range(steps):
+            counts = ((x[:, P + b * block:end] == mask_id).sum(-1)).tolist()
+            counts = [_even_split(n, steps) for n in counts]
+            for i in range(steps):   # the whole batch's arithmetic at once (per position, as each row's alone)
                 if o.cfg_scale > 0:
                     un = x.clone()
                     un[:, :P] = mask_id
                     both = run.predict(torch.cat([x, un]), twice[0], positions=twice[1])
                     run.calls += 1   # the unconditional forward counts as one (NFE)
                     cond, unc = both[:len(prompts)], both[len(prompts):]
-                    all_logits = unc + (o.cfg_scale + 1) * (cond - unc)
+                    logits = unc + (o.cfg_scale + 1) * (cond - unc)
                 else:
-                    all_logits = run.predict(x, mask, positions=positions)
-                for r, (pad, gen) in enumerate(zip(pads, gens)):
-                    row, logits = x[r:r + 1, pad:], all_logits[r:r + 1, pad:].clone()
-                    masked = row == mask_id
-                    if o.logits_eos_inf:
-                        logits[..., o.eos_id] = float("-inf")
-                    if o.temperature == 0:
-                        x0 = logits.argmax(-1)
-                    else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T
-                        l64 = logits.double()
+                    logits = run.predict(x, mask, positions=positions)
+                if o.logits_eos_inf:
+                    logits = logits.index_fill(-1, torch.tensor([o.eos_id], device=device), float("-inf"))
+                masked = (x == mask_id) & real
+                if o.temperature == 0:
+                    x0 = logits.argmax(-1)
+                else:   # add_gumbel_noise in float64: exp(l) / (-log u)^T, each row's draw over its own columns
+                    x0 = torch.zeros_like(x)
+                    for r, (pad, gen) in enumerate(zip(pads, gens)):
+                        l64 = logits[r:r + 1, pad:].double()
                         u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
-                        x0 = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
-                    if o.confidence_eos_eot_inf:   # at temperature 0 the noised logits are the logits themselves
-                        logits[..., [o.eos_id, o.eot_id] if o.temperature == 0 else [o.eot_id]] = float("-inf")
-                    if o.remasking == "low_confidence":
-                        confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
-                    else:
-                        confidence = torch.rand(x0.shape, generator=gen, device=device)
-                    confidence[:, end - pad:] = float("-inf")
-                    x0 = torch.where(masked, x0, row)
-                    confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), device=device))
-                    chosen = torch.topk(confidence[0], counts[r][i]).indices
-                    row[0, chosen] = x0[0, chosen]
+                        x0[r:r + 1, pad:] = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
+                if o.confidence_eos_eot_inf:   # at temperature 0 the noised logits are the logits themselves
+                    ids = [o.eos_id, o.eot_id] if o.temperature == 0 else [o.eot_id]
+                    logits = logits.index_fill(-1, torch.tensor(ids, device=device), float("-inf"))
+                if o.remasking == "low_confidence":
+                    confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
+                else:
+                    confidence = torch.full(x.shape, float("-inf"), device=device)
+                    for r, (pad, gen) in enumerate(zip(pads, gens)):
+                        confidence[r:r + 1, pad:] = torch.rand((1, P + new - pad), generator=gen, device=device)
+                x0 = torch.where(masked, x0, x)
+                confidence = torch.where(masked & (cols < end), confidence, no)
+                _commit_top(x, x0, confidence, [c[i] for c in counts])
+                for r in range(len(prompts)):
                     committed[r].append(counts[r][i])
         per_step = 2 if o.cfg_scale > 0 else 1
         return [(x[r, P:].tolist(), committed[r], per_step * len(committed[r])) for r in range(len(prompts))]
+
+
+def _commit_top(x: torch.Tensor, x0: torch.Tensor, confidence: torch.Tensor, ks: list[int]) -> None:
+    """x[r] takes x0[r] at the ks[r] most confident positions of row r: one torch.topk over the rows of one k (a row's
+    padding columns at -inf, never among its k: the same positions as the topk of the row's own columns at batch 1)."""
+    for k in sorted(set(ks) - {0}):
+        rows = torch.tensor([r for r, kr in enumerate(ks) if kr == k], device=x.device)[:, None]
+        chosen = torch.topk(confidence[rows[:, 0]], k).indices
+        x[rows, chosen] = x0[rows, chosen]
 
 
 def _dream_tokens(logits: torch.Tensor, o: Dream, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -336,6 +361,18 @@ class Dream(FamilySampler):
         for i in range(o.steps):
             all_logits = run.predict(x_all, mask, positions=positions)
             t, s = timesteps[i], timesteps[i + 1]
+            if o.alg != "origin" and o.temperature == 0 and o.alg_temp == 0:   # no draws: the batch at once
+                masked = (x_all == mask_id) & real
+                confidence, x0 = _dream_tokens(all_logits.flatten(0, 1), o, None)   # (per position, as alone)
+                n_masked = masked.sum(-1) / 1
+                before = n_masked.tolist()
+                ks = [int(k) for k in ((n_masked * (1 - s / t)) if i < o.steps - 1 else n_masked).tolist()]
+                full = torch.where(masked, confidence.view(x_all.shape), torch.tensor(float("-inf"), device=device))
+                _commit_top(x_all, x0.view(x_all.shape), full, ks)
+                after = ((x_all == mask_id) & real).sum(-1).tolist()
+                for r in range(len(prompts)):
+                    committed[r].append(int(before[r]) - after[r])
+                continue
             for r, (pad, gen) in enumerate(zip(pads, gens)):
                 x, logits = x_all[r:r + 1, pad:], all_logits[r:r + 1, pad:]
                 masked = x == mask_id
@@ -604,28 +641,30 @@ class FastDLLMv2(FamilySampler):
                         else:
                             logits = forward(x[:, -B:], store=False, predict=True)[:, lo:hi]
                             block_cached = o.use_block_cache
-                        if o.temperature > 0:
-                            probs = F.softmax(_top_p_filter(logits / o.temperature, o.top_p)
-                                              if o.top_p < 1 else logits / o.temperature, dim=-1)
-                            probs = probs / probs.sum(-1, keepdim=True)
-                            x1 = torch.multinomial(probs[0], 1, generator=gen)[None, :, 0]
-                        else:
-                            probs = torch.softmax(logits, dim=-1)
-                            x1 = probs.argmax(dim=-1)
-                        p1 = probs.gather(-1, x1[..., None])[..., 0]
-                        p1 = torch.where(masked[:, lo:hi], p1, torch.tensor(float("-inf"), device=device))
-                        chosen = p1 > o.threshold
-                        chosen[0, p1[0].argmax()] = True
-                        chosen &= masked[:, lo:hi]
                         view = x[:, -B:][:, lo:hi]
-                        view[chosen] = x1[chosen]
-                        committed.append(int(chosen.sum()))
+                        committed.append(_fastdllm_commit(o, logits, view, masked[:, lo:hi], gen))
             ids = x
         out = ids[0, P:].tolist()
         first = next((i for i, t in enumerate(out) if t in stop_ids), None)
         if first is not None:
             out = out[:first + 1]
         return out, committed
+
+    @property
+    def batches(self) -> bool:
+        """The block cache's sub-block calls (one row's, at its own pace) do not batch: with it, row by row."""
+        return not self.use_block_cache
+
+    def run_batch(self, run: Runner, prompts: list[list[int]], new: int, mask_id: int, stop_ids: set[int],
+                  gens: list[torch.Generator], device, block: int | None) -> list[tuple[list[int], list[int], int]]:
+        """`run` for a batch in one loop (without use_block_cache): the rows with the same number of whole prompt
+        blocks (prefilled; a prompt of exactly one block is not read by the reference: an empty one here) decode as one
+        batch, so that their blocks share columns and one cache with no padding (the groups one after another). Block
+        by block, every forward runs the whole batch: a row whose
+        block still has masks (and no stop) is decoded by it on its own sub-block (its own generator) and counts it; a
+        row whose block is complete waits, then all complete rows write theirs to the cache in one forward (each its
+        bonus token); a row that stopped sits out. Each row equals its batch-1 `run` (tests/test_dllm_batch.py)."""
+        return fastdllm_v2_batch(self, run, prompts, new, mask_id, stop_ids, gens, device, block)
 
 
 __all__ = ["Call", "Dream", "FamilySampler", "FastDLLMv2", "LLaDA", "Runner", "SDAR"]

@@ -83,3 +83,30 @@ def test_the_bench_s_larger_model_keeps_the_family_and_batches_as_batch_1(case):
     sampler, batch = SETTINGS[case][0], prompts()[:4]
     assert sampler.rows(model, batch, 8, seed=3, stop_at_eos=False) == \
         [sampler.rows(model, [p], 8, seed=3, stop_at_eos=False)[0] for p in batch]
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_fast_dllm_v2_batches_prompts_of_every_block_alignment_as_batch_1(stop, monkeypatch):
+    """Fast-dLLM v2: prompts shorter than, exactly, and longer than a block (bd 8), whole multiples of it (the bonus
+    token after the prefill) and not, decode in one loop per number of prompt blocks (3 batches here, not 7 rows one by
+    one), each row its batch-1 tokens, steps and forwards."""
+    model, _ = load("fastdllm_v2_bd8")
+    sampler = S.FastDLLMv2(threshold=0.9)
+    gen = torch.Generator().manual_seed(1)
+    batch = [torch.randint(2, 100, (n,), generator=gen).tolist() for n in (3, 8, 16, 11, 13, 21, 18)]
+    calls = []
+    forward = model.backbone.forward
+    monkeypatch.setattr(model.backbone, "forward", lambda ids, *a, **k: calls.append(ids.shape[0]) or
+                        forward(ids, *a, **k))
+    together = sampler.rows(model, batch, 16, seed=3, stop_at_eos=stop)
+    sizes = sorted(set(calls))
+    alone = [sampler.rows(model, [p], 16, seed=3, stop_at_eos=stop)[0] for p in batch]
+    assert together == alone
+    assert sizes == [2, 3]   # {3, 8 (read as empty)}, {11, 13}, {16, 21, 18}
+    assert len({tuple(ids) for ids, _, _ in alone}) > 1
+
+
+def test_a_sampler_that_decodes_row_by_row_says_so():
+    model, _ = load("fastdllm_v2_bd8")
+    with pytest.warns(UserWarning, match="row by row"):
+        S.FastDLLMv2(use_block_cache=True).rows(model, prompts()[:2], 8, seed=3, stop_at_eos=False)

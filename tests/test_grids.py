@@ -112,6 +112,7 @@ def test_a_preset_file_plans_runs_and_reports_as_a_built_in_one(fixture_model, t
         rows = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()]
         assert {r["preset"] for r in rows} == {"fixture-grid"} and len({r["run_id"] for r in rows}) == 2
         assert (folder / "tables" / "aup.md").is_file() and (folder / "tables" / "gsm8k.md").is_file()
+        assert list((tmp_path / "r" / "plots").glob("fixture-grid-gsm8k*.png"))   # its figures, as a built-in's
     finally:
         PRESETS.pop("fixture-grid", None)
 
