@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .presets import CLAIM_TASKS
 from .rows import cache_kind, commit_policy, language, series_of, setting, train_seed
 from .stats import decide, t_interval
 from .store import ResultsStore, malformed
@@ -51,10 +52,11 @@ class Results:
         self._examples: dict[str, dict] = {}
 
     def groups(self) -> dict[str, list[int]]:
-        """The training seeds of the trained models per oracle language, e.g. {"hmm-strong": [0, 1, 2]}."""
+        """The training seeds of the trained models per oracle language of the claims' tasks (CLAIM_TASKS; a dependency
+        task's operation language, oracle_ops, is no claim's), e.g. {"hmm-strong": [0, 1, 2]}."""
         out: dict[str, set[int]] = {}
         for c in self.cells:
-            if language(c) is not None:
+            if language(c) is not None and c.get("task") in CLAIM_TASKS:
                 out.setdefault(language(c), set()).add(train_seed(c))
         return {lang: sorted(seeds) for lang, seeds in out.items()}
 
