@@ -363,24 +363,44 @@ _PAPER_PRESETS = (
            (TaskSpec("ppl_lm1b", 1000, {"source": "hf"}),)),
 )
 
-# The diffusion LMs the field evaluates (models/loading/dllm.py), each on GSM8K (200 test questions, 256 new tokens) with its
-# own published sampler (models/dllm_samplers.py) at the settings of its authors' evaluation: LLaDA semi-AR blocks of
-# 8 with one step per token and no EOS/EOT option (ML-GSAI/LLaDA EVAL.md @ b7e6c356, LLaDA-8B-Instruct's GSM8K
-# block-diffusion column: gen_length 256, block_length 8, logits_eos_inf and confidence_eos_eot_inf False; steps =
-# gen_length as in its eval_llada_lm_eval.sh), Dream's entropy order with one step per token, SDAR/TraDo
-# blocks of 4 in 4 steps with the dynamic threshold 0.9 (TraDo's evaluation), Fast-dLLM v2's threshold 0.9 over
-# blocks of 32 and sub-blocks of 8 (its chat setting). bf16, as the weights are published. For GPUs; `--plan` works
-# offline (the published configs' sizes ship in models/assets/dllm_configs.json); running downloads the checkpoint.
-# The question is asked in the checkpoint's own chat template (task option chat: every family's evaluation applies
-# it: Dream's eval_instruct, dllm's and Fast-dLLM's LLaDA scripts, TraDo's); a Fast-dLLM v2 model has no likelihood,
-# so its rows say answer_nll_per_token is not available. `--max-new-tokens` changes the length.
-# `--sampler harness` decodes the same model with our decoders and commit policies. Never run in CI.
+# The diffusion LMs the field evaluates (models/loading/dllm.py), each on GSM8K (200 test questions) as its authors'
+# evaluation scripts run it: its own published sampler (models/dllm_samplers.py, FAMILY_SETTINGS) at their settings,
+# their generation length, and their prompt (shots, instruction) in the checkpoint's own chat template (task option
+# prompt=<family>, tasks/gsm8k_prompts.py). Every value is cited file @ commit in FAMILY_GSM8K below. bf16, as the
+# weights are published. For GPUs; `--plan` works offline (the published configs' sizes ship in
+# models/assets/dllm_configs.json); running downloads the checkpoint. A Fast-dLLM v2 model has no likelihood, so its
+# rows say answer_nll_per_token is not available. Not reproduced: each family's own answer post-processing (ours reads
+# "####", then \boxed{}, then the last number: tasks/gsm8k.py), and each family's stop strings/ids (every decoder
+# stops on the checkpoint's stop-id set, models/loading/stop_ids.py; the families': LLaDA none, the whole gen_length
+# decoded (opencompass/models/dllm.py); Dream the text cut at the tokenizer's eos and at "Q:", "</s>", "<|im_end|>"
+# (gsm8k-cot.yaml, lm_eval/models/diffllm.py); SDAR generation_config's eos ids and the tokenizer's eos
+# (models/huggingface_bd3.py _get_potential_stop_words); Fast-dLLM v2 <|im_end|> 151645 alone (v2/generation_functions.py
+# FAST_DLLM_STOP_TOKEN)). `--max-new-tokens` changes the length; `--sampler harness` decodes the same model with our
+# decoders and commit policies. Never run in CI.
 FAMILY_SETTINGS = {   # the published GSM8K setting of each family's own sampler, for a generation of n new tokens
+    # ML-GSAI/LLaDA EVAL.md @ b7e6c356, LLaDA-8B-Instruct's block-diffusion GSM8K column (gen_length 256, block_length 8,
+    # logits_eos_inf and confidence_eos_eot_inf False), run by opencompass/examples/
+    # llada_instruct_gen_gsm8k_length256_block8.py (gen_steps = gen_length = 256; temperature 0, cfg 0, remasking
+    # low_confidence: opencompass/models/dllm.py LLaDAModel's defaults)
     "llada": lambda n: f"llada(steps={n},block_length={8 if n % 8 == 0 else n})",
-    "dream": lambda n: f"dream(steps={n},alg=entropy)",
-    "sdar": lambda n: "sdar(block_length=4,denoising_steps=4,threshold=0.9)",
-    "fastdllm_v2": lambda n: "fastdllm_v2(threshold=0.9)",
+    # DreamLM/Dream eval_instruct/eval.sh @ fac0a7f2, gsm8k_cot: max_new_tokens = diffusion_steps = 256, temperature
+    # 0.1, top_p 0.9, alg entropy (alg_temp 0: lm_eval/models/diffllm.py's default)
+    "dream": lambda n: f"dream(steps={n},alg=entropy,alg_temp=0,temperature=0.1,top_p=0.9)",
+    # JetAstra/SDAR evaluation/opencompass/configs/eval_sdar_hf.py @ c2041a83, the SDAR-*-Chat "b4-thr1_00" rows (the
+    # README's Table 1 setting: greedy, block_length 4, denoising_steps 4): block_length 4, denoising_steps 4,
+    # temperature 1.0, top_k 1, top_p 1.0, remasking low_confidence, threshold 1.0 (static); gen_length 4096
+    "sdar": lambda n: "sdar(block_length=4,denoising_steps=4,remasking=low_confidence,temperature=1.0,top_k=1,top_p=1.0,"
+                      "threshold=1.0)",
+    # NVlabs/Fast-dLLM v2/eval_script.sh @ 5332e2fc, gsm8k: threshold=1 (one token per step); v2/eval.py's defaults
+    # small_block_size 8, bd_size 32 (the 7B checkpoint's own block size, which block_size=None reads), max_new_tokens
+    # 2048, use_block_cache False
+    "fastdllm_v2": lambda n: "fastdllm_v2(small_block_size=8,threshold=1.0)",
 }
+# Each family's GSM8K task options: generation length and prompt (tasks/gsm8k_prompts.py cites each prompt). Lengths:
+# LLaDA 256 (EVAL.md, above), Dream 256 (eval.sh), SDAR 4096 (eval_sdar_hf.py gen_length), Fast-dLLM v2 2048 (v2/eval.py
+# max_new_tokens, not overridden by eval_script.sh). Shots: LLaDA 4 (OpenCompass gsm8k_gen_1d7fe4, as chat turns), Dream
+# 0 (eval.sh --num_fewshot 0), SDAR 0 (gsm8k_0shot_v2_gen_17d799), Fast-dLLM v2 0 (eval_script.sh --num_fewshot 0).
+FAMILY_GSM8K = {"llada": 256, "dream": 256, "sdar": 4096, "fastdllm_v2": 2048}
 
 
 def family_setting(family: str, new_tokens: int) -> str:
@@ -389,22 +409,26 @@ def family_setting(family: str, new_tokens: int) -> str:
     return FAMILY_SETTINGS[family](new_tokens)
 
 
-def _dllm(name: str, hub_id: str, sampler: str, description: str) -> Preset:
+def _dllm(name: str, hub_id: str, family: str, description: str) -> Preset:
+    n = FAMILY_GSM8K[family]
     return Preset(name=name, description=description, base=_PAPER_TRAIN.base, steps=_PAPER_TRAIN.steps,
                   block_sizes=(), grid=Grid(thresholds=(None,)), warmup=5, external=((hub_id, {}),), precision="bf16",
-                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": 256, "source": "hf", "chat": True},
-                                  {"sampler": sampler}),))
+                  tasks=(TaskSpec("gsm8k", 200, {"max_new_tokens": n, "source": "hf", "chat": True, "prompt": family},
+                                  {"sampler": family_setting(family, n)}),))
 
 
 _DLLM_PRESETS = (
-    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", family_setting("llada", 256),
-          "LLaDA-8B-Instruct on GSM8K with LLaDA's generate(): blocks of 8, one step per token"),
-    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", family_setting("dream", 256),
-          "Dream-v0-Instruct-7B on GSM8K with diffusion_generate: entropy order, one step per token"),
-    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", family_setting("sdar", 256),
-          "SDAR-8B-Chat on GSM8K with block_diffusion_generate: blocks of 4 in 4 steps, dynamic threshold 0.9"),
-    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", family_setting("fastdllm_v2", 256),
-          "Fast_dLLM_v2_7B on GSM8K with its generate(): blocks of 32, sub-blocks of 8, threshold 0.9"),
+    _dllm("llada-gsm8k", "GSAI-ML/LLaDA-8B-Instruct", "llada",
+          "LLaDA-8B-Instruct on GSM8K as its OpenCompass evaluation: 4 shots, 256 tokens in blocks of 8, one step per "
+          "token"),
+    _dllm("dream-gsm8k", "Dream-org/Dream-v0-Instruct-7B", "dream",
+          "Dream-v0-Instruct-7B on GSM8K as its eval.sh: gsm8k_cot 0-shot, 256 tokens, entropy order, temperature 0.1"),
+    _dllm("sdar-gsm8k", "JetLM/SDAR-8B-Chat", "sdar",
+          "SDAR-8B-Chat on GSM8K as its OpenCompass evaluation: 0-shot \\boxed{} instruction, blocks of 4 in 4 steps, "
+          "greedy, static (threshold 1), up to 4096 tokens"),
+    _dllm("fastdllm-gsm8k", "Efficient-Large-Model/Fast_dLLM_v2_7B", "fastdllm_v2",
+          "Fast_dLLM_v2_7B on GSM8K as its eval_script.sh: 0-shot \\boxed{} instruction, blocks of 32, sub-blocks of 8, "
+          "threshold 1, up to 2048 tokens"),
 )
 
 PRESETS = {p.name: p for p in (_SMOKE, _CPU, _SMOLLM2, _PAPER_TRAIN, *_PAPER_PRESETS, *_DLLM_PRESETS)}

@@ -24,6 +24,9 @@ Option `prompt="setdlms"` (the paper-gsm8k preset): the official SetDLM evaluati
 template (Qwen3's, thinking enabled: no empty think block) with the generation prompt; the answer is the text between
 the first "boxed{" and the next "}" of the output cut at the stop strings, correct iff it equals the reference after
 "#### " (string equality). The NLL reference answer follows that prompt.
+Option `prompt=<family>` (llada, dream, sdar, fastdllm_v2: the `*-gsm8k` presets): the family's published GSM8K prompt
+(tasks/gsm8k_prompts.py, cited from its evaluation scripts: shots, instruction, chat template), answer read as above;
+option `shots` (default: all the prompt publishes, LLaDA's 4) keeps the first n of them.
 Context policy: max_new_tokens is clamped to the space left after the prompt; a question that
 does not fit with at least one new token is refused (TaskError); the reference answer in the
 NLL request is truncated at the context length.
@@ -39,6 +42,7 @@ import re
 from typing import Any, Sequence
 
 from models.errors import unknown
+from tasks.gsm8k_prompts import PUBLISHED
 from tasks.base import (
     Example, GenerateRequest, MetricValue, NllOutput, NllRequest, Record, Request, Task, TaskError, TextOutput,
     check_context_length, fit_generation, mean_ci, output, ratio_ci,
@@ -52,7 +56,7 @@ _DECIMAL = re.compile(r"-?\d+\.\d+")
 
 
 SETDLMS_INSTRUCTION = "Please reason step by step, and put your final answer within $\\boxed{}$. "
-PROMPTS = ("plain", "setdlms")
+PROMPTS = ("plain", "setdlms", *PUBLISHED)
 
 
 def boxed_answer(generated: str) -> str | None:
@@ -121,11 +125,17 @@ class GSM8K(Task):
     embedded_file = "gsm8k/test.jsonl"
     hf_default = ("openai/gsm8k", "main", "test")
 
-    def __init__(self, max_new_tokens: int = 256, chat: bool = False, prompt: str = "plain", **source: Any):
+    def __init__(self, max_new_tokens: int = 256, chat: bool = False, prompt: str = "plain", shots: int | None = None,
+                 **source: Any):
         super().__init__(**source)
         if prompt not in PROMPTS:
             raise TaskError(f"task gsm8k: {unknown('prompt', prompt, PROMPTS)}")
-        self.prompt = prompt
+        if shots is not None:
+            have = len(PUBLISHED[prompt].shots()) if prompt in PUBLISHED else 0
+            if isinstance(shots, bool) or not isinstance(shots, int) or not 0 <= shots <= have:
+                raise TaskError(f"task gsm8k: shots must be an integer from 0 to {have} (the shots prompt={prompt} "
+                                f"publishes), got {shots!r}")
+        self.prompt, self.shots = prompt, shots
         if max_new_tokens < 1:
             raise TaskError(f"task gsm8k: max_new_tokens must be >= 1, got {max_new_tokens}")
         if not isinstance(chat, bool):
@@ -143,8 +153,10 @@ class GSM8K(Task):
         """The prompt as the tokenizer's chat template renders it (chat=true, or the setdlms prompt)."""
         template = getattr(tokenizer, "chat", None)
         if template is None:
-            needs = "prompt=setdlms" if self.prompt == "setdlms" else "chat=true"
+            needs = f"prompt={self.prompt}" if self.prompt != "plain" else "chat=true"
             raise TaskError(f"task gsm8k: {needs} needs a model whose tokenizer has a chat template; this one has none")
+        if self.prompt in PUBLISHED:
+            return PUBLISHED[self.prompt].render(question, template, self.shots)
         content = SETDLMS_INSTRUCTION + question if self.prompt == "setdlms" else prompt_text(question)
         return template.render([{"role": "user", "content": content}])
 

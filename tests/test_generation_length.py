@@ -92,9 +92,10 @@ def test_the_chat_prompt_is_the_tokenizers_own_rendering(instruct):
 
 
 @pytest.mark.parametrize("case, sampler", [("llada_mha", "llada(block_length=8,steps=96)"),
-                                           ("dream_gqa", "dream(alg=entropy,steps=96)"),
-                                           ("sdar_b4", "sdar(block_length=4,denoising_steps=4,threshold=0.9)"),
-                                           ("fastdllm_v2_bd8", "fastdllm_v2(threshold=0.9)")])
+                                           ("dream_gqa", "dream(alg=entropy,steps=96,temperature=0.1,top_p=0.9)"),
+                                           ("sdar_b4", "sdar(block_length=4,denoising_steps=4,remasking=low_confidence,"
+                                                       "threshold=1,top_k=1)"),
+                                           ("fastdllm_v2_bd8", "fastdllm_v2")])   # its defaults: eval_script.sh's
 def test_a_single_run_is_one_cell_with_the_models_own_default(case, sampler):
     """`--model X --task T` with no decoding flag: one cell, the family's own sampler at its published setting for the
     task's length (never the preset's 5-point grid of our decoder)."""
