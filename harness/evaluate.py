@@ -199,8 +199,14 @@ def warmup_requests(cell: RunCell, task: Task, tok: Tokenizer, length: int) -> l
 
 
 def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list[dict],
-                  write_examples: Callable[[list[dict]], None], judge=None, progress: bool = True) -> list[dict]:
-    """Run the missing example chunks of `cell` and return its result rows (one per metric)."""
+                  write_examples: Callable[[list[dict]], None], judge=None, progress: bool = True,
+                  shard: tuple[int, int] | None = None) -> list[dict]:
+    """Run the missing example chunks of `cell` and return its result rows (one per metric).
+
+    `shard=(w, W)`: run only the missing chunks c with c % W == w (worker w of W evaluating one cell: the Ray
+    launcher's --cell-workers) and return no result rows ([]): the cell is aggregated by a later call that finds
+    every example row in `existing` (it decodes nothing). A chunk's rows do not depend on which worker ran it
+    (each chunk seeds itself), so the merged rows are those of one process."""
     tok, L = loaded.tokenizer, loaded.length
     examples, requests = cell_requests(cell, task, tok, L)
     requests, left_out = servable(task, requests, likelihood_unavailable(loaded))
@@ -209,6 +215,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
     chunks = [examples[i:i + bs] for i in range(0, len(examples), bs)]
     have = {row["example_id"]: row for row in existing}
     todo = [c for c, chunk in enumerate(chunks) if any(ex.id not in have for ex in chunk)]
+    if shard is not None:
+        todo = [c for c in todo if c % shard[1] == shard[0]]
     decode_base = cell.decode
     timed = task.decode_kind != "none"
 
@@ -258,6 +266,8 @@ def evaluate_cell(cell: RunCell, loaded: LoadedModel, task: Task, existing: list
             have.setdefault(row["example_id"], row)
         bar.update(len(chunk))
     bar.close()
+    if shard is not None:
+        return []
 
     rows = [have[ex.id] for ex in examples]
     metrics = task.aggregate([r["metrics"] for r in rows])

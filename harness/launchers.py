@@ -310,10 +310,11 @@ def preflight(plan: Plan) -> None:
 
 def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bool = False,
             progress: bool = True, ray_address: str | None = None, ray_cpus: int = 1,
-            delete_downloads: bool = False, jobs: str | int = 1) -> ResultsStore:
+            delete_downloads: bool = False, jobs: str | int = 1, cell_workers: int = 1) -> ResultsStore:
     """Run the unfinished cells of `plan` into `out/<preset>/` under the directory's writer lock, evaluated by
     `eval_workers(plan, ..., jobs)` processes (the CLI's default is `auto`; here this process, unless asked); the
-    plan and its time estimate are printed first, the measured time last."""
+    plan and its time estimate are printed first, the measured time last. `cell_workers`: Ray tasks per cell
+    (harness.ray_launcher.cell_shards)."""
     if launcher not in LAUNCHERS:
         raise LauncherError(unknown("launcher", launcher, LAUNCHERS))
     workers, threads = eval_workers(plan, plan.cells[0].device if plan.cells else device, jobs, launcher,
@@ -338,7 +339,7 @@ def execute(plan: Plan, out: str, device: str, launcher: str = "local", wait: bo
             if launcher == "local":
                 run_local(plan, cells, store, device, progress, delete_downloads, workers, threads)
             else:
-                run_ray(plan, cells, store, progress, ray_address, ray_cpus)
+                run_ray(plan, cells, store, progress, ray_address, ray_cpus, cell_workers)
             print(f"ran {len(cells)} cells in {format_duration(time.perf_counter() - t0)} (training included)",
                   file=sys.stderr, flush=True)
             graphs, seconds = compiled_step_graphs()

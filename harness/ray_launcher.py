@@ -5,6 +5,9 @@ harness/launchers.py says what a launcher does and calls `run_ray`; this module 
 travels as plain data (`checkpoint_payload`: the checkpoint's own files only, no symlink out of its folder) and is
 written back atomically (`write_checkpoint`: relative names only); a cell task returns its example rows and result
 rows, which the driver writes through the ResultsStore as they arrive, so a killed Ray sweep resumes like a local one.
+With `--cell-workers N` a cell's example chunks are split over N tasks (`cell_shards`; chunk c to task c % N, each
+warming up on its own) whose example rows the driver writes as they arrive; a last task then aggregates the cell from
+every example row (it decodes nothing), so its rows are those of one process except the measured and host fields.
 
     python -m harness.run --sweep --preset smoke --launcher ray                       # a local Ray cluster
     python -m harness.run --sweep --preset paper --launcher ray --ray-address HOST:6379 --device cuda
@@ -127,8 +130,10 @@ def _worker_model(payload: dict, device: torch.device, precision: str) -> Loaded
 
 
 def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, judge_name: str | None, existing: list[dict],
-                 judge_precision: str = "fp32", featuriser=None) -> tuple[list[dict], list[dict]]:
-    """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten."""
+                 judge_precision: str = "fp32", featuriser=None,
+                 shard: tuple[int, int] | None = None) -> tuple[list[dict], list[dict]]:
+    """Ray task: evaluate one cell from checkpoint payloads; returns (example rows, result rows), unwritten.
+    With `shard=(w, W)` only its share of the missing chunks, and no result rows (evaluate.evaluate_cell)."""
     dev = resolve_device(cell.device)
     loaded = _worker_model(model, dev, cell.precision)
     ar_judge = ARJudge(_worker_model(judge, dev, judge_precision), judge_name) if judge is not None else None
@@ -136,8 +141,17 @@ def ray_cell_job(cell: RunCell, model: dict, judge: dict | None, judge_name: str
     if key not in _WORKER_TASKS:
         _WORKER_TASKS[key] = equip(get_task(cell.task, **cell.options), featuriser, dev)
     examples: list[dict] = []
-    rows = evaluate_cell(cell, loaded, _WORKER_TASKS[key], existing, examples.extend, ar_judge, progress=False)
+    rows = evaluate_cell(cell, loaded, _WORKER_TASKS[key], existing, examples.extend, ar_judge, progress=False,
+                         shard=shard)
     return examples, rows
+
+
+def cell_shards(cell: RunCell, workers: int) -> int:
+    """How many Ray tasks decode `cell`'s examples under `--cell-workers workers`: at most one per chunk of
+    batch-size examples its --limit allows (a cell without a limit: `workers`); 1 is one task that also aggregates."""
+    if cell.limit is not None:
+        workers = min(workers, -(-cell.limit // max(1, cell.batch_size)))
+    return max(1, workers)
 
 
 def _local_cluster_cpus() -> int:
@@ -148,9 +162,10 @@ def _local_cluster_cpus() -> int:
 
 
 def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str | None = None,
-            cpus_per_task: int = 1) -> int:
-    """Run `cells` as Ray tasks (training tasks first, shared by the cells that need them); the driver
-    writes every result. Connects to `address`, or starts (and stops) a local cluster."""
+            cpus_per_task: int = 1, cell_workers: int = 1) -> int:
+    """Run `cells` as Ray tasks (training tasks first, shared by the cells that need them; each cell's chunks split
+    over `cell_shards(cell, cell_workers)` tasks, then merged); the driver writes every result. Connects to
+    `address`, or starts (and stops) a local cluster."""
     ray = import_ray()
     from ray.exceptions import RayTaskError
 
@@ -184,7 +199,8 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
         # resources at decoration time: Ray then gives every GPU task a fresh worker process (max_calls=1)
         train_task = ray.remote(**resources)(ray_train_job)
         cell_task = ray.remote(**resources)(ray_cell_job)
-        pending: dict = {}                       # ObjectRef -> ("train", cfg) | ("cell", cell)
+        pending: dict = {}                       # ObjectRef -> ("train", cfg) | ("cell" | "shard", cell)
+        shards_left: dict[str, int] = {}         # run_id -> shard tasks of the cell still running
         payloads: dict = {}                      # model_id -> ObjectRef of its checkpoint payload
         for model_id, external in plan.external.items():   # a model the user brings (--model): ship it
             if external.source.is_saved_checkpoint:
@@ -203,13 +219,21 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
             judge_key = f"judge-{plan.judge.model_id}"                # its own key (the same LM may also be a
             payloads[judge_key] = ray.put({"model_id": judge_key, "spec": plan.judge.spec,   # cell's model, at
                                            "paradigm": "ar", "length": None, "block_size": None})   # another length)
-        for cell in cells:
+
+        def submit(cell: RunCell, shard: tuple[int, int] | None = None) -> None:
             needs = TASKS[cell.task].measures_with == "judge"
             judge = payloads[judge_key] if needs else None
             ref = cell_task.remote(cell, payloads[cell.model_id], judge, plan.judge.name if needs else None,
                                    store.example_rows(cell.run_id), plan.judge.precision if needs else "fp32",
-                                   plan.featuriser)
-            pending[ref] = ("cell", cell)
+                                   plan.featuriser, shard)
+            pending[ref] = ("shard" if shard else "cell", cell)
+
+        for cell in cells:
+            n = cell_shards(cell, cell_workers)
+            if n > 1:
+                shards_left[cell.run_id] = n
+            for w in range(n):
+                submit(cell, (w, n) if n > 1 else None)
         driver_sha = git_sha()
         bar = progress_bar(len(cells), f"sweep {plan.preset.name} (ray)", enabled=progress)
         training = sum(kind == "train" for kind, _ in pending.values())
@@ -232,6 +256,12 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
                     bar.set_postfix_str(f"training {training} model(s)" if training else "")
                     continue
                 examples, rows = result
+                if kind == "shard":              # its examples written, the last shard's merge aggregates the cell
+                    store.append_examples(item.run_id, examples)
+                    shards_left[item.run_id] -= 1
+                    if not shards_left[item.run_id]:
+                        submit(item)
+                    continue
                 for row in rows:                 # workers without the .git directory cannot tell
                     if row.get("git_sha") == "unknown":
                         row["git_sha"] = driver_sha

@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ray-address", help="with --launcher ray: the cluster address (default: start a local one)")
     ap.add_argument("--ray-cpus", type=positive_int, default=1,
                     help="with --launcher ray: CPUs each task requests when not on cuda (default 1)")
+    ap.add_argument("--cell-workers", type=positive_int, default=1,
+                    help="with --launcher ray: split each cell's example chunks over N tasks (chunk c to task c %% N, "
+                         "at most one task per chunk), then merge them: the rows of one process (default 1)")
     ap.add_argument("--wait", action="store_true", help="wait for another sweep writing the same results directory")
     ap.add_argument("--delete-downloads", action="store_true",
                     help="delete each downloaded paper checkpoint from the Hugging Face cache after its cells (the "
@@ -135,6 +138,8 @@ def make_plan(args):
         raise PlanError(unknown("launcher", args.launcher, LAUNCHERS))
     if args.launcher != "ray" and args.ray_address:
         raise PlanError("--ray-address applies to --launcher ray")
+    if args.launcher != "ray" and args.cell_workers > 1:
+        raise PlanError("--cell-workers applies to --launcher ray (locally, --jobs runs whole cells in parallel)")
     if args.launcher == "ray" and args.delete_downloads:
         raise PlanError("--delete-downloads applies to --launcher local (Ray workers keep their own caches)")
     if args.launcher == "ray":
@@ -241,7 +246,7 @@ def _main(argv: list[str] | None) -> int:
     pending = len(pending_cells(plan, ResultsStore(results_dir(args.out, plan.preset.name))))
     started = time.perf_counter()
     store = execute(plan, args.out, args.device, args.launcher, args.wait, not args.quiet, args.ray_address,
-                    args.ray_cpus, args.delete_downloads, args.jobs)
+                    args.ray_cpus, args.delete_downloads, args.jobs, args.cell_workers)
     seconds = time.perf_counter() - started
     ids = {c.run_id for c in plan.cells}
     if not args.sweep:   # one cell or a few: their rows are the summary
