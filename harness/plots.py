@@ -6,7 +6,8 @@ hardware-free axis; a reference run's points hollow and dotted); `plot_per_model
 that decoding cannot change; `task_figures` picks which of the two a task's metrics get. `pareto_mask` is the
 front's definition (the task tables' Pareto flag too), `compared` the rows that take part (every row but the
 pretrained references), `language_tag` an oracle language as a safe part of a figure's file name. Figures are
-written whole (harness.paths.replacing) with no software stamp, so rerunning gives identical files.
+written whole (harness.oracle_figures.save_figure) with no software stamp and the legend
+outside the axes, so rerunning gives identical files.
 
     python -m harness.report --results results/reference --plots plots      # every figure of the reference
 """
@@ -34,7 +35,8 @@ import pandas as pd  # noqa: E402
 from models import get_paradigm, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
-from .paths import is_safe_component, replacing  # noqa: E402
+from .oracle_figures import legend_outside, save_figure  # noqa: E402
+from .paths import is_safe_component  # noqa: E402
 from .rows import is_reference  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
@@ -168,12 +170,8 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
              f"{int(trained.train_seed.min())} (the tables hold every seed)" if not trained.empty else "")
     fig.suptitle(f"{label} vs speed: {task}, {first.preset} preset, n={int(first.n_examples)} per point, "
                  f"{_machine(sub)}, {'; '.join(dict.fromkeys(sub.precision))}{which}", fontsize=10)
-    fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.83, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    legend_outside(fig, handles)   # right of the axes, never over the data
+    save_figure(fig, path)
     return list(handles)
 
 
@@ -215,12 +213,9 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
     ax.set_title(f"{title}\n{first.preset} preset, {_machine(groups[0][1])}, {first.precision}; per model: "
                  f"decoding cannot change it", fontsize=9)
     ax.grid(True, axis="y", alpha=0.25)
-    fig.legend(loc="center right", fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    handles, labels = ax.get_legend_handles_labels()
+    legend_outside(fig, dict(zip(labels, handles)))
+    save_figure(fig, path)
     return True
 
 
