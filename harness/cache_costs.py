@@ -86,7 +86,8 @@ def table(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
             row = {"model": _model(curve[0]), "cache": kind, "reference": bool(curve[0].get("reference")),
                    "max tokens/forward": max(c["tokens_per_forward"] for c in curve),
                    "exact max tokens/forward": max(c["tokens_per_forward"] for c in exact),
-                   "processed/forward": _processed(curve), "exact processed/forward": _processed(exact)}
+                   "range": None, "processed/forward": _processed(curve),
+                   "exact processed/forward": _processed(exact)}
             for shape in ("hull", "envelope"):
                 parts = ("area", "quality") if shape == "hull" else ("area",)
                 found = {r["part"]: r for r in frontier_area(results, 0, curve, exact, "forward_kl",
@@ -101,8 +102,10 @@ def table(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
                         r = {"difference": 0.0, "ci_low": 0.0, "ci_high": 0.0}
                     row.update({name: r["difference"] if r else None, f"{name} low": r["ci_low"] if r else None,
                                 f"{name} high": r["ci_high"] if r else None})
-                if "area" in found:
-                    row["range"] = float(min(found["area"]["reach"]))
+                if "area" in found:   # reaches as ratios of sums over the examples both curves decoded
+                    reach = found["area"]["reach"]
+                    row.update({"max tokens/forward": float(reach[0]), "exact max tokens/forward": float(reach[1]),
+                                "range": float(min(reach))})
             out.append(row)
     return _pooled(pd.DataFrame(out))
 

@@ -53,6 +53,10 @@ def save_figure(fig, path: Path, dpi: int = 110) -> None:
 
 
 def _label(row: dict) -> str:
+    """The paradigm configuration's series (no seed, no language) of a data-frame record: its NaN holes dropped and
+    its whole floats (a column with holes is float) whole again, as the row was written."""
+    row = {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in row.items()
+           if not (isinstance(v, float) and v != v)}
     return get_paradigm(row["paradigm"]).series(row)
 
 

@@ -8,6 +8,10 @@ For every preset directory under the results root:
     plots/<preset>-<task>[-<metric>].png      quality vs tokens/s and vs tokens per forward, one series
                                               per paradigm/config series (points along tau / steps),
                                               CI error bars, the non-dominated (Pareto) set ringed and joined
+    plots/<preset>-oracle-headline[-<lang>].png  model quality at tau off apart from decoding cost
+                                              (harness/oracle_figures.py)
+    results/<preset>/tables/policies.md,      the commit policies (harness/policy_ranking.py) and the KV
+    plots/<preset>-policies-*.png, -caches.png caches against exact MDLM (harness/cache_costs.py)
 
 A point is Pareto-optimal when no other point of the same task is at least as good on both
 quality and speed and strictly better on one. Rerunning on the same results gives identical
