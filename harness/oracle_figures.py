@@ -110,7 +110,7 @@ def plot_headline(rows: pd.DataFrame, path: Path, title: str) -> list[str]:
     quality, cost = quality_and_cost(rows)
     if quality.empty:
         return []
-    records = rows.sort_values("order", kind="stable").to_dict("records") if "order" in rows else rows.to_dict("records")
+    records = (rows.sort_values("order", kind="stable") if "order" in rows else rows).to_dict("records")
     order = list(dict.fromkeys(_label(r) for r in records))
     colors = series_colors(pd.DataFrame({"series": [_label(r) for r in records],
                                          "paradigm": [r["paradigm"] for r in records]}).drop_duplicates("series"))
@@ -145,6 +145,9 @@ def plot_headline(rows: pd.DataFrame, path: Path, title: str) -> list[str]:
                                                                           np.clip(f.high - f.extra, 0, None)],
                                      color=colors[s], marker="o", markersize=4, linestyle="--" if ref else "-",
                                      linewidth=1.3, capsize=2, alpha=0.9)
+        if not ax.lines:
+            ax.text(0.5, 0.5, "no rows of this model on this language", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=8, color="#666666")
         ax.axhline(0.0, color="#888888", linewidth=0.8)
         ax.set_xlabel("tokens per forward (ratio of sums)")
         ax.set_title("decoding cost, " + ("perfect model (the structural cost, exact)" if ref else
