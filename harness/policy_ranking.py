@@ -272,7 +272,7 @@ def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -
                          + f", {paradigm}: frontier per policy")
             ax.set_xlabel("tokens per forward")
             if ax.get_legend_handles_labels()[0]:   # below its panel, outside the axes
-                ax.legend(fontsize=6.5, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False)
+                ax.legend(fontsize=6.5, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
         axes[0].set_ylabel("forward KL(oracle || decoder), nats/token")
         path = plots / f"{preset}-policies-{paradigm}.png"
         fig.tight_layout()

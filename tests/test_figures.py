@@ -135,7 +135,7 @@ def test_a_cache_worse_than_exact_has_a_positive_area_with_its_interval_above_ze
         prefix, dual = costs.loc[(model, "prefix")], costs.loc[(model, "dual")]
         expected = 0.1 * (2.2 - 1.0) / 2   # the mean of 0.1 (t - 1) over t in [1, 2.2]
         assert prefix.hull == pytest.approx(expected, abs=0.01) and prefix["hull low"] > 0
-        assert prefix.envelope == pytest.approx(0.08, abs=0.01)   # steps: the mean of 0.04, 0.08, 0.12
+        assert prefix.envelope == pytest.approx(expected, abs=0.01)   # a convex curve: its own hull
         assert dual["hull low"] < 0 < dual["hull high"] and abs(dual.hull) < 0.005
         assert prefix["processed/forward"] == "12" and prefix["exact processed/forward"] == "16"
         assert prefix["max tokens/forward"] == pytest.approx(2.2) and prefix.runs == 1
