@@ -141,10 +141,11 @@ def plot_headline(rows: pd.DataFrame, path: Path, title: str) -> list[str]:
             f = c[c.series == s].sort_values("tokens_per_forward") if not c.empty else c
             if f.empty:
                 continue
-            handles[s] = ax.errorbar(f.tokens_per_forward, f.extra, yerr=[np.clip(f.extra - f.low, 0, None),
-                                                                          np.clip(f.high - f.extra, 0, None)],
-                                     color=colors[s], marker="o", markersize=4, linestyle="--" if ref else "-",
-                                     linewidth=1.3, capsize=2, alpha=0.9)
+            drawn = ax.errorbar(f.tokens_per_forward, f.extra, yerr=[np.clip(f.extra - f.low, 0, None),
+                                                                     np.clip(f.high - f.extra, 0, None)],
+                                color=colors[s], marker="o", markersize=4, linestyle="--" if ref else "-",
+                                linewidth=1.3, capsize=2, alpha=0.9)
+            handles.setdefault(s, drawn)   # the trained series' (solid) line where there is one
         if not ax.lines:
             ax.text(0.5, 0.5, "no rows of this model on this language", ha="center", va="center",
                     transform=ax.transAxes, fontsize=8, color="#666666")
