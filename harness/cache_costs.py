@@ -26,7 +26,6 @@ import pandas as pd
 
 from .evidence import Results
 from .frontiers import frontier_area
-from .oracle_figures import legend_outside, save_figure
 from .rows import cache_kind, commit_policy, language, series_of, train_seed
 from .stats import t_interval
 
@@ -157,7 +156,7 @@ def markdown(costs: pd.DataFrame) -> str:
 def plot(runs: list[dict], plots: Path, preset: str) -> list[Path]:
     """<preset>-caches.png: forward KL against tokens per forward per cache kind (the confidence rule's tau curve
     with each cell's interval), the perfect model left and the trained models (first training run) right."""
-    from .plots import plt   # matplotlib as the report configures it (Agg, literal text)
+    from .plots import legend_outside, plt, save_figure   # matplotlib as the report configures it
 
     by_run = _cells(runs)
     cached = [c for c in by_run.values() if cache_kind(c) != "exact" and "forward_kl" in c["metrics"]]

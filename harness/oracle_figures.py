@@ -1,5 +1,4 @@
-"""The headline oracle figure, model quality apart from decoding cost, and the figure helpers every figure shares
-(a legend outside the axes, a figure written whole).
+"""The headline oracle figure: model quality apart from decoding cost.
 
 `headline` draws, per oracle language, <preset>-oracle-headline[-<language>].png from the oracle_kl rows of the
 confidence rule on exact decoders (the policies and the KV caches have figures of their own: policy_ranking,
@@ -11,7 +10,7 @@ cache_costs), three panels:
   tau-off point (per training run, then pooled over runs, with the seed-level t interval) against tokens per
   forward (the ratio of sums, pooled as the mean over runs).
 One series per paradigm configuration (at most about eight per panel), one colour per series in every panel, the
-legend outside the axes (`legend_outside`; tests/test_figures.py checks no legend overlaps an axes).
+legend outside the axes (harness.plots.legend_outside; tests/test_figures.py checks no legend overlaps an axes).
 
     python -m harness.report --results results/reference --plots plots   # <preset>-oracle-headline*.png
 """
@@ -25,31 +24,11 @@ import pandas as pd
 
 from models import get_paradigm
 
-from .paths import replacing
+from .plots import legend_outside, plt, save_figure, series_colors
 from .rows import commit_policy, is_reference
 from .stats import t_interval
 
 TASK, METRIC = "oracle_kl", "forward_kl"
-
-
-def legend_outside(fig, handles: dict, title: str | None = None, fontsize: float = 8):
-    """Lay the figure out, then put one legend of `handles` (label -> artist) right of every axes, outside the
-    figure's drawn area (save_figure's tight bounding box keeps it in the file)."""
-    fig.tight_layout()
-    right = max(ax.get_position().x1 for ax in fig.axes) if fig.axes else 1.0
-    return fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(right + 0.01, 0.5),
-                      fontsize=fontsize, frameon=False, title=title, title_fontsize=fontsize)
-
-
-def save_figure(fig, path: Path, dpi: int = 110) -> None:
-    """Write a figure whole (harness.paths.replacing) with every artist kept (a tight bounding box: legends outside
-    the axes stay in the file) and no software stamp, so rerunning gives identical files; then close it."""
-    from .plots import plt   # matplotlib as the report configures it (Agg, literal text)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _label(row: dict) -> str:
@@ -105,7 +84,6 @@ def quality_and_cost(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def plot_headline(rows: pd.DataFrame, path: Path, title: str) -> list[str]:
     """Draw one language's headline figure into `path`; returns the legend labels ([]: nothing drawn)."""
-    from .plots import plt, series_colors   # matplotlib as the report configures it (Agg, literal text)
 
     quality, cost = quality_and_cost(rows)
     if quality.empty:

@@ -6,7 +6,7 @@ hardware-free axis; a reference run's points hollow and dotted); `plot_per_model
 that decoding cannot change; `task_figures` picks which of the two a task's metrics get. `pareto_mask` is the
 front's definition (the task tables' Pareto flag too), `compared` the rows that take part (every row but the
 pretrained references), `language_tag` an oracle language as a safe part of a figure's file name. Figures are
-written whole (harness.oracle_figures.save_figure) with no software stamp and the legend
+written whole (`save_figure`) with no software stamp and the legend
 outside the axes, so rerunning gives identical files.
 
     python -m harness.report --results results/reference --plots plots      # every figure of the reference
@@ -35,12 +35,29 @@ import pandas as pd  # noqa: E402
 from models import get_paradigm, paradigm_names  # noqa: E402
 from tasks import TASKS  # noqa: E402
 
-from .oracle_figures import legend_outside, save_figure  # noqa: E402
-from .paths import is_safe_component  # noqa: E402
+from .paths import is_safe_component, replacing  # noqa: E402
 from .rows import is_reference  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 REFERENCE_COLOR, REFERENCE_MARKER = "#444444", "*"
+
+
+def legend_outside(fig, handles: dict, title: str | None = None, fontsize: float = 8):
+    """Lay the figure out, then put one legend of `handles` (label -> artist) right of every axes, outside the
+    figure's drawn area (save_figure's tight bounding box keeps it in the file)."""
+    fig.tight_layout()
+    right = max(ax.get_position().x1 for ax in fig.axes) if fig.axes else 1.0
+    return fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(right + 0.01, 0.5),
+                      fontsize=fontsize, frameon=False, title=title, title_fontsize=fontsize)
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Write a figure whole (harness.paths.replacing) with every artist kept (a tight bounding box: legends outside
+    the axes stay in the file) and no software stamp, so rerunning gives identical files; then close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
 
 
 def compared(points: pd.DataFrame) -> pd.Series:

@@ -40,7 +40,6 @@ import pandas as pd
 from .aup import ALPHA, aup as aup_score
 from .evidence import Results
 from .frontiers import cell_draws, frontier_area
-from .oracle_figures import save_figure
 from .rows import cache_kind, commit_policy, series_of
 from .stats import envelope, t_interval
 
@@ -242,7 +241,7 @@ def _ranking_markdown(table: pd.DataFrame) -> str:
 def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -> list[Path]:
     """One figure per paradigm: each policy's forward-KL frontier over tokens per forward, trained models left and
     the perfect model right. `runs_df`: the report's rows (harness.report.load_runs)."""
-    from .plots import plt
+    from .plots import plt, save_figure
 
     table = table[table.cache.isna()] if "cache" in table else table   # the caches: harness.cache_costs' figure
     if table.empty:
