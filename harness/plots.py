@@ -6,7 +6,8 @@ hardware-free axis; a reference run's points hollow and dotted); `plot_per_model
 that decoding cannot change; `task_figures` picks which of the two a task's metrics get. `pareto_mask` is the
 front's definition (the task tables' Pareto flag too), `compared` the rows that take part (every row but the
 pretrained references), `language_tag` an oracle language as a safe part of a figure's file name. Figures are
-written whole (harness.paths.replacing) with no software stamp, so rerunning gives identical files.
+written whole (`save_figure`) with no software stamp and the legend
+outside the axes, so rerunning gives identical files.
 
     python -m harness.report --results results/reference --plots plots      # every figure of the reference
 """
@@ -39,6 +40,24 @@ from .rows import is_reference  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 REFERENCE_COLOR, REFERENCE_MARKER = "#444444", "*"
+
+
+def legend_outside(fig, handles: dict, title: str | None = None, fontsize: float = 8):
+    """Lay the figure out, then put one legend of `handles` (label -> artist) right of every axes, outside the
+    figure's drawn area (save_figure's tight bounding box keeps it in the file)."""
+    fig.tight_layout()
+    right = max(ax.get_position().x1 for ax in fig.axes) if fig.axes else 1.0
+    return fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(right + 0.01, 0.5),
+                      fontsize=fontsize, frameon=False, title=title, title_fontsize=fontsize)
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Write a figure whole (harness.paths.replacing) with every artist kept (a tight bounding box: legends outside
+    the axes stay in the file) and no software stamp, so rerunning gives identical files; then close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
 
 
 def compared(points: pd.DataFrame) -> pd.Series:
@@ -168,12 +187,8 @@ def plot_task(df: pd.DataFrame, task: str, metric: str, path: Path, reference: p
              f"{int(trained.train_seed.min())} (the tables hold every seed)" if not trained.empty else "")
     fig.suptitle(f"{label} vs speed: {task}, {first.preset} preset, n={int(first.n_examples)} per point, "
                  f"{_machine(sub)}, {'; '.join(dict.fromkeys(sub.precision))}{which}", fontsize=10)
-    fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.83, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    legend_outside(fig, handles)   # right of the axes, never over the data
+    save_figure(fig, path)
     return list(handles)
 
 
@@ -215,12 +230,9 @@ def plot_per_model(df: pd.DataFrame, tasks: list[str], metric_of: dict[str, str]
     ax.set_title(f"{title}\n{first.preset} preset, {_machine(groups[0][1])}, {first.precision}; per model: "
                  f"decoding cannot change it", fontsize=9)
     ax.grid(True, axis="y", alpha=0.25)
-    fig.legend(loc="center right", fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    handles, labels = ax.get_legend_handles_labels()
+    legend_outside(fig, dict(zip(labels, handles)))
+    save_figure(fig, path)
     return True
 
 

@@ -40,7 +40,6 @@ import pandas as pd
 from .aup import ALPHA, aup as aup_score
 from .evidence import Results
 from .frontiers import cell_draws, frontier_area
-from .paths import replacing
 from .rows import cache_kind, commit_policy, series_of
 from .stats import envelope, t_interval
 
@@ -120,6 +119,7 @@ def ranking(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
         reference = groups["confidence"]
         for name, group in groups.items():
             row = {"model": _model_label(cells[0]), "model_id": model_id, "paradigm": paradigm, "policy": name,
+                   "cache": _cache(cells[0]),
                    "settings": ", ".join(sorted(commit_policy(c).spec() for c in group
                                                 if not commit_policy(c).one_per_step)),
                    "max tokens/forward": max(c["tokens_per_forward"] for c in group), "common range": common,
@@ -241,17 +241,19 @@ def _ranking_markdown(table: pd.DataFrame) -> str:
 def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -> list[Path]:
     """One figure per paradigm: each policy's forward-KL frontier over tokens per forward, trained models left and
     the perfect model right. `runs_df`: the report's rows (harness.report.load_runs)."""
-    import matplotlib.pyplot as plt
+    from .plots import plt, save_figure
 
+    table = table[table.cache.isna()] if "cache" in table else table   # the caches: harness.cache_costs' figure
     if table.empty:
         return []
     written = []
     plots.mkdir(parents=True, exist_ok=True)
     rows = runs_df[(runs_df.task == TASK) & (runs_df.metric == "forward_kl")]
+    rows = rows[[cache_kind(r) == "exact" for r in rows.to_dict("records")]]
     colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(dict.fromkeys(table.policy))}
     styles = ("-", "--", ":", "-.")
     for paradigm in dict.fromkeys(table.paradigm):
-        fig, axes = plt.subplots(1, 2, figsize=(14, 5.2), sharey=True)
+        fig, axes = plt.subplots(1, 2, figsize=(14, 6.5), sharey=True)
         for ax, reference in zip(axes, (False, True)):
             models = table[(table.paradigm == paradigm) & (table.reference == reference)]
             for m, (model_id, model) in enumerate(models.groupby("model_id", sort=False)):
@@ -268,12 +270,11 @@ def plot(runs_df: pd.DataFrame, table: pd.DataFrame, plots: Path, preset: str) -
             ax.set_title(("perfect model (the structural cost of each rule)" if reference else "trained models")
                          + f", {paradigm}: frontier per policy")
             ax.set_xlabel("tokens per forward")
-            ax.legend(fontsize=6.5, ncol=2)
+            if ax.get_legend_handles_labels()[0]:   # below its panel, outside the axes
+                ax.legend(fontsize=6.5, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
         axes[0].set_ylabel("forward KL(oracle || decoder), nats/token")
         path = plots / f"{preset}-policies-{paradigm}.png"
         fig.tight_layout()
-        with replacing(path) as tmp:
-            fig.savefig(tmp, dpi=110)
-        plt.close(fig)
+        save_figure(fig, path)
         written.append(path)
     return written

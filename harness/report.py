@@ -8,6 +8,10 @@ For every preset directory under the results root:
     plots/<preset>-<task>[-<metric>].png      quality vs tokens/s and vs tokens per forward, one series
                                               per paradigm/config series (points along tau / steps),
                                               CI error bars, the non-dominated (Pareto) set ringed and joined
+    plots/<preset>-oracle-headline[-<lang>].png  model quality at tau off apart from decoding cost
+                                              (harness/oracle_figures.py)
+    results/<preset>/tables/policies.md,      the commit policies (harness/policy_ranking.py) and the KV
+    plots/<preset>-policies-*.png, -caches.png caches against exact MDLM (harness/cache_costs.py)
 
 A point is Pareto-optimal when no other point of the same task is at least as good on both
 quality and speed and strictly better on one. Rerunning on the same results gives identical
@@ -42,7 +46,7 @@ from models import get_paradigm, paradigm_names
 from models.errors import UserError, unknown
 from tasks.oracle_language import DEFAULT_LANGUAGE
 
-from . import dependency_report, policy_ranking
+from . import cache_costs, dependency_report, oracle_figures, policy_ranking
 from .aup import write_table as write_aup_table
 from .cli import (
     DECODE_KNOBS, INTERRUPTED, REFERENCE, Parser, check_working_directory, exhausted, exit_user_error, interrupt_on_sigterm, printable,
@@ -350,13 +354,18 @@ def build_report(results: str | Path = "results", plots: str | Path = "results/p
         _write(perplexity_table(df), tables, "perplexity", f"Perplexity per model ({UPPER_BOUND_NOTE}).", preset_dir)
         _write(summary_table(all_rows), tables, "summary", "Primary metric of every task per configuration.",
                preset_dir)
-        ranked = policy_ranking.ranking(preset_dir, checked_rows(preset_dir / "runs.jsonl"))
-        apart = policy_ranking.one_sided(checked_rows(preset_dir / "runs.jsonl"))
-        if not ranked.empty or not apart.empty:
+        rows = checked_rows(preset_dir / "runs.jsonl")
+        ranked, apart, caches = (policy_ranking.ranking(preset_dir, rows), policy_ranking.one_sided(rows),
+                                 cache_costs.table(preset_dir, rows))
+        if not ranked.empty or not apart.empty or not caches.empty:
             make_dirs(tables, preset_dir, ReportError)
             with replacing(tables / "policies.md", preset_dir, ReportError) as tmp:
-                tmp.write_text(policy_ranking.markdown(ranked, apart), encoding="utf-8")
+                text = policy_ranking.markdown(ranked, apart)
+                tmp.write_text(text + ("\n" if text and not caches.empty else "") + cache_costs.markdown(caches),
+                               encoding="utf-8")
             written += policy_ranking.plot(all_rows, ranked, plots, preset_dir.name)
+            written += cache_costs.plot(rows, plots, preset_dir.name)
+        written += oracle_figures.headline(all_rows, plots, preset_dir.name, language_tag, DEFAULT_LANGUAGE)
         written += dependency_report.write(preset_dir, checked_rows(preset_dir / "runs.jsonl"), plots, ReportError)
         written += write_aup_table(preset_dir, tables)   # AUP of every real-task curve (harness/aup.py)
         summary, details = claims_tables(preset_dir)
