@@ -111,7 +111,7 @@ def cache_kind(row: dict) -> str:
     """A row's bidirectional KV cache spec (models/bidir_cache.py); rows without the column (another paradigm, or
     written before caches existed) decoded exactly. Rows under an approximate cache (the cpu preset's cache variants)
     are the policy table's, kept out of the fronts and the claims, which assume one row per (model, setting)."""
-    cache = row.get("cache")
+    cache = row.get("cache") or (row.get("decode") if isinstance(row.get("decode"), dict) else {}).get("cache")
     return cache if isinstance(cache, str) and cache else "exact"
 
 

@@ -88,7 +88,8 @@ def test_order_agnostic_setdlm_and_mdlm_are_one_decoder():
             for metric in ("forward_kl", "reverse_kl", "tokens_per_forward", "nfe_mean"):
                 assert rows["setdlm", b][metric] == rows["mdlm", b][metric], (tau, b, metric)
         # the forward KL is teacher-forced (no sampling): batching changes none of it; the decoders' own samples
-        # come from one generator per call, so the sampled rows' streams depend on the batch
-        assert rows["mdlm", 1]["forward_kl"] == rows["mdlm", 25]["forward_kl"], tau
+        # come from one generator per call, so the sampled rows' streams depend on the batch; a batch of 25 runs the
+        # perfect model's fp32 matrix products through other kernels than a batch of 1, so equal up to fp32 rounding
+        assert rows["mdlm", 1]["forward_kl"] == pytest.approx(rows["mdlm", 25]["forward_kl"], rel=1e-6, abs=0), tau
         fired |= rows["mdlm", 25]["tokens_per_forward"] > 1.2
     assert fired   # some tau of the grid commits several tokens per forward

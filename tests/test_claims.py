@@ -218,7 +218,8 @@ def test_results_rows_say_what_the_report_needs():
     rows = [json.loads(line) for line in (REFERENCE / "cpu" / "runs.jsonl").read_text().splitlines()]
     for row in rows:
         assert "max_block_size" in row and "decoding_independent" in row and "train_precision" in row
-        if row["paradigm"] == "setdlm":
+        readable = row["model_id"].rsplit("-", 1)[0]   # harness.paths cuts a long readable part at 40 characters
+        if row["paradigm"] == "setdlm" and len(readable) < 40:
             assert re.search(rf"-smax{row['max_block_size']}(-|$)", row["model_id"])   # perfect-...-setdlm-smax8 too
 
 

@@ -131,10 +131,12 @@ def test_the_committed_oracle_claims_hold_nowhere_their_guards_fail():
     summary, details = claims_tables(REFERENCE / "cpu")
     verdict = summary.set_index("claim").verdict
     assert verdict[11].startswith(f"{NOT_TESTABLE}: the infillers collapse")
-    for claim in (9, 12):   # hmm-wide's tau grid stays near one token per forward
+    for claim in (9, 12):   # each language's derived tau grid reaches parallelism: no frontier stays below 1.5
         pooled = details[(details.claim == claim) & (details.role == "pooled")].set_index("language").verdict
-        assert pooled["hmm-wide"].startswith(NOT_TESTABLE) and "below 1.5" in pooled["hmm-wide"]
-        assert not verdict[claim].startswith("holds")
+        assert set(pooled.index) == {"hmm-strong", "hmm-wide"}
+        assert not pooled.str.contains("below 1.5").any()
+        if pooled.str.startswith(NOT_TESTABLE).any():   # a language where the claim is not testable counts against it
+            assert not verdict[claim].startswith("holds")
     parts = details[(details.claim == 12) & (details.language == "hmm-strong") & (details.seed == 1)].metric
     assert parts.str.startswith("tau-off gap").any() and parts.str.startswith("decoding cost").any()
 
