@@ -91,7 +91,7 @@ def streak_stop():
     # docs: begin engine
     from models import steps
     from models.ar import ARModel, ARState
-    from models.decoding import commit
+    from models.decoding import commit, is_stop
 
     class StreakState(ARState):
         """AR's decoding state plus, per row, the token it committed last and how many times in a row: fields
@@ -121,7 +121,7 @@ def streak_stop():
             streak = torch.where(active, torch.where(token == s.last, s.streak + 1, 1), s.streak)
             done = s.done | (active & (streak >= self.limit))
             if s.checks_eos():
-                done = done | (active & (token == s.eos))
+                done = done | (active & is_stop(token, s.eos))   # s.eos: the stop ids (decoding.stop_tensor)
             s.put(done=done, last=torch.where(active, token, s.last), streak=streak, n=col)
             return s.done.all()
     # docs: end engine

@@ -48,7 +48,7 @@ def test_every_numeric_option_of_a_spec_declares_its_range():
     (lambda: parse_policy("dus(a=1)"), PolicyError, "policy dus: a must be a whole number in [2, "),
     (lambda: DecodeConfig(sampler=f"dream(steps={10 ** 9})"), UserError, "sampler dream: steps must be a whole "),
     (lambda: DecodeConfig(sampler=f"llada(block_length={10 ** 21})"), UserError, "block_length must be a whole"),
-    (lambda: DecodeConfig(sampler="sdar(temperature=0)"), UserError, "sampler sdar: temperature must be in (0, "),
+    (lambda: DecodeConfig(sampler="sdar(temperature=0)"), UserError, "sampler sdar: temperature must be > 0 with"),
     (lambda: DecodeConfig(sampler="dream(top_k=0)"), UserError, "sampler dream: top_k must be a whole number in [1"),
     (lambda: DecodeConfig(sampler="dream(eps=5)"), UserError, "eps must be in [0, 1)"),
     (lambda: DecodeConfig(sampler="fastdllm_v2(threshold=nan)"), UserError, "threshold must be in [0, 1]"),
