@@ -25,9 +25,8 @@ import numpy as np
 import pandas as pd
 
 from .evidence import Results
-from .frontiers import frontier_area
+from .frontiers import frontier_area, pooled_runs
 from .rows import cache_kind, commit_policy, language, series_of, train_seed
-from .stats import t_interval
 
 TASK = "oracle_kl"
 EXACT = "refresh(every=1)"   # the comparator: the cache machinery at the same block size, refreshed every forward
@@ -110,21 +109,8 @@ def table(preset_dir: Path, runs: list[dict]) -> pd.DataFrame:
 
 
 def _pooled(rows: pd.DataFrame) -> pd.DataFrame:
-    if rows.empty:
-        return rows
-    out = []
-    for _, group in rows.groupby(["model", "cache", "reference"], sort=False):
-        row = group.iloc[0].to_dict()
-        row["runs"] = len(group)
-        if len(group) > 1:
-            for value in VALUES:
-                if group[value].notna().all():
-                    low, high = t_interval(group[value].to_numpy(dtype=float))
-                    row.update({value: float(group[value].mean()), f"{value} low": low, f"{value} high": high})
-            for value in ("max tokens/forward", "exact max tokens/forward", "range"):
-                row[value] = float(group[value].min())
-        out.append(row)
-    return pd.DataFrame(out)
+    return pooled_runs(rows, ["model", "cache", "reference"], VALUES,
+                       minimum=("max tokens/forward", "exact max tokens/forward", "range"))
 
 
 def markdown(costs: pd.DataFrame) -> str:

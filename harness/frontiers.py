@@ -131,3 +131,29 @@ def cell_draws(results: Results, cells: list[dict], metric: str) -> tuple[np.nda
 
 def _series(cell: dict) -> str:
     return series_of(cell) + " (every tau)"
+
+
+def pooled_runs(table, keys: list[str], values: tuple[str, ...], minimum: tuple[str, ...] = (),
+                mean: tuple[str, ...] = ()):
+    """Rows of one `keys` (e.g. model label and policy) from several training runs as one (a pandas DataFrame in and
+    out): each of `values` the mean of the per-run values with the seed-level t interval (`<value> low`/`high`), each of
+    `minimum` the smallest (a reach every run attains), each of `mean` the plain mean; `runs` says how many."""
+    import pandas as pd
+
+    from .stats import t_interval
+
+    if table.empty:
+        return table
+    rows = []
+    for _, group in table.groupby(keys, sort=False):
+        row = group.iloc[0].to_dict()
+        row["runs"] = len(group)
+        if len(group) > 1:
+            for value in values:
+                if group[value].notna().all():
+                    low, high = t_interval(group[value].to_numpy(dtype=float))
+                    row.update({value: float(group[value].mean()), f"{value} low": low, f"{value} high": high})
+            row.update({value: float(group[value].min()) for value in minimum})
+            row.update({value: float(group[value].mean()) for value in mean})
+        rows.append(row)
+    return pd.DataFrame(rows)

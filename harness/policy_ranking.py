@@ -39,9 +39,9 @@ import pandas as pd
 
 from .aup import ALPHA, aup as aup_score
 from .evidence import Results
-from .frontiers import cell_draws, frontier_area
+from .frontiers import cell_draws, frontier_area, pooled_runs
 from .rows import cache_kind, commit_policy, series_of
-from .stats import envelope, t_interval
+from .stats import envelope
 
 AUP_ALPHA = ALPHA
 AUP_Y_MAX = 100.0
@@ -155,24 +155,9 @@ def clipped(tpf: np.ndarray, kl: np.ndarray, end: float) -> list[tuple[float, fl
 
 
 def _pooled(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows of one (model label, policy) from several training runs as one: the mean of each value, its interval the
-    seed-level t interval of the per-run values; `runs` says how many."""
-    if table.empty:
-        return table
-    rows = []
-    for _, group in table.groupby(["model", "policy", "reference"], sort=False):
-        row = group.iloc[0].to_dict()
-        row["runs"] = len(group)
-        if len(group) > 1:
-            for value in ("hull", "envelope", "AUP"):
-                if group[value].notna().all():
-                    low, high = t_interval(group[value].to_numpy(dtype=float))
-                    row.update({value: float(group[value].mean()), f"{value} low": low, f"{value} high": high})
-            row.update({"AUP every setting": float(group["AUP every setting"].mean()),
-                        "max tokens/forward": float(group["max tokens/forward"].min()),
-                        "common range": float(group["common range"].min())})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    """Rows of one (model label, policy) from several training runs as one (frontiers.pooled_runs)."""
+    return pooled_runs(table, ["model", "policy", "reference"], ("hull", "envelope", "AUP"),
+                       minimum=("max tokens/forward", "common range"), mean=("AUP every setting",))
 
 
 def one_sided(runs: list[dict]) -> pd.DataFrame:
