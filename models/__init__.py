@@ -13,7 +13,7 @@ says what a paradigm declares): a new paradigm is one module plus its name in th
 
 from __future__ import annotations
 
-from . import dllm_samplers  # noqa: F401  the four families' samplers (models/samplers.py's registry)
+from . import dllm_samplers, dllm_sdar  # noqa: F401  the four families' samplers (models/samplers.py's registry)
 from . import ar, bd3lm, mdlm, setdlm  # noqa: F401  THE list of built-in paradigms (defining a class registers it)
 from .backbones import KINDS, BackboneSpec
 from .loading.checkpoint import load, save

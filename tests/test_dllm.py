@@ -17,6 +17,7 @@ import torch
 import models
 from models.loading import dllm
 from models import dllm_samplers as S
+from models.dllm_sdar import SDAR
 from models.errors import UserError
 from models.loading.llama_layout import PretrainedError
 from models.types import DecodeConfig
@@ -55,7 +56,7 @@ def options(case: str, settings: dict) -> S.FamilySampler:
     if case == "dream_gqa":
         return S.Dream(steps=s["steps"], alg=s["alg"], alg_temp=s["alg_temp"], temperature=s["temperature"])
     if case == "sdar_b4":
-        return S.SDAR(block_length=s["block_length"], denoising_steps=s["denoising_steps"],
+        return SDAR(block_length=s["block_length"], denoising_steps=s["denoising_steps"],
                       temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"],
                       remasking=s["remasking_strategy"], threshold=s.get("confidence_threshold", 0.85))
     return S.FastDLLMv2(block_size=s["block_size"], small_block_size=s["small_block_size"],

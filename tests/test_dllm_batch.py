@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from models import dllm_samplers as S
+from models.dllm_sdar import SDAR
 
 from test_dllm import FIXTURES, load
 
@@ -21,8 +22,8 @@ SETTINGS = {
                                                             remasking="random")],
     "dream_gqa": [S.Dream(steps=6, alg="maskgit_plus"), S.Dream(steps=5, alg="entropy", temperature=0.8, top_p=0.9),
                   S.Dream(steps=6, temperature=1.0)],
-    "sdar_b4": [S.SDAR(top_k=1), S.SDAR(temperature=1.0, remasking="low_confidence_static"),
-                S.SDAR(temperature=0.5, threshold=0.5, denoising_steps=2)],
+    "sdar_b4": [SDAR(top_k=1), SDAR(temperature=1.0, remasking="low_confidence_static"),
+                SDAR(temperature=0.5, threshold=0.5, denoising_steps=2)],
     "fastdllm_v2_bd8": [S.FastDLLMv2(threshold=0.9), S.FastDLLMv2(temperature=0.8, top_p=0.9)],
 }
 CASES = [(case, i) for case, samplers in SETTINGS.items() for i in range(len(samplers))]

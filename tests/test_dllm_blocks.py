@@ -16,6 +16,7 @@ import pytest
 
 import models
 from models import dllm_samplers as S
+from models.dllm_sdar import SDAR
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "dllm"
 MORE = Path(__file__).resolve().parent / "fixtures_dllm_more"
@@ -39,7 +40,7 @@ def load(fixture: str):
 def sampler(fixture: str, s: dict) -> tuple[S.FamilySampler, int]:
     """(the family sampler with a recorded call's settings, in their own argument names; the generation length)."""
     if fixture == "sdar_b4":
-        return S.SDAR(block_length=s["block_length"], denoising_steps=s["denoising_steps"],
+        return SDAR(block_length=s["block_length"], denoising_steps=s["denoising_steps"],
                       temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"],
                       remasking=s.get("remasking_strategy", s.get("remasking")),
                       threshold=s.get("confidence_threshold", s.get("threshold", 0.85))), s["gen_length"]
@@ -95,8 +96,8 @@ def test_each_family_trace_at_another_block_size_is_reproduced_call_for_call(fix
         assert max(abs(a - b) for a, b in zip(x0_p, ref["x0_p"][0])) < 1e-5
 
 
-@pytest.mark.parametrize("sampler", [S.SDAR(top_k=1, remasking="low_confidence", threshold=1.0),
-                                     S.SDAR(block_length=8, denoising_steps=4, temperature=0.7, remasking="random",
+@pytest.mark.parametrize("sampler", [SDAR(top_k=1, remasking="low_confidence", threshold=1.0),
+                                     SDAR(block_length=8, denoising_steps=4, temperature=0.7, remasking="random",
                                             threshold=0.6)])
 def test_the_sdar_evaluation_sampler_batches_as_batch_1(sampler):
     model = load("sdar_b4")
@@ -117,4 +118,4 @@ def test_the_sdar_evaluation_options_are_validated():
         with pytest.raises(UserError, match=message):
             DecodeConfig(sampler=bad)
     with pytest.raises(S.SamplerError, match="does not divide the block size 4"):   # the model's block size
-        S.SDAR(remasking="low_confidence", denoising_steps=3).rows(load("sdar_b4"), [[101, 50]], 4, 0, True)
+        SDAR(remasking="low_confidence", denoising_steps=3).rows(load("sdar_b4"), [[101, 50]], 4, 0, True)
