@@ -252,6 +252,9 @@ class LLaDA(FamilySampler):
         committed = [[] for _ in prompts]
         cols = torch.arange(P + new, device=device)[None]
         no = torch.tensor(float("-inf"), device=device)
+        eos = torch.tensor([o.eos_id], device=device)   # logits_eos_inf's column
+        # confidence_eos_eot_inf's columns (at temperature 0 the noised logits are the logits themselves)
+        eos_eot = torch.tensor([o.eos_id, o.eot_id] if o.temperature == 0 else [o.eot_id], device=device)
         for b in range(blocks):
             end = P + (b + 1) * block
             counts = ((x[:, P + b * block:end] == mask_id).sum(-1)).tolist()
@@ -267,7 +270,7 @@ class LLaDA(FamilySampler):
                 else:
                     logits = run.predict(x, mask, positions=positions)
                 if o.logits_eos_inf:
-                    logits = logits.index_fill(-1, torch.tensor([o.eos_id], device=device), float("-inf"))
+                    logits = logits.index_fill(-1, eos, float("-inf"))
                 masked = (x == mask_id) & real
                 if o.temperature == 0:
                     x0 = logits.argmax(-1)
@@ -277,9 +280,8 @@ class LLaDA(FamilySampler):
                         l64 = logits[r:r + 1, pad:].double()
                         u = torch.rand(l64.shape, dtype=torch.float64, generator=gen, device=device)
                         x0[r:r + 1, pad:] = (l64.exp() / (-torch.log(u)) ** o.temperature).argmax(-1)
-                if o.confidence_eos_eot_inf:   # at temperature 0 the noised logits are the logits themselves
-                    ids = [o.eos_id, o.eot_id] if o.temperature == 0 else [o.eot_id]
-                    logits = logits.index_fill(-1, torch.tensor(ids, device=device), float("-inf"))
+                if o.confidence_eos_eot_inf:
+                    logits = logits.index_fill(-1, eos_eot, float("-inf"))
                 if o.remasking == "low_confidence":
                     confidence = F.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
                 else:

@@ -90,6 +90,26 @@ def expected_ids(g: dict, mask_id: int) -> list[int]:
     return out
 
 
+def assert_reproduces(g: dict, ids: list[int], nfe: int, run, mask_id: int) -> None:
+    """Our decode (ids, nfe, its traced Runner `run`) equals the recorded generation `g`: tokens, the call count,
+    every call's ids, positions, attention and cache lengths, and the sampler's draws (within 1e-5)."""
+    assert ids == expected_ids(g, mask_id)
+    assert nfe == g["n_model_calls"] == len(run.trace)
+    for k, (ref, call) in enumerate(zip(g["calls"], run.trace)):
+        assert call.input_ids == ref["input_ids"][0], k
+        if ref.get("position_ids") is not None:
+            assert call.position_ids == ref["position_ids"][0], k
+        if isinstance(ref.get("attention_mask"), list):
+            assert call.attention == [[bool(v) for v in row] for row in ref["attention_mask"]], k
+        for key in ("kv_len_before", "kv_len_after"):
+            if ref.get(key) is not None:
+                assert getattr(call, key) == ref[key], (k, key)
+    for ref, (x0, x0_p) in zip(g.get("sampler_draws", []), run.draws or []):
+        assert x0 == ref["x0"][0]
+        assert max(abs(a - b) for a, b in zip(x0_p, ref["x0_p"][0])) < 1e-5
+    assert len(g.get("sampler_draws", [])) == len(run.draws or [])
+
+
 # -- loading --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", CASES)
 def test_each_family_loads_as_declared_with_no_file_of_it_executed(case, monkeypatch):
@@ -138,21 +158,7 @@ def test_the_shift_is_the_backbones_for_every_kept_slice():
 def test_every_recorded_generation_is_reproduced_call_for_call(case, name):
     model, _ = load(case)
     g, ids, nfe, run = run_recorded(model, case, name)
-    assert ids == expected_ids(g, model.mask_id)
-    assert nfe == g["n_model_calls"] == len(run.trace)
-    for k, (ref, call) in enumerate(zip(g["calls"], run.trace)):
-        assert call.input_ids == ref["input_ids"][0], k
-        if ref.get("position_ids") is not None:
-            assert call.position_ids == ref["position_ids"][0], k
-        if isinstance(ref.get("attention_mask"), list):
-            assert call.attention == [[bool(v) for v in row] for row in ref["attention_mask"]], k
-        for key in ("kv_len_before", "kv_len_after"):
-            if ref.get(key) is not None:
-                assert getattr(call, key) == ref[key], (k, key)
-    for ref, (x0, x0_p) in zip(g.get("sampler_draws", []), run.draws or []):
-        assert x0 == ref["x0"][0]
-        assert max(abs(a - b) for a, b in zip(x0_p, ref["x0_p"][0])) < 1e-5
-    assert len(g.get("sampler_draws", [])) == len(run.draws or [])
+    assert_reproduces(g, ids, nfe, run, model.mask_id)
 
 
 @pytest.mark.parametrize("case", CASES)

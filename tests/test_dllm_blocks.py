@@ -17,6 +17,7 @@ import pytest
 import models
 from models import dllm_samplers as S
 from models.dllm_sdar import SDAR
+from test_dllm import assert_reproduces
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "dllm"
 MORE = Path(__file__).resolve().parent / "fixtures_dllm_more"
@@ -76,24 +77,7 @@ def test_each_family_trace_at_another_block_size_is_reproduced_call_for_call(fix
     runs = []
     (ids, nfe, _), = opts.rows(model, g["prompt_ids"], new, g["seed"], stop_at_eos=True, trace=runs)
     run = runs[0]
-    expected = g["output_ids"][0][len(g["prompt_ids"][0]):]
-    while expected and expected[-1] == model.mask_id:   # SDAR: blocks after a stop stay masks
-        expected.pop()
-    assert ids == expected
-    assert nfe == g["n_model_calls"] == len(run.trace)
-    for k, (ref, call) in enumerate(zip(g["calls"], run.trace)):
-        assert call.input_ids == ref["input_ids"][0], k
-        if ref.get("position_ids") is not None:
-            assert call.position_ids == ref["position_ids"][0], k
-        if isinstance(ref.get("attention_mask"), list):
-            assert call.attention == [[bool(v) for v in row] for row in ref["attention_mask"]], k
-        for key in ("kv_len_before", "kv_len_after"):
-            assert ref.get(key) is None or getattr(call, key) == ref[key], (k, key)
-    draws = g.get("sampler_draws", [])
-    assert len(draws) == len(run.draws or [])
-    for ref, (x0, x0_p) in zip(draws, run.draws or []):
-        assert x0 == ref["x0"][0]
-        assert max(abs(a - b) for a, b in zip(x0_p, ref["x0_p"][0])) < 1e-5
+    assert_reproduces(g, ids, nfe, run, model.mask_id)
 
 
 @pytest.mark.parametrize("sampler", [SDAR(top_k=1, remasking="low_confidence", threshold=1.0),
