@@ -119,13 +119,14 @@ class Results:
 
     def measured(self, name: str) -> dict | None:
         """A training measurement of this run (<preset_dir>/<name>.json: gradvar, convergence; written by the
-        sweep's stage, harness/training_claims.py), or None: never another run's."""
-        from .training_claims import convergence_runs, read
+        sweep's stage, harness/training_claims.py), or None: never another run's. A view's is its (language,
+        training seed)'s run, else the first run; an old-format gradvar.json comes as it is (claim 7 says so)."""
+        from .training_claims import MEASUREMENTS, measurement_runs, old_gradvar, read
 
         measured = read(self.dir, name)
-        if measured is None or name != "convergence":
-            return measured
-        runs = convergence_runs(measured)   # one per (language, training seed)
+        if measured is None or name not in MEASUREMENTS or old_gradvar(measured):
+            return measured   # an old-format gradvar.json as it is: claim 7 says it must be measured again
+        runs = measurement_runs(measured)   # one per (language, training seed)
         if self.group is None:
             return runs[0] if runs else None
         return next((run for run in runs if (run["language"], run["seed"]) == self.group), None)

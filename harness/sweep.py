@@ -35,6 +35,7 @@ from .precision import INSTRUMENT_PRECISION, resolve_precision
 from .presets import Preset, TaskSpec, family_setting
 from .store import ResultsStore
 from .cache import checkpoint_dir
+from .training_claims import stage_models
 from .precision import resolve_device as torch_device
 
 
@@ -397,11 +398,14 @@ def pending_cells(plan: Plan, store: ResultsStore) -> list[RunCell]:
 
 def needed_models(plan: Plan, cells: list[RunCell]) -> list[TrainConfig]:
     """The models to train (or take from the cache) for `cells`, every model after the ones it starts
-    from (init_from); a user's checkpoint is never trained."""
+    from (init_from); a user's checkpoint is never trained. A preset with training claims adds, with any cells,
+    the models its training stages measure (harness.training_claims.stage_models: the naive twins among them)."""
     ids = {c.model_id for c in cells}
     if plan.judge is not None and plan.judge.train is not None and any(TASKS[c.task].measures_with == "judge" for c in cells):
         ids.add(plan.judge.model_id)
     wanted = [t for t in plan.train if t.model_id in ids and t.model_id not in plan.external]
+    if plan.preset.training_claims and cells:
+        wanted += [t for t in stage_models(plan.train) if t.model_id not in plan.external]
     ordered = [c for t in wanted for c in t.lineage()]   # a model's init_from ancestors come before it
     return list({c.model_id: c for c in ordered}.values())
 
