@@ -416,8 +416,8 @@ LANGUAGES: dict[str, OracleLanguage] = {
 DEFAULT_LANGUAGE = "hmm-strong"   # the oracle tasks' and the perfect model's language unless told
 
 # A language named by its parameters: hmm(states=24,symbols=48,coupling=0.9,seed=7), optionally with branching,
-# noise (emission_noise) and emitters; spaces are ignored. Anywhere a language is named (corpora and tokenizers `oracle:<lang>`,
-# the oracle tasks' `language`, the perfect model `perfect:<lang>:<tag>`).
+# noise (emission_noise) and emitters; spaces are ignored. Anywhere a language is named (corpora and tokenizers
+# `oracle:<lang>`, the oracle tasks' `language`, the perfect model `perfect:<lang>:<tag>`).
 PARAMETERS = {"states": ("n_states", int), "symbols": ("n_symbols", int), "coupling": ("coupling", float),
               "seed": ("seed", int), "branching": ("branching", int), "noise": ("emission_noise", float),
               "emitters": ("emitters", int)}
