@@ -22,7 +22,7 @@ def test_the_derived_grid_reaches_two_tokens_per_forward_on_every_language(langu
 
 
 def test_the_cpu_preset_holds_the_derived_grids_with_the_same_number_of_taus():
-    assert set(ORACLE_THRESHOLDS_OF) == set(ORACLE_LANGUAGES)
+    assert set(ORACLE_LANGUAGES) <= set(ORACLE_THRESHOLDS_OF)   # and the grids of languages the sweep left (hmm-wide)
     for language, grid in ORACLE_THRESHOLDS_OF.items():
         assert grid == (None, *oracle_grids.derive_thresholds(language))
     cells = plan_sweep(get_preset("cpu"), tasks="oracle_kl", paradigms="bd3lm").cells
@@ -31,4 +31,4 @@ def test_the_cpu_preset_holds_the_derived_grids_with_the_same_number_of_taus():
         if c.decode.policy is None or c.decode.policy == "confidence":
             by_language.setdefault(dict(c.task_options).get("language", ORACLE_LANGUAGES[0]), set()).add(
                 c.decode.threshold)
-    assert by_language == {lang: set(grid) for lang, grid in ORACLE_THRESHOLDS_OF.items()}
+    assert by_language == {lang: set(ORACLE_THRESHOLDS_OF[lang]) for lang in ORACLE_LANGUAGES}
