@@ -5,7 +5,7 @@ Every job is one model to train (harness.train.ensure_trained in the worker, wit
 progress bar) or one cell (harness.launchers.CellRunner, which keeps one model loaded). `Schedule` is the decision,
 pure and testable without processes: a model starts once the model it starts from (TrainConfig.init_from) is cached,
 training comes before cells (it unlocks them; among the models that can start, the one more models wait for first,
-then plan order), and a cell starts once the models it needs (`cell_needs`: its own, and the sweep's own gen-PPL judge
+then the one of more training tokens, then plan order), and a cell starts once the models it needs (`cell_needs`: its own, and the sweep's own gen-PPL judge
 if it scores with it) are cached, taken in the launcher's model-by-model order so that a worker's loaded model is
 reused. `run_pool` feeds a ProcessPoolExecutor one job per free worker (so a training job never queues behind cells),
 prints one line when a model starts and finishes training, counts cells on the sweep's bar and writes their result
@@ -87,7 +87,10 @@ class Schedule:
         def waits_on(model_id: str) -> int:                 # models that wait for this one, through any generation
             return sum(1 + waits_on(child) for child in children.get(model_id, ()))
 
-        self.priority = {cfg.model_id: waits_on(cfg.model_id) for cfg in to_train}
+        # the model more models wait for first, then the longer (tokens trained on: the last model to finish leaves the
+        # other workers idle, so a short one is better left for the end), then plan order
+        self.priority = {cfg.model_id: (waits_on(cfg.model_id), cfg.steps * cfg.batch_size * cfg.length)
+                         for cfg in to_train}
 
     @staticmethod
     def parent(cfg: TrainConfig) -> str | None:

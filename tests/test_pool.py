@@ -37,8 +37,9 @@ def started(schedule: Schedule, workers: int) -> list[tuple[str, str]]:
 
 def test_the_schedule_trains_parents_first_the_most_awaited_first_and_starts_cells_as_their_models_are_cached():
     """Two AR roots: A, with one model adapted from it (A1), and B, with B1 (itself the parent of B11) and B2. B is
-    awaited by three models, A by one: B starts first. Cells come in the launcher's model-by-model order (A1's, B's,
-    A's), each once its model is cached, after every model that can start has started."""
+    awaited by three models, A by one: B starts first; of two models awaited by as many, the longer. Cells come in the
+    launcher's model-by-model order (A1's, B's, A's), each once its model is cached, after every model that can start
+    has started."""
     a, b = TrainConfig("ar", seed=0), TrainConfig("ar", seed=1)
     a1 = TrainConfig("mdlm", init_from=a)
     b1, b2 = TrainConfig("mdlm", init_from=b), TrainConfig("bd3lm", block_size=4, init_from=b)
@@ -58,6 +59,8 @@ def test_the_schedule_trains_parents_first_the_most_awaited_first_and_starts_cel
     assert named(two) == ["B", "A", "B1", "A1", "B11", "B2", "a1-x", "a1-y", "b-x", "a-x"]
     schedule = Schedule(to_train, cells, lambda c: (c.model_id,))
     assert [schedule.next().item for _ in range(2)] == [b, a] and schedule.next() is None   # the rest waits
+    longer = TrainConfig("bd3lm", block_size=8, steps=300, init_from=b)   # awaited by none, as B2, 3x B2's steps:
+    assert named(started(Schedule([b2, longer], [], lambda c: ()), 1)) == [longer.model_id, "B2"]   # it goes first
     cached = started(Schedule([a1], cells, lambda c: (c.model_id,)), 2)   # A and B cached: no job for them
     assert named(cached) == ["A1", "b-x", "a1-x", "a1-y", "a-x"]           # B's cell starts beside A1's training
 
