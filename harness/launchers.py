@@ -2,13 +2,17 @@
 
 * `local` (default): this process trains the missing models, then runs the cells model by
   model (each model, task, the gen-ppl judge and the MAUVE featuriser are loaded once). With `--jobs N`
-  (`auto`: one per torch thread, at most AUTO_WORKERS, on a CPU, for plans of local models) the cells run in N
-  worker processes of this machine instead, each with its share of the torch threads, taking the cells in
-  order as they come free: a cpu-preset cell's small matrices keep one core busy, not two (a decode step at
-  batch 1 runs about as fast on one thread as on two), so two single-threaded workers evaluate more cells
-  per minute. Each worker appends its cell's example rows as chunks finish (one cell is never split between
-  workers), this process writes the result rows; results are those of one process (cells seed their own
-  draws; tests/test_harness.py checks the rows equal), only the rows' timings and `threads` say how they ran.
+  (`auto`: one per torch thread, at most AUTO_WORKERS, on a CPU, for plans of local models) N worker processes
+  of this machine, each with its share of the torch threads, train the missing models and run the cells instead
+  (harness/pool.py): a model as soon as the model it starts from is cached, training before cells, a model's
+  cells as soon as it (and the gen-PPL judge they need) is cached, so training and evaluation overlap. A
+  cpu-preset model's small matrices keep one core busy, not two (a decode step at batch 1 runs about as fast on
+  one thread as on two; an oracle model trains 1.3x faster on two threads than on one, a text model 1.1x), so
+  two single-threaded workers train and evaluate more per minute. The models are then trained with the workers'
+  threads, which changes their weights in the last digits (run_local). Each worker appends its cell's example rows
+  as chunks finish (one cell is never split between workers), this process writes the result rows and prints a
+  line as each model starts and finishes training; results are those of one process (cells seed their own draws;
+  tests/test_harness.py checks the rows equal), only the rows' timings and `threads` say how they ran.
 * `ray`: every missing model is one Ray training task and every pending cell one Ray task
   (`num_gpus=1` on cuda, else `--ray-cpus` CPUs). Workers need no shared filesystem: a training
   task returns the checkpoint's files, which the driver writes into its own checkpoint cache and
@@ -25,12 +29,8 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
 
@@ -39,7 +39,6 @@ import torch
 import models
 from models import get_paradigm
 from models.compile import compiled_step_graphs
-from models.loading.files import atomic_directory
 from models.errors import UserError, unknown
 from tasks import TASKS, Task, TaskError, get_task
 
@@ -51,11 +50,12 @@ from .progress import format_duration, progress as progress_bar
 from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
 from .speed import run_speed
 from .training_claims import training_stage
-from .lifeline import die_with_parent, open_files_problem
+from .lifeline import open_files_problem
 from models.text import printable
 from .store import ResultsStore
 from .cache import is_cached
 from .sweep import Plan, PlanError, load_task, needed_models, pending_cells, results_dir
+from .pool import needs_judge, run_pool
 from .precision import resolve_device
 from .ray_launcher import import_ray, run_ray, shipped_files
 from .train import ensure_trained
@@ -121,17 +121,22 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
               delete_downloads: bool = False, workers: int = 1, threads: int = 1) -> int:
     """Train what is missing, then evaluate `cells` model by model (a paper checkpoint is downloaded and loaded when
     its first cell runs; with `delete_downloads` its Hugging Face cache snapshot is deleted after its last cell, so
-    the disk holds one checkpoint at a time), in this process or, with `workers` > 1, in that many worker
-    processes of `threads` torch threads each; returns the number of cells finished."""
+    the disk holds one checkpoint at a time), in this process; returns the number of cells finished. With `workers`
+    > 1, `workers` processes of `threads` torch threads each train the missing models and evaluate the cells, the
+    two overlapping (harness.pool: a model starts once the model it starts from is cached, a cell once its models
+    are). The models are then trained with the workers' threads: a model's weights depend on the thread count in
+    their last digits (1 and 2 threads differ by about 1e-7), so a `--jobs 2` sweep on 2 threads trains the bits a
+    1-thread `--jobs 1` sweep does, not those of a 2-thread one; a model's id (its config) is the same either way,
+    and a cached model is reused whichever way it was trained."""
     dev = resolve_device(device)
-    for cfg in needed_models(plan, cells):
-        ensure_trained(cfg, device, progress=progress)
     # model by model, the models evaluated as they are (pretrained references: the largest) first, so that workers
     # never end on one long model while the others idle
     model_ids = sorted(dict.fromkeys(c.model_id for c in cells), key=lambda m: m not in plan.external)
     order = [c for model_id in model_ids for c in cells if c.model_id == model_id]
-    if workers > 1:
-        return _run_workers(plan, order, store, dev, progress, workers, threads)
+    if workers > 1:   # the workers train the missing models too (harness.pool)
+        return run_pool(plan, order, store, dev, progress, workers, threads, worker_classes(plan))
+    for cfg in needed_models(plan, cells):
+        ensure_trained(cfg, device, progress=progress)
     runner = CellRunner(plan, dev, store, progress)
     bar = progress_bar(len(order), f"sweep {plan.preset.name}", enabled=progress)
     last_cell = {c.model_id: c for c in order}
@@ -172,58 +177,13 @@ class CellRunner:
 
     def run(self, cell: RunCell) -> list[dict]:
         """Evaluate `cell` (its example rows appended to the store as its chunks finish); its result rows."""
-        if self.judge is None and self.plan.judge is not None and TASKS[cell.task].measures_with == "judge":
+        if self.judge is None and self.plan.judge is not None and needs_judge(cell):
             self.judge = ARJudge(_load_judge(self.plan, self.dev, self.plan.judge.precision), self.plan.judge.name)
         key = (cell.task, cell.task_options)
         if key not in self.tasks:
             self.tasks[key] = equip(get_task(cell.task, **cell.options), self.plan.featuriser, self.dev)
         return evaluate_cell(cell, self.model(cell), self.tasks[key], self.store.example_rows(cell.run_id),
                              partial(self.store.append_examples, cell.run_id), self.judge, self.progress)
-
-
-_RUNNER: CellRunner | None = None   # a worker process's own (run_local with workers > 1)
-
-
-def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tuple[type, ...], driver: int) -> None:
-    """A worker's setup; `classes` (worker_classes) did their work by arriving: importing their modules registered
-    them. The worker dies with its driver (harness.lifeline), is recorded in the lock file, and writes only while
-    the driver holds the lock (ResultsStore.check_writer)."""
-    die_with_parent(driver)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it ends the workers and says how to resume
-    torch.set_num_threads(threads)
-    store = ResultsStore(root, driver=driver)
-    store.register_worker()
-    global _RUNNER
-    _RUNNER = CellRunner(plan, torch.device(device), store, progress=False)
-
-
-def _run_in_worker(cell: RunCell) -> list[dict]:
-    return _RUNNER.run(cell)
-
-
-def _run_workers(plan: Plan, cells: list[RunCell], store: ResultsStore, dev: torch.device, progress: bool,
-                 workers: int, threads: int) -> int:
-    """The cells in `workers` spawned processes (fork would copy this process's OpenMP threads mid-state), taken in
-    order as workers come free; this process writes each cell's result rows as it finishes. A worker's error ends
-    the sweep with that error; an interrupt ends the workers (their finished example chunks are kept)."""
-    bar = progress_bar(len(cells), f"sweep {plan.preset.name} ({workers} workers)", enabled=progress)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                               initargs=(plan, str(store.root), str(dev), threads, worker_classes(plan), os.getpid()))
-    done = 0
-    try:
-        for future in as_completed([pool.submit(_run_in_worker, cell) for cell in cells]):
-            store.append_runs(future.result())
-            done += 1
-            bar.update(1)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in multiprocessing.active_children():   # the pool's workers: a running cell is not waited for
-            process.terminate()
-        raise
-    finally:
-        pool.shutdown(wait=True)
-        bar.close()
-    return done
 
 
 def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> LoadedModel:
@@ -273,8 +233,9 @@ def preview(plan: Plan, cells: list[RunCell], device: str, workers: int = 1, thr
     if device == "cpu":
         line += f" (CPU capability {torch.backends.cpu.get_cpu_capability()})"
     if workers > 1:
-        line += (f"; cells evaluated by {workers} worker processes of {threads} thread{'s' * (threads > 1)} each "
-                 f"(--jobs)")
+        trains = f"the {len(to_train)} models to train trained and " if to_train else ""
+        line += (f"; {trains}cells evaluated by {workers} worker processes of {threads} thread{'s' * (threads > 1)} "
+                 f"each (--jobs)")
     return describe(plan, cells, to_train, cached, line, est)
 
 

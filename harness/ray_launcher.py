@@ -24,7 +24,7 @@ import torch
 import models
 from models.errors import UserError
 from models.loading.files import atomic_directory
-from tasks import TASKS, get_task
+from tasks import get_task
 
 from .cache import cache_target, checkpoint_dir, is_cached
 from .configs import RunCell, TrainConfig
@@ -32,6 +32,7 @@ from .data import get_tokenizer
 from .env import REPO, git_sha
 from .evaluate import LoadedModel, evaluate_cell, load_model
 from .instruments import ARJudge, equip
+from .pool import needs_judge
 from .precision import resolve_device
 from .progress import progress as progress_bar
 from .store import ResultsStore
@@ -221,7 +222,7 @@ def run_ray(plan: Plan, cells, store: ResultsStore, progress: bool, address: str
                                            "paradigm": "ar", "length": None, "block_size": None})   # another length)
 
         def submit(cell: RunCell, shard: tuple[int, int] | None = None) -> None:
-            needs = TASKS[cell.task].measures_with == "judge"
+            needs = needs_judge(cell)
             judge = payloads[judge_key] if needs else None
             ref = cell_task.remote(cell, payloads[cell.model_id], judge, plan.judge.name if needs else None,
                                    store.example_rows(cell.run_id), plan.judge.precision if needs else "fp32",

@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=1, help="examples per decode call (throughput cells: 1)")
     ap.add_argument("--launcher", default="local", help=f"one of: {', '.join(LAUNCHERS)}")
     ap.add_argument("--jobs", type=jobs_option, default="auto",
-                    help="worker processes that evaluate the cells, each with its share of the torch threads: auto "
+                    help="worker processes that train the missing models and evaluate the cells, each with its "
+                         "share of the torch threads (models trained so differ from one process's in their last "
+                         "digits): auto "
                          f"(on a CPU one per thread, at most {AUTO_WORKERS}, for plans of local models; else 1), or N "
                          "(1: this process, as before workers existed)")
     ap.add_argument("--ray-address", help="with --launcher ray: the cluster address (default: start a local one)")

@@ -28,7 +28,8 @@ from harness.plots import pareto_mask
 from harness.report import build_report
 from harness.schema import COLUMNS
 from harness.store import read_jsonl
-from harness.sweep import PlanError, plan_sweep
+from harness.env import KILL_ENV
+from harness.sweep import PlanError, needed_models, plan_sweep
 from result_rows import assert_same_rows, read_rows
 from models import DecodeConfig, paradigm_names
 
@@ -146,6 +147,62 @@ def test_cells_evaluated_by_worker_processes_have_the_rows_of_one_process(smoke_
     assert "cells evaluated by 2 worker processes of 1 thread each (--jobs)" in proc.stderr
     assert_same_rows(read_rows(root / "results"), read_rows(tmp_path))
     assert {r["threads"] for r in read_jsonl(tmp_path / "smoke" / "runs.jsonl")} == {1}
+
+
+def _cold_jobs_2(smoke_sweep, tmp_path):
+    """Cells of the fixture's sweep (its AR and MDLM models, on GSM8K and gen-PPL) with --jobs 2 and none of its models
+    cached (its tokenizer and token streams are): (command, environment, plan)."""
+    root, env, args, _ = smoke_sweep
+    for kept in ("tokenizers", "tokens"):
+        shutil.copytree(Path(env["HARNESS_CACHE"]) / kept, tmp_path / "cache" / kept)
+    out, tasks = args.index("--out") + 1, args.index("--tasks") + 1
+    command = [*args, "--paradigms", "ar,mdlm", "--jobs", "2"]
+    command[out], command[tasks] = str(tmp_path / "results"), "gsm8k,genppl"
+    plan = plan_sweep(get_preset("smoke"), paradigms="ar,mdlm", tasks="gsm8k,genppl")
+    return command, {**env, "HARNESS_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "2"}, plan
+
+
+def _assert_rows_of_one_process(smoke_sweep, plan, results: Path) -> None:
+    """Every result and example row of `results` equals the fixture's one process (it trained on one thread, as each
+    worker does), and the cells ran in the workers (1 thread each)."""
+    ids = {c.run_id for c in plan.cells}
+    one_process = [{key: row for key, row in rows.items() if key[0] in ids}
+                   for rows in read_rows(smoke_sweep[0] / "results")]
+    assert_same_rows(one_process, read_rows(results))
+    assert {r["threads"] for r in read_jsonl(results / "smoke" / "runs.jsonl")} == {1}
+
+
+def test_worker_processes_train_the_missing_models_parents_first(smoke_sweep, tmp_path):
+    """--jobs 2 on an empty model cache: the workers train the models, each after the model it starts from (the AR
+    model, also the gen-PPL judge, before the MDLM adapted from it), the main process says so line by line, and every
+    row equals the fixture's one process."""
+    command, env, plan = _cold_jobs_2(smoke_sweep, tmp_path)
+    proc = run_cli(command, env)
+    assert proc.returncode == 0, proc.stderr
+    ar, mdlm = needed_models(plan, plan.cells)
+    assert mdlm.init_from == ar == plan.judge.train
+    assert ("the 2 models to train trained and cells evaluated by 2 worker processes of 1 thread each (--jobs)"
+            in proc.stderr)
+    lines = proc.stderr.splitlines()
+
+    def line(prefix: str, model_id: str) -> int:
+        (index,) = [i for i, text in enumerate(lines) if text.startswith(f"{prefix} {model_id} ")]
+        return index
+
+    assert line("training", ar.model_id) < line("trained", ar.model_id) < line("training", mdlm.model_id) < line(
+        "trained", mdlm.model_id)
+    _assert_rows_of_one_process(smoke_sweep, plan, tmp_path / "results")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_training_ends_the_sweep_in_one_line_and_the_rerun_finishes_it(smoke_sweep, tmp_path):
+    command, env, plan = _cold_jobs_2(smoke_sweep, tmp_path)
+    killed = run_cli(command, {**env, KILL_ENV: "train_step:20"})   # the worker that trains the AR model
+    assert killed.returncode == 2 and "Traceback" not in killed.stderr, killed.stderr
+    assert killed.stderr.strip().splitlines()[-1].startswith("error: a worker process ended abruptly"), killed.stderr
+    proc = run_cli(command, env)
+    assert proc.returncode == 0, proc.stderr
+    _assert_rows_of_one_process(smoke_sweep, plan, tmp_path / "results")
 
 
 def test_a_resumed_sweep_with_one_cell_left_evaluates_it_in_this_process(smoke_sweep, tmp_path):
