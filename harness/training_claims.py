@@ -51,7 +51,7 @@ from .configs import short_hash
 from .env import measured_on
 
 MEASUREMENTS = ("gradvar", "convergence")
-GRADVAR_MINIBATCHES = 64
+GRADVAR_MINIBATCHES = 32
 GRADVAR_FACTOR, GRADVAR_BAND = 3.0, 1.5   # "about 3x": the paper's factor, within a factor 1.5 (the ratio in [2, 4.5])
 OLD_GRADVAR = ("gradvar.json was measured in the old format (one run, on the text family's SetDLM weights run at the "
                "order-agnostic schedule): rerun the sweep to measure it on the order-agnostic oracle SetDLMs")

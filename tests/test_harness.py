@@ -294,7 +294,7 @@ def test_presets_are_valid_and_budget_matched():
     assert windows == {4, 8, 64}   # W = S (and S_max for text); the order-agnostic ablation's W = S = L
     ablation = [c for c in cpu.train if c.eval_every]
     # one order-agnostic ablation model per (oracle language, training seed), each the Table 6 pair of that family's MDLM
-    assert {(c.block_size, c.max_block_size, c.length, c.steps) for c in ablation} == {(64, 64, 64, 200)}
+    assert {(c.block_size, c.max_block_size, c.length, c.steps) for c in ablation} == {(64, 64, 64, 150)}
     from harness.presets import ORACLE_LANGUAGES, ORACLE_SEEDS
     assert len({(c.corpus, c.seed) for c in ablation}) == len(ablation) == len(ORACLE_SEEDS) * len(ORACLE_LANGUAGES)
     for a in ablation:
