@@ -163,7 +163,8 @@ def paired(results: Results, claim: int, a: dict | None, b: dict | None, metric:
         return []
     xa, xb = np.array([va[i] for i in ids]), np.array([vb[i] for i in ids])
     d = xa - xb
-    if not np.any(d):
+    identical = not np.any(d)   # no test to make, unless the pair is at its floor, which the reader is told
+    if identical and (FLOORS.get(metric) is None or max(xa.mean(), xb.mean()) > FLOORS[metric]):
         return []
     if kind == "greater":
         margin_value, test = 0.0, kind
@@ -183,6 +184,8 @@ def paired(results: Results, claim: int, a: dict | None, b: dict | None, metric:
         return [{**row, "verdict": f"{NOT_TESTABLE}: B is at the floor ({metric} {floor:g})"}]
     if floor is not None and kind == "greater" and max(xa.mean(), xb.mean()) <= floor:
         return [{**row, "verdict": f"{NOT_TESTABLE}: both are at the floor ({metric} {floor:g})"}]
+    if identical:
+        return []
     verdict, p = decide(d, higher_is_better, kind, margin_value, binary)
     return [{**row, "verdict": verdict, "p_value": p}]
 

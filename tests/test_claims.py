@@ -86,6 +86,13 @@ def test_ties_by_construction_are_dropped_and_floors_are_not_testable(tmp_path):
         path.write_text(path.read_text().replace('"score"', '"exact_match"'))
     [row] = paired(results, 1, cells["a"], cells["b"], "exact_match", True, "noninferior")
     assert row["verdict"].startswith(NOT_TESTABLE)    # B at 0/12: "no worse than nothing" proves nothing
+    (tmp_path / "both").mkdir()                       # both at 0 on every example: identical, and at the floor, which
+    results, cells = _results(tmp_path / "both", {"a": [0.0] * 12, "b": [0.0] * 12})   # the verdict says (it said
+    for name in ("a", "b"):                           # "not tested (no matching results)")
+        path = tmp_path / "both" / "examples" / f"{name}.jsonl"
+        path.write_text(path.read_text().replace('"score"', '"exact_match"'))
+    [row] = paired(results, 1, cells["a"], cells["b"], "exact_match", True)
+    assert row["verdict"] == f"{NOT_TESTABLE}: both are at the floor (exact_match 0)"
 
 
 def test_exact_tests_and_holm():
