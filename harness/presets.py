@@ -120,7 +120,7 @@ ORACLE_THRESHOLDS = ORACLE_THRESHOLDS_OF[ORACLE_LANGUAGES[0]]
 # field's value-independent rules, two settings each, spanning about the tokens per forward of the tau grid on the
 # perfect model (1.2 to 2.1; KLASS 1.5 to 3.1), a fixed two tokens per step, and dilated unmasking (a fixed order:
 # 4 tokens per forward in MDLM's 16-token chunk, 2 in BD3LM's blocks; SetDLM's window has no block).
-# Beside them, each rule's setting in its own paper (../shared/reference/field-policies.md): entropy theta 0.5 nats
+# Beside them, each rule's setting in its own paper (the sources models/policies.py cites): entropy theta 0.5 nats
 # (dParallel, d3LLM), EB gamma 0.1 (UNI-D2), KLASS's LLaDA setting (tau_c 0.6, tau_KL 0.015 over H = 2 steps).
 ORACLE_POLICIES = ("margin(tau=0.3)", "margin(tau=0.15)", "entropy(theta=2)", "entropy(theta=2.5)",
                    "eb(gamma=1.5)", "eb(gamma=2.5)", "factor(f=2)", "factor(f=3)", "topk(k=2)",

@@ -170,12 +170,15 @@ def test_claims_tables_are_a_pure_function_of_results():
     assert set(details.role) <= {"primary", "pooled", "secondary", "reference", "over languages", "heterogeneity"} | {
         f"seed {i}" for i in range(9)}
     decided = summary[summary.verdict.str.split().str[0].isin(["holds", "fails"])]
-    assert len(decided) >= 5, "fewer than 5 claims have a decided primary verdict in the committed results"
+    # 4: claims 6 and 8 read the interleaved speed measurement, not testable while its A/A control fails (as in the
+    # committed run: results/bench/cold-sweeps.json aa_note)
+    assert len(decided) >= 4, "fewer than 4 claims have a decided primary verdict in the committed results"
     # no comparison is a tie by construction (identical per-example values); a mean difference of exactly 0 from
     # differences that cancel is a real, undecided outcome
     results = Results(REFERENCE / "cpu", checked_rows(REFERENCE / "cpu" / "runs.jsonl"))
     cells = {c["run_id"]: c for c in results.cells}
-    for tie in details[(details.difference == 0) & details.b_run_id.notna()].itertuples():
+    at_floor = details.verdict.astype(str).str.contains("at the floor", regex=False)   # reported as such
+    for tie in details[(details.difference == 0) & details.b_run_id.notna() & ~at_floor].itertuples():
         a, b = (results.values(cells[tie.a_run_id], tie.metric), results.values(cells[tie.b_run_id], tie.metric))
         assert any(a[i] != b[i] for i in set(a) & set(b)), f"claim {tie.claim}: {tie.a} vs {tie.b} is a tie by construction"
         assert tie.verdict not in ("holds", "fails")

@@ -16,6 +16,7 @@ import pytest
 
 from harness.claims import reach_fraction
 from harness.evidence import NOT_TESTABLE, Results
+from harness.presets import ORACLE_LANGUAGES
 from harness.frontiers import PARALLELISM_FLOOR, frontier_area
 from harness.report import claims_markdown, claims_tables
 from harness.stats import fixed_language_test, heterogeneity_test, p_text
@@ -131,11 +132,12 @@ def test_the_committed_oracle_claims_hold_nowhere_their_guards_fail():
     summary, details = claims_tables(REFERENCE / "cpu")
     verdict = summary.set_index("claim").verdict
     assert verdict[11].startswith(f"{NOT_TESTABLE}: the infillers collapse")
-    for claim in (9, 12):   # each language's derived tau grid reaches parallelism: no frontier stays below 1.5
+    for claim in (9, 12):   # every language's pooled row; a language where the claim is not testable (e.g. a frontier
+        # that stays below 1.5 tokens per forward: the trained MDLM of hmm-strong, max 1.36, in the committed run)
+        # counts against it
         pooled = details[(details.claim == claim) & (details.role == "pooled")].set_index("language").verdict
-        assert set(pooled.index) == {"hmm-strong", "hmm-wide"}
-        assert not pooled.str.contains("below 1.5").any()
-        if pooled.str.startswith(NOT_TESTABLE).any():   # a language where the claim is not testable counts against it
+        assert set(pooled.index) == set(ORACLE_LANGUAGES)
+        if pooled.str.startswith(NOT_TESTABLE).any():
             assert not verdict[claim].startswith("holds")
     parts = details[(details.claim == 12) & (details.language == "hmm-strong") & (details.seed == 1)].metric
     assert parts.str.startswith("tau-off gap").any() and parts.str.startswith("decoding cost").any()

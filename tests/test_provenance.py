@@ -28,7 +28,7 @@ def test_the_reference_run_is_counted_from_its_rows():
     assert text.startswith(f"The reference run has {len(cells)} cells:")
     from harness.presets import ORACLE_LANGUAGES
 
-    languages = ", ".join(f"`{lang}`" for lang in ORACLE_LANGUAGES)
+    languages = ", ".join(f"`{lang}`" for lang in sorted(ORACLE_LANGUAGES))
     assert f"at commit {rows[0]['git_sha'][:7]}." in text and languages in text
     fewer = provenance.reference_run([r for r in rows if r["run_id"] != rows[0]["run_id"]])
     assert fewer.startswith(f"The reference run has {len(cells) - 1} cells:")   # the page follows the rows
