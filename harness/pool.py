@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -150,8 +149,8 @@ def _work(job: Job):
         ensure_trained(job.item, str(_RUNNER.dev), progress=False)
         return time.perf_counter() - t0
     except UserError as e:
-        try:
-            pickle.loads(pickle.dumps(e))
+        try:   # how the trip rebuilds an exception: its class called with its args
+            type(e)(*e.args)
         except Exception:
             raise UserError(str(e)) from None
         raise
