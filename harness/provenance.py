@@ -30,15 +30,21 @@ def reference_run(rows: list[dict]) -> str:
     oracle = [c for c in cells if c.get("language") and c.get("reference") is not True]
     text = [c for c in cells if not c.get("language") and c.get("reference") is not True]
     others = sum(1 for c in cells if c.get("policy") not in (None, "confidence"))
-    languages = sorted({c["language"] for c in oracle})
-    seeds = sorted({c.get("train_seed") or 0 for c in oracle})
+    seeds_of: dict[str, set] = {}
+    for c in oracle:
+        seeds_of.setdefault(c["language"], set()).add(c.get("train_seed") or 0)
+    by_count: dict[int, list[str]] = {}
+    for lang in sorted(seeds_of):
+        by_count.setdefault(len(seeds_of[lang]), []).append(f"`{lang}`")
+    seeds = "; ".join(f"{n} training seed{'s' if n > 1 else ''} on {'each of ' if len(langs) > 1 else ''}"
+                      f"{'the oracle languages' if len(langs) > 1 else 'the language'} {', '.join(langs)}"
+                      for n, langs in sorted(by_count.items(), reverse=True))
 
     def one(key: str, group: list[dict]) -> str:
         return ", ".join(str(v) for v in sorted({str(c.get(key)) for c in group}))
 
     return (f"The reference run has {len(cells)} cells: {len(text)} of the toy text models (one training run), "
-            f"{len(oracle)} of the trained oracle models and their order-agnostic ablation ({len(seeds)} training "
-            f"seeds on each of the oracle languages {', '.join(f'`{lang}`' for lang in languages)}), and "
+            f"{len(oracle)} of the trained oracle models and their order-agnostic ablation ({seeds}), and "
             f"{len(perfect)} of the perfect oracle model ({others} of all these decode with a commit policy other "
             f"than confidence). Its rows say it ran on {one('device_name', cells)} with torch's "
             f"`{one('cpu_capability', cells)}` kernels and {one('threads', cells)} thread(s) per cell, decoded in "
