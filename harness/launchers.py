@@ -31,23 +31,20 @@ from __future__ import annotations
 
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
 
-import models
 from models import get_paradigm
 from models.compile import compiled_step_graphs
 from models.errors import UserError, unknown
-from tasks import TASKS, Task, TaskError, get_task
+from tasks import TASKS, Task, TaskError
 
 from .configs import RunCell
 from .env import git_sha
 from .estimate import describe, estimate
-from .instruments import ARJudge, equip
 from .progress import format_duration, progress as progress_bar
-from .evaluate import LoadedModel, cell_requests, evaluate_cell, load_model
+from .evaluate import cell_requests, load_model
 from .speed import run_speed
 from .training_claims import training_stage
 from .lifeline import open_files_problem
@@ -55,7 +52,8 @@ from models.text import printable
 from .store import ResultsStore
 from .cache import is_cached
 from .sweep import Plan, PlanError, load_task, needed_models, pending_cells, results_dir
-from .pool import needs_judge, run_pool
+from .cell_runner import CellRunner, load_planned
+from .pool import run_pool
 from .precision import resolve_device
 from .ray_launcher import import_ray, run_ray, shipped_files
 from .train import ensure_trained
@@ -153,57 +151,6 @@ def run_local(plan: Plan, cells, store: ResultsStore, device: str, progress: boo
                           file=sys.stderr)
     bar.close()
     return len(order)
-
-
-class CellRunner:
-    """Evaluates cells of one plan in this process: each task is built once, the gen-PPL judge is loaded when a cell
-    first needs it, a model when a cell of it comes (one at a time: cells come model by model)."""
-
-    def __init__(self, plan: Plan, dev: torch.device, store: ResultsStore, progress: bool):
-        self.plan, self.dev, self.store, self.progress = plan, dev, store, progress
-        self.tasks: dict[tuple, Task] = {}
-        self.judge: ARJudge | None = None
-        self.loaded: tuple[tuple[str, str], LoadedModel] | None = None
-
-    def model(self, cell: RunCell) -> LoadedModel:
-        key = (cell.model_id, cell.precision)
-        if self.loaded is None or self.loaded[0] != key:
-            self.release()
-            self.loaded = (key, _load_planned(self.plan, cell.model_id, self.dev, precision=cell.precision))
-        return self.loaded[1]
-
-    def release(self) -> None:
-        self.loaded = None
-
-    def run(self, cell: RunCell) -> list[dict]:
-        """Evaluate `cell` (its example rows appended to the store as its chunks finish); its result rows."""
-        if self.judge is None and self.plan.judge is not None and needs_judge(cell):
-            self.judge = ARJudge(_load_judge(self.plan, self.dev, self.plan.judge.precision), self.plan.judge.name)
-        key = (cell.task, cell.task_options)
-        if key not in self.tasks:
-            self.tasks[key] = equip(get_task(cell.task, **cell.options), self.plan.featuriser, self.dev)
-        return evaluate_cell(cell, self.model(cell), self.tasks[key], self.store.example_rows(cell.run_id),
-                             partial(self.store.append_examples, cell.run_id), self.judge, self.progress)
-
-
-def _load_planned(plan: Plan, model_id: str, dev: torch.device, **kwargs) -> LoadedModel:
-    """load_model of a plan's model; a cached checkpoint that cannot be loaded says how to retrain it (the
-    advice for a user's checkpoint, how to save one with models.save, does not apply to it)."""
-    directory = plan.checkpoint(model_id)
-    if model_id in plan.external:
-        return load_model(directory, dev, model_id, **plan.external[model_id].options, **kwargs)
-    try:
-        return load_model(directory, dev, model_id, **kwargs)
-    except models.CheckpointError as e:
-        reason = str(e).replace(models.loading.sources.SAVE_HINT, "")
-        raise models.CheckpointError(f"the cached checkpoint of {model_id} cannot be loaded: {reason}; delete "
-                                     f"{directory} and rerun to retrain it") from None
-
-
-def _load_judge(plan: Plan, dev: torch.device, precision: str) -> LoadedModel:
-    if plan.judge.train is not None:   # the sweep's own AR model
-        return _load_planned(plan, plan.judge.model_id, dev, precision=precision)
-    return load_model(plan.judge.spec, dev, plan.judge.model_id, paradigm="ar", precision=precision)
 
 
 def warn_if_stale(plan: Plan, store: ResultsStore) -> None:
@@ -329,7 +276,7 @@ def speed_stage(plan: Plan, store: ResultsStore, device: str, progress: bool) ->
     dev = resolve_device(device)
     t0 = time.perf_counter()
     result = run_speed(spec, {tag: tags[tag] for tag in sorted(needed)},
-                       lambda model_id: _load_planned(plan, model_id, dev, precision=precision), store.root, progress)
+                       lambda model_id: load_planned(plan, model_id, dev, precision=precision), store.root, progress)
     control = result["control"]
     print(f"speed: {len(spec.pairs)} interleaved comparisons in {format_duration(time.perf_counter() - t0)}; A/A "
           f"ratio {control['ratio']:.3f} [{control['ci_low']:.3f}, {control['ci_high']:.3f}] "

@@ -2,7 +2,7 @@
 same N worker processes, the training and the evaluation overlapping.
 
 Every job is one model to train (harness.train.ensure_trained in the worker, with the worker's torch threads and no
-progress bar) or one cell (harness.launchers.CellRunner, which keeps one model loaded). `Schedule` is the decision,
+progress bar) or one cell (harness.cell_runner.CellRunner, which keeps one model loaded). `Schedule` is the decision,
 pure and testable without processes: a model starts once the model it starts from (TrainConfig.init_from) is cached,
 training comes before cells (it unlocks them; among the models that can start, the one more models wait for first,
 then the one of more training tokens, then plan order), and a cell starts once the models it needs (`cell_needs`: its own, and the sweep's own gen-PPL judge
@@ -34,23 +34,18 @@ from tqdm.std import tqdm as std_tqdm
 
 from models.errors import UserError
 from models.text import printable
-from tasks import TASKS
 
 from .cache import is_cached, train_state_dir
 from .configs import RunCell, TrainConfig
 from .lifeline import die_with_parent
 from .progress import format_duration, progress as progress_bar
 from .store import ResultsStore
+from .cell_runner import CellRunner, needs_judge
 from .sweep import Plan, needed_models
 
 
 class WorkerError(UserError):
     """A worker process ended abruptly (killed, e.g. by the out-of-memory killer): one line, finished work is kept."""
-
-
-def needs_judge(cell: RunCell) -> bool:
-    """Whether the cell's metric scores its samples with the sweep's gen-PPL judge."""
-    return TASKS[cell.task].measures_with == "judge"
 
 
 def cell_needs(plan: Plan, cell: RunCell) -> tuple[str, ...]:
@@ -125,7 +120,6 @@ def _start_worker(plan: Plan, root: str, device: str, threads: int, classes: tup
     """A worker's setup; `classes` (harness.launchers.worker_classes) did their work by arriving: importing their
     modules registered them. The worker dies with its driver (harness.lifeline), is recorded in the lock file, and
     writes only while the driver holds the lock (ResultsStore.check_writer)."""
-    from .launchers import CellRunner   # (launchers imports this module)
 
     die_with_parent(driver)
     std_tqdm.set_lock(threading.RLock())   # not tqdm's multiprocessing lock: a worker ended by SIGTERM would leak it

@@ -32,7 +32,7 @@ from .data import get_tokenizer
 from .env import REPO, git_sha
 from .evaluate import LoadedModel, evaluate_cell, load_model
 from .instruments import ARJudge, equip
-from .pool import needs_judge
+from .cell_runner import needs_judge
 from .precision import resolve_device
 from .progress import progress as progress_bar
 from .store import ResultsStore

@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 ALPHA = 0.05
+NOT_TESTABLE = "not testable at this scale"   # the verdict label of a comparison this scale cannot decide
 PERMUTATIONS = 20_000
 EXACT_UP_TO = 16
 

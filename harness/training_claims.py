@@ -176,7 +176,7 @@ def gradvar_rows(run: dict, claim: int = 7) -> tuple[list[dict], list[dict]]:
             else "inconclusive", "sign": 1.0, "kind": "equivalent", "margin": margin,
             **({"guard": "measured on random weights"} if run.get("weights") != "trained" else {})})
     if run.get("weights") != "trained":
-        from .evidence import NOT_TESTABLE
+        from .stats import NOT_TESTABLE
 
         rows = [{**row, "verdict": f"{NOT_TESTABLE}: measured on random weights"} for row in rows]
     return rows[:1], rows[1:]

@@ -283,7 +283,7 @@ def test_old_rows_without_n_metrics_count_as_finished(tmp_path):
 
 
 def test_ctrl_c_during_a_cell_is_one_line_and_resumes(tmp_path, monkeypatch, capsys, checkpoints, questions):
-    from harness import launchers
+    from harness import cell_runner as launchers   # where the one-process runner calls evaluate_cell
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     args = _cell_args(checkpoints["ar"], questions, tmp_path / "out")
     real, calls = launchers.evaluate_cell, []
